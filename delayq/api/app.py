@@ -1,0 +1,50 @@
+"""The ASGI application: routes, error handling, and the broker behind them."""
+
+from __future__ import annotations
+
+import falcon
+import falcon.asgi
+from oslo_config import cfg
+
+from delayq.api import claims, errors, home, messages, queues
+from delayq.api.runner import Runner
+from delayq.broker import Broker
+from delayq.storage import load_driver
+from delayq.storage.base import Driver
+from delayq.validation import Limits
+
+
+class _Shutdown:
+    """Closes the driver's connections when the worker stops.
+
+    The driver reconnects if used again, so an ASGI host that runs the lifespan more
+    than once (as Falcon's test client does per request) keeps working.
+    """
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def process_shutdown(self, scope: dict, event: dict) -> None:
+        self.run.broker.driver.close()
+
+
+def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asgi.App:
+    """The API over *driver*, or over the driver *conf* selects."""
+    broker = Broker(driver or load_driver(conf), Limits.from_conf(conf))
+    run = Runner(broker)
+    app = falcon.asgi.App(middleware=[_Shutdown(run)])
+    app.req_options.strip_url_path_trailing_slash = True
+    errors.install(app)
+
+    app.add_route("/v2", home.Home())
+    app.add_route("/v2/ping", home.Ping(run))
+    app.add_route("/v2/health", home.Health(run))
+    app.add_route("/v2/queues", queues.QueueCollection(run))
+    app.add_route("/v2/queues/{name}", queues.Queue(run))
+    app.add_route("/v2/queues/{name}/stats", queues.QueueStats(run))
+    app.add_route("/v2/queues/{name}/purge", queues.QueuePurge(run))
+    app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(run))
+    app.add_route("/v2/queues/{name}/messages/{message_id}", messages.Message(run))
+    app.add_route("/v2/queues/{name}/claims", claims.ClaimCollection(run))
+    app.add_route("/v2/queues/{name}/claims/{claim_id}", claims.Claim(run))
+    return app

@@ -1,0 +1,74 @@
+"""Claim resources: create, get, renew, release."""
+
+from __future__ import annotations
+
+import falcon
+
+from delayq import validation
+from delayq.api import request, views
+from delayq.api.runner import Runner
+
+# Claim bodies are tiny ({"ttl", "grace"}); anything much larger is not a claim request.
+MAX_CLAIM_BODY = 4096
+
+
+class ClaimCollection:
+    """``/v2/queues/{name}/claims``"""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        limits = self.run.broker.limits
+        limit = validation.query_integer(req.get_param("limit"), "limit", 1,
+                                         limits.max_messages_per_claim_or_pop,
+                                         validation.DEFAULT_CLAIM_LIMIT)
+        document = await request.json_body(req, MAX_CLAIM_BODY, "claim request",
+                                           optional=True)
+        ttl, grace = validation.claim_options(document, limits)
+        claim = await self.run(self.run.broker.claim, project, name, ttl=ttl, grace=grace,
+                               limit=limit)
+        if claim is None:
+            resp.status = falcon.HTTP_204
+            return
+        resp.status = falcon.HTTP_201
+        resp.location = views.claim_href(name, claim.id)
+        resp.media = {"messages": [views.message(name, m) for m in claim.messages]}
+
+
+class Claim:
+    """``/v2/queues/{name}/claims/{claim_id}``"""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
+                     claim_id: str) -> None:
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        claim = await self.run(self.run.broker.get_claim, project, name, claim_id)
+        resp.content_location = views.claim_href(name, claim_id)
+        resp.media = views.claim(name, claim)
+
+    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
+                       claim_id: str) -> None:
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        document = await request.json_body(req, MAX_CLAIM_BODY, "claim update",
+                                           optional=True)
+        ttl, grace = validation.claim_options(document, self.run.broker.limits)
+        await self.run(self.run.broker.renew_claim, project, name, claim_id, ttl, grace)
+        resp.status = falcon.HTTP_204
+
+    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
+                        claim_id: str) -> None:
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        await self.run(self.run.broker.release_claim, project, name, claim_id)
+        resp.status = falcon.HTTP_204

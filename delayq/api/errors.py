@@ -1,0 +1,45 @@
+"""How errors become HTTP responses: always JSON ``{"title", "description"}``."""
+
+from __future__ import annotations
+
+import logging
+
+import falcon
+
+from delayq import errors
+
+LOG = logging.getLogger(__name__)
+
+STATUS = {
+    errors.ValidationError: (falcon.HTTP_400, "Invalid API request"),
+    errors.QueueNotFound: (falcon.HTTP_404, "Not found"),
+    errors.MessageNotFound: (falcon.HTTP_404, "Not found"),
+    errors.ClaimNotFound: (falcon.HTTP_404, "Not found"),
+    errors.MessageIsClaimed: (falcon.HTTP_403, "Unable to delete"),
+    errors.ClaimMismatch: (falcon.HTTP_403, "Unable to delete"),
+    errors.MessageNotClaimed: (falcon.HTTP_400, "Unable to delete"),
+    errors.Conflict: (falcon.HTTP_409, "Conflict"),
+    errors.StorageUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
+}
+
+
+async def handle_delayq_error(req: falcon.Request, resp: falcon.Response,
+                              exc: errors.DelayqError, params: dict) -> None:
+    status, title = STATUS.get(type(exc), (falcon.HTTP_500, "Internal server error"))
+    raise falcon.HTTPError(status, title=exc.title or title, description=exc.description)
+
+
+async def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exception,
+                            params: dict) -> None:
+    if isinstance(exc, falcon.HTTPError):
+        raise exc
+    LOG.exception("Unexpected error serving %s %s", req.method, req.path)
+    raise falcon.HTTPInternalServerError(
+        title="Internal server error",
+        description="The server failed to complete the request; it has been logged.")
+
+
+def install(app: falcon.asgi.App) -> None:
+    """Register the handlers; the more specific one must be added last."""
+    app.add_error_handler(Exception, handle_unexpected)
+    app.add_error_handler(errors.DelayqError, handle_delayq_error)

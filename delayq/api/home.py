@@ -1,0 +1,71 @@
+"""Service resources: the home document, ping and health."""
+
+from __future__ import annotations
+
+import falcon
+
+from delayq.api.runner import Runner
+
+HOME_DOCUMENT = {
+    "resources": {
+        "rel/queues": {"href-template": "/v2/queues{?marker,limit,detailed}",
+                       "href-vars": {"marker": "param/marker", "limit": "param/queue_limit",
+                                     "detailed": "param/detailed"},
+                       "hints": {"allow": ["GET"], "formats": {"application/json": {}}}},
+        "rel/queue": {"href-template": "/v2/queues/{queue_name}",
+                      "href-vars": {"queue_name": "param/queue_name"},
+                      "hints": {"allow": ["PUT", "GET", "PATCH", "DELETE"],
+                                "formats": {"application/json": {}}}},
+        "rel/queue_stats": {"href-template": "/v2/queues/{queue_name}/stats",
+                            "href-vars": {"queue_name": "param/queue_name"},
+                            "hints": {"allow": ["GET"], "formats": {"application/json": {}}}},
+        "rel/messages": {"href-template": "/v2/queues/{queue_name}/messages"
+                                          "{?marker,limit,echo,include_claimed,include_delayed}",
+                         "href-vars": {"queue_name": "param/queue_name"},
+                         "hints": {"allow": ["GET", "POST", "DELETE"],
+                                   "formats": {"application/json": {}}}},
+        "rel/claim": {"href-template": "/v2/queues/{queue_name}/claims{?limit}",
+                      "href-vars": {"queue_name": "param/queue_name"},
+                      "hints": {"allow": ["POST"], "formats": {"application/json": {}}}},
+        "rel/ping": {"href-template": "/v2/ping", "hints": {"allow": ["GET", "HEAD"]}},
+        "rel/health": {"href-template": "/v2/health", "hints": {"allow": ["GET", "HEAD"]}},
+    }
+}
+
+
+class Home:
+    """``/v2``"""
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = HOME_DOCUMENT
+        resp.content_type = "application/json-home"
+
+
+class Ping:
+    """``/v2/ping``: 204 while the storage backend answers, 503 otherwise."""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        alive = await self.run(self.run.broker.driver.ping)
+        resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503
+
+    on_head = on_get
+
+
+class Health:
+    """``/v2/health``: whether the storage backend is reachable, and which it is."""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        alive = await self.run(self.run.broker.driver.ping)
+        resp.status = falcon.HTTP_200 if alive else falcon.HTTP_503
+        resp.media = {"storage_reachable": alive,
+                      "message_store": self.run.broker.driver.name}
+
+    async def on_head(self, req: falcon.Request, resp: falcon.Response) -> None:
+        alive = await self.run(self.run.broker.driver.ping)
+        resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503

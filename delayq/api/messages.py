@@ -1,0 +1,112 @@
+"""Message resources: post, list, get by ids, bulk delete, pop, one message."""
+
+from __future__ import annotations
+
+import falcon
+
+from delayq import validation
+from delayq.api import request, views
+from delayq.api.runner import Runner
+from delayq.errors import MessageNotFound, ValidationError
+
+
+class MessageCollection:
+    """``/v2/queues/{name}/messages``"""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        client = request.client(req)
+        validation.queue_name(name)
+        limits = self.run.broker.limits
+        raw, size = await request.body(req, limits.max_messages_post_size, "message post")
+        posted = validation.messages_post(validation.json_document(raw, "message post"),
+                                          limits)
+        ids = await self.run(self.run.broker.post, project, name, client, posted, size)
+        resp.status = falcon.HTTP_201
+        resp.location = f"{views.queue_href(name)}/messages?ids={','.join(ids)}"
+        resp.media = {"resources": [views.message_href(name, id_) for id_ in ids]}
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        client = request.client(req)
+        validation.queue_name(name)
+        limits = self.run.broker.limits
+        details = validation.query_bool(req.get_param("details"), "details")
+        ids = req.get_param_as_list("ids")
+        if ids is not None:
+            wanted = validation.message_ids(ids, limits)
+            found = await self.run(self.run.broker.get_messages, project, name, wanted)
+            if not found:
+                raise MessageNotFound(f"No messages with ids {', '.join(wanted)[:200]} in "
+                                      f"queue {name}.")
+            resp.media = {"messages": [views.message(name, m, details=details)
+                                       for m in found]}
+            return
+        limit = validation.query_integer(req.get_param("limit"), "limit", 1,
+                                         limits.max_messages_per_page, 10)
+        echo = validation.query_bool(req.get_param("echo"), "echo")
+        include_claimed = validation.query_bool(req.get_param("include_claimed"),
+                                                "include_claimed")
+        include_delayed = validation.query_bool(req.get_param("include_delayed"),
+                                                "include_delayed")
+        messages, marker = await self.run(
+            self.run.broker.list_messages, project, name, client_id=client,
+            marker=req.get_param("marker"), limit=limit, echo=echo,
+            include_claimed=include_claimed, include_delayed=include_delayed)
+        links = []
+        if marker is not None:
+            params = {"marker": marker, "limit": limit, "echo": echo,
+                      "include_claimed": include_claimed, "include_delayed": include_delayed,
+                      "details": details}
+            query = falcon.to_query_str({k: str(v).lower() if isinstance(v, bool) else v
+                                         for k, v in params.items()})
+            links.append({"rel": "next", "href": f"{views.queue_href(name)}/messages{query}"})
+        resp.media = {"messages": [views.message(name, m, details=details) for m in messages],
+                      "links": links}
+
+    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        limits = self.run.broker.limits
+        ids = req.get_param_as_list("ids")
+        pop = req.get_param("pop")
+        if (ids is None) == (pop is None):
+            raise ValidationError("DELETE on messages takes exactly one of ids or pop.")
+        if ids is not None:
+            await self.run(self.run.broker.delete_messages, project, name,
+                           validation.message_ids(ids, limits))
+            resp.status = falcon.HTTP_204
+            return
+        count = validation.query_integer(pop, "pop", 1, limits.max_messages_per_claim_or_pop,
+                                         1)
+        popped = await self.run(self.run.broker.pop, project, name, count)
+        resp.media = {"messages": [views.message(name, m) for m in popped]}
+
+
+class Message:
+    """``/v2/queues/{name}/messages/{message_id}``"""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
+                     message_id: str) -> None:
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        details = validation.query_bool(req.get_param("details"), "details")
+        message = await self.run(self.run.broker.get_message, project, name, message_id)
+        resp.media = views.message(name, message, details=details)
+
+    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
+                        message_id: str) -> None:
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        claim_id = req.get_param("claim_id") or None
+        await self.run(self.run.broker.delete_message, project, name, message_id, claim_id)
+        resp.status = falcon.HTTP_204

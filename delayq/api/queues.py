@@ -1,0 +1,123 @@
+"""Queue resources: list, create, metadata, patch, delete, stats, purge."""
+
+from __future__ import annotations
+
+import falcon
+
+from delayq import validation
+from delayq.api import request, views
+from delayq.api.runner import Runner
+from delayq.errors import ValidationError
+
+JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
+
+
+class QueueCollection:
+    """``/v2/queues``"""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        project = request.project(req)
+        limits = self.run.broker.limits
+        limit = validation.query_integer(req.get_param("limit"), "limit", 1,
+                                         limits.max_queues_per_page, 10)
+        marker = req.get_param("marker")
+        detailed = validation.query_bool(req.get_param("detailed"), "detailed")
+        queues = await self.run(self.run.broker.list_queues, project, marker, limit)
+        listed = []
+        for name, metadata in queues:
+            view = {"name": name, "href": views.queue_href(name)}
+            if detailed:
+                view["metadata"] = metadata
+            listed.append(view)
+        links = []
+        if queues:
+            params = {"marker": queues[-1][0], "limit": limit}
+            if detailed:
+                params["detailed"] = "true"
+            links.append({"rel": "next",
+                          "href": f"{views.V2}/queues{falcon.to_query_str(params)}"})
+        resp.media = {"queues": listed, "links": links}
+        if validation.query_bool(req.get_param("with_count"), "with_count"):
+            resp.media["count"] = await self.run(self.run.broker.count_queues, project)
+
+
+class Queue:
+    """``/v2/queues/{name}``"""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        metadata = await request.json_body(req, self.run.broker.limits.max_queue_metadata,
+                                           "queue metadata", optional=True)
+        created = await self.run(self.run.broker.create_queue, project, name,
+                                 {} if metadata is None else metadata)
+        resp.status = falcon.HTTP_201 if created else falcon.HTTP_204
+        resp.location = req.path
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        resp.media = await self.run(self.run.broker.queue_metadata, project, name)
+
+    async def on_head(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        """204 when the queue exists, 404 otherwise (python-zaqarclient's exists())."""
+        project = request.project(req)
+        validation.queue_name(name)
+        await self.run(self.run.broker.queue_metadata, project, name)
+        resp.status = falcon.HTTP_204
+
+    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        if req.content_type is None or req.content_type.split(";")[0].strip() != JSON_PATCH:
+            raise falcon.HTTPUnsupportedMediaType(
+                description=f"Queue PATCH takes Content-Type: {JSON_PATCH}.")
+        operations = await request.json_body(
+            req, self.run.broker.limits.max_queue_metadata, "patch")
+        resp.media = await self.run(self.run.broker.patch_queue, project, name, operations)
+
+    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        await self.run(self.run.broker.delete_queue, project, name)
+        resp.status = falcon.HTTP_204
+
+
+class QueueStats:
+    """``/v2/queues/{name}/stats``"""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        stats = await self.run(self.run.broker.stats, project, name)
+        resp.media = views.stats(name, stats)
+
+
+class QueuePurge:
+    """``/v2/queues/{name}/purge``: delete every message (and claim) of the queue."""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        document = await request.json_body(
+            req, self.run.broker.limits.max_queue_metadata, "purge request", optional=True)
+        types = (document or {}).get("resource_types", ["messages"]) \
+            if isinstance(document, dict | None) else None
+        if not isinstance(types, list) or not set(types) <= {"messages", "subscriptions"}:
+            raise ValidationError('resource_types must be a list of "messages" and '
+                                  '"subscriptions".')
+        if "messages" in types:
+            await self.run(self.run.broker.purge_queue, project, name)
+        resp.status = falcon.HTTP_204

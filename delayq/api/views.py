@@ -1,0 +1,89 @@
+"""JSON representations of queues, messages and claims, as Zaqar v2 shapes them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from delayq.claim import Claim
+from delayq.message import Message
+from delayq.queue import QueueStats
+
+V2 = "/v2"
+
+
+def queue_href(queue: str) -> str:
+    return f"{V2}/queues/{queue}"
+
+
+def message_href(queue: str, message_id: str, claim_id: str | None = None) -> str:
+    href = f"{queue_href(queue)}/messages/{message_id}"
+    return f"{href}?claim_id={claim_id}" if claim_id else href
+
+
+def claim_href(queue: str, claim_id: str) -> str:
+    return f"{queue_href(queue)}/claims/{claim_id}"
+
+
+def iso8601(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def message(queue: str, msg: Message, *, details: bool = False) -> dict[str, Any]:
+    """A message as Zaqar shapes it; with *details*, delayq's extra fields too.
+
+    The extra fields (creation time, delay expiry, dead-letter source and move time) are
+    opt-in because python-zaqarclient builds ``Message(**view)`` and rejects any key
+    beyond Zaqar's.
+    """
+    claim_id = msg.live_claim_id
+    view = {
+        "id": msg.id,
+        "href": message_href(queue, msg.id, claim_id),
+        "ttl": msg.ttl,
+        "age": msg.age,
+        "body": msg.body,
+        "claim_count": msg.claim_count,
+    }
+    if claim_id:
+        view["claim_id"] = claim_id
+    if details:
+        view["created"] = iso8601(msg.created)
+        view["delay_expires"] = iso8601(msg.due) if msg.is_delayed else None
+        view["source_queue"] = msg.source_queue
+        view["moved_at"] = iso8601(msg.moved_at) if msg.moved_at is not None else None
+    return view
+
+
+def claim(queue: str, clm: Claim) -> dict[str, Any]:
+    return {
+        "age": clm.age,
+        "ttl": clm.ttl,
+        "grace": clm.grace,
+        "href": claim_href(queue, clm.id),
+        "messages": [message(queue, m) for m in clm.messages],
+    }
+
+
+def _stat_message(queue: str, msg: Message) -> dict[str, Any]:
+    return {
+        "id": msg.id,
+        "age": msg.age,
+        "created": iso8601(msg.created),
+        "href": message_href(queue, msg.id),
+        "claim_count": msg.claim_count,
+    }
+
+
+def stats(queue: str, st: QueueStats) -> dict[str, Any]:
+    counts: dict[str, Any] = {
+        "free": st.free,
+        "claimed": st.claimed,
+        "delayed": st.delayed,
+        "total": st.total,
+    }
+    if st.oldest is not None:
+        counts["oldest"] = _stat_message(queue, st.oldest)
+    if st.newest is not None:
+        counts["newest"] = _stat_message(queue, st.newest)
+    return {"messages": counts}

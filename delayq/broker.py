@@ -1,0 +1,198 @@
+"""The broker: delayq's rules, applied once for every storage driver.
+
+The API hands the broker checked input; the broker resolves what a request means (which
+ttl, which delay, which dead-letter policy, which limits apply to this queue) and asks the
+driver to store or transition it. Time-critical decisions — is a message due, is it
+claimed, must it move to the dead-letter queue — are taken inside the driver's atomic
+step, with the backend's clock, never here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from delayq import errors, validation
+from delayq import queue as q
+from delayq.claim import Claim
+from delayq.message import Message, NewMessage
+from delayq.queue import QueueStats
+from delayq.storage.base import Driver
+from delayq.validation import Limits, PostedMessage
+
+PATCH_OPS = ("add", "replace", "remove")
+PATCH_PREFIX = "/metadata/"
+
+
+class Broker:
+    """Queues, messages and claims of every project, on one storage driver."""
+
+    def __init__(self, driver: Driver, limits: Limits) -> None:
+        self.driver = driver
+        self.limits = limits
+
+    # Queues
+
+    def with_reserved_defaults(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """*metadata* with every reserved attribute present, defaults filled in."""
+        defaults = {
+            q.DEFAULT_MESSAGE_TTL: self.limits.default_message_ttl,
+            q.MAX_MESSAGES_POST_SIZE: self.limits.max_messages_post_size,
+            q.DEFAULT_MESSAGE_DELAY: self.limits.default_message_delay,
+            q.MAX_CLAIM_COUNT: None,
+            q.DEAD_LETTER_QUEUE: None,
+            q.DEAD_LETTER_QUEUE_MESSAGES_TTL: None,
+        }
+        return {**defaults, **metadata}
+
+    def create_queue(self, project: str, name: str, metadata: Any) -> bool:
+        """Create a queue; False when it exists (its metadata is then left alone)."""
+        checked = validation.queue_metadata(metadata, self.limits, name)
+        return self.driver.create_queue(project, name, checked)
+
+    def queue_metadata(self, project: str, name: str) -> dict[str, Any]:
+        metadata = self.driver.get_queue(project, name)
+        if metadata is None:
+            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+        return self.with_reserved_defaults(metadata)
+
+    def patch_queue(self, project: str, name: str, operations: Any) -> dict[str, Any]:
+        """Apply a JSON patch to the queue's metadata; the whole result is re-checked."""
+        metadata = self.driver.get_queue(project, name)
+        if metadata is None:
+            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+        patched = apply_metadata_patch(metadata, operations)
+        checked = validation.queue_metadata(patched, self.limits, name)
+        self.driver.set_queue_metadata(project, name, checked)
+        return self.with_reserved_defaults(checked)
+
+    def delete_queue(self, project: str, name: str) -> None:
+        self.driver.delete_queue(project, name)
+
+    def purge_queue(self, project: str, name: str) -> None:
+        self.driver.purge_queue(project, name)
+
+    def list_queues(self, project: str, marker: str | None, limit: int
+                    ) -> list[tuple[str, dict[str, Any]]]:
+        return [(name, self.with_reserved_defaults(metadata))
+                for name, metadata in self.driver.list_queues(project, marker, limit)]
+
+    def count_queues(self, project: str) -> int:
+        return self.driver.count_queues(project)
+
+    def stats(self, project: str, name: str) -> QueueStats:
+        return self.driver.queue_stats(project, name)
+
+    # Messages
+
+    def post(self, project: str, queue: str, client_id: str, messages: list[PostedMessage],
+             size: int) -> list[str]:
+        """Store posted messages, each with its ttl and delay resolved for *queue*.
+
+        *size* is the request body's length, checked against the queue's own
+        ``_max_messages_post_size``.
+        """
+        metadata = self.with_reserved_defaults(self.driver.get_queue(project, queue) or {})
+        validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
+        default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
+        queue_delay = metadata[q.DEFAULT_MESSAGE_DELAY]
+        resolved = [
+            NewMessage(body=m.body,
+                       ttl=m.ttl if m.ttl is not None else default_ttl,
+                       delay=resolve_delay(queue_delay, m.delay))
+            for m in messages]
+        return self.driver.post_messages(project, queue, client_id, resolved)
+
+    def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
+                      limit: int, echo: bool, include_claimed: bool,
+                      include_delayed: bool) -> tuple[list[Message], str | None]:
+        return self.driver.list_messages(
+            project, queue, marker=marker, limit=limit,
+            exclude_client=None if echo else client_id,
+            include_claimed=include_claimed, include_delayed=include_delayed)
+
+    def get_message(self, project: str, queue: str, message_id: str) -> Message:
+        found = self.driver.get_messages(project, queue, [message_id])
+        if not found:
+            raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+        return found[0]
+
+    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
+        return self.driver.get_messages(project, queue, ids)
+
+    def delete_message(self, project: str, queue: str, message_id: str,
+                       claim_id: str | None) -> None:
+        self.driver.delete_message(project, queue, message_id, claim_id)
+
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
+        self.driver.delete_messages(project, queue, ids)
+
+    def pop(self, project: str, queue: str, limit: int) -> list[Message]:
+        return self.driver.pop_messages(project, queue, limit)
+
+    # Claims
+
+    def claim(self, project: str, queue: str, *, ttl: int, grace: int,
+              limit: int) -> Claim | None:
+        """Claim up to *limit* messages, dead-lettering by the queue's policy."""
+        metadata = self.driver.get_queue(project, queue)
+        if metadata is None:
+            return None
+        return self.driver.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
+                                 dead_letter=q.dead_letter_policy(metadata))
+
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+        return self.driver.get_claim(project, queue, claim_id)
+
+    def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
+                    grace: int) -> None:
+        self.driver.renew_claim(project, queue, claim_id, ttl, grace)
+
+    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+        self.driver.release_claim(project, queue, claim_id)
+
+
+def resolve_delay(queue_delay: int, message_delay: int | None) -> int:
+    """The delay a message gets.
+
+    A normal queue (default delay 0) ignores a message's own delay, so it never pays for
+    the feature; on a delayed queue the message's delay, when given, wins.
+    """
+    if queue_delay <= 0:
+        return 0
+    return queue_delay if message_delay is None else message_delay
+
+
+def apply_metadata_patch(metadata: dict[str, Any], operations: Any) -> dict[str, Any]:
+    """A copy of *metadata* with JSON-patch *operations* applied.
+
+    Paths are ``/metadata/<key>``. ``replace`` and ``remove`` of a user key that is not
+    set conflict (409); reserved attributes always exist, so both work on them.
+    """
+    if not isinstance(operations, list) or not operations:
+        raise errors.ValidationError("The patch must be a non-empty JSON array of "
+                                     "operations.")
+    patched = dict(metadata)
+    for index, operation in enumerate(operations):
+        where = f"patch[{index}]"
+        if not isinstance(operation, dict):
+            raise errors.ValidationError(f"{where} must be a JSON object.")
+        op = operation.get("op")
+        path = operation.get("path")
+        if op not in PATCH_OPS:
+            raise errors.ValidationError(f"{where}.op must be one of {', '.join(PATCH_OPS)}; "
+                                         f"got {op!r}.")
+        if (not isinstance(path, str) or not path.startswith(PATCH_PREFIX)
+                or len(path) == len(PATCH_PREFIX) or "/" in path[len(PATCH_PREFIX):]):
+            raise errors.ValidationError(f"{where}.path must be /metadata/<key>; got "
+                                         f"{str(path)[:80]!r}.")
+        key = path[len(PATCH_PREFIX):]
+        if op in ("add", "replace") and "value" not in operation:
+            raise errors.ValidationError(f"{where}.value is missing.")
+        exists = key in patched or key in q.RESERVED_ATTRIBUTES
+        if op != "add" and not exists:
+            raise errors.Conflict(f"Cannot {op} {key!r}: it is not set.")
+        if op == "remove":
+            patched.pop(key, None)
+        else:
+            patched[key] = operation["value"]
+    return patched

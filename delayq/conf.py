@@ -1,0 +1,98 @@
+"""Configuration options, registered with oslo.config.
+
+Option names, groups and defaults follow OpenStack Zaqar so that an operator's
+existing ``zaqar.conf`` knowledge (and much of the file itself) carries over.
+Every option of delayq is declared here; ``list_opts`` feeds
+``oslo-config-generator`` (see ``etc/delayq-config-generator.conf``).
+"""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+TRANSPORT_GROUP = "transport"
+DRIVERS_GROUP = "drivers"
+WSGI_GROUP = "drivers:transport:wsgi"
+
+transport_opts = [
+    cfg.IntOpt("default_message_ttl", default=3600, min=60,
+               help="Seconds a message lives when the producer gives no ttl and its queue "
+                    "sets no _default_message_ttl."),
+    cfg.IntOpt("default_message_delay", default=0, min=0,
+               help="Delay applied to queues that do not set _default_message_delay. "
+                    "Above 0, every such queue is a delayed queue."),
+    cfg.IntOpt("default_claim_ttl", default=300, min=60,
+               help="Seconds a claim lasts when the consumer gives no ttl."),
+    cfg.IntOpt("default_claim_grace", default=60, min=0,
+               help="Seconds a claimed message outlives its claim when the consumer "
+                    "gives no grace."),
+    cfg.IntOpt("max_queues_per_page", default=20, min=1,
+               help="Largest page of a queue listing."),
+    cfg.IntOpt("max_messages_per_page", default=20, min=1,
+               help="Largest page of a message listing, and most messages in one post "
+                    "or one ?ids= request."),
+    cfg.IntOpt("max_messages_per_claim_or_pop", default=20, min=1,
+               help="Most messages one claim or one pop may take."),
+    cfg.IntOpt("max_queue_metadata", default=65536, min=1,
+               help="Largest queue metadata document, in bytes of JSON."),
+    cfg.IntOpt("max_messages_post_size", default=262144, min=1,
+               help="Largest message-post request body, in bytes."),
+    cfg.IntOpt("max_message_ttl", default=1209600, min=60,
+               help="Longest message ttl a producer may ask for, in seconds."),
+    cfg.IntOpt("max_message_delay", default=900, min=0,
+               help="Longest delay a producer or a queue may ask for, in seconds. May be "
+                    "raised to days or years; nothing else caps a delay."),
+    cfg.IntOpt("max_claim_ttl", default=43200, min=60,
+               help="Longest claim ttl a consumer may ask for, in seconds."),
+    cfg.IntOpt("max_claim_grace", default=43200, min=0,
+               help="Longest claim grace a consumer may ask for, in seconds."),
+]
+
+drivers_opts = [
+    cfg.StrOpt("transport", default="wsgi", choices=["wsgi"],
+               help="Transport driver; only the HTTP (wsgi) transport exists."),
+    cfg.StrOpt("message_store", default="sqlite",
+               help="Storage driver for queues and messages: sqlite (embedded), redis, "
+                    "mongodb or swift."),
+]
+
+wsgi_opts = [
+    cfg.HostAddressOpt("bind", default="127.0.0.1",
+                       help="Address the HTTP server listens on."),
+    cfg.PortOpt("port", default=8888, help="Port the HTTP server listens on."),
+    cfg.IntOpt("workers", default=1, min=1,
+               help="Number of gunicorn worker processes. Every worker serves the same "
+                    "storage backend; none keeps state of its own."),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register every core option on *conf*; storage drivers register their own."""
+    conf.register_opts(transport_opts, group=TRANSPORT_GROUP)
+    conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
+    conf.register_opts(wsgi_opts, group=WSGI_GROUP)
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    """Every option, by group, for ``oslo-config-generator``."""
+    from delayq.storage import driver_opts
+
+    return [
+        (TRANSPORT_GROUP, transport_opts),
+        (DRIVERS_GROUP, drivers_opts),
+        (WSGI_GROUP, wsgi_opts),
+        *driver_opts(),
+    ]
+
+
+def load(argv: list[str] | None = None, config_files: list[str] | None = None
+         ) -> cfg.ConfigOpts:
+    """Build a fresh ``ConfigOpts`` with every delayq option registered and parsed."""
+    from delayq.storage import register_driver_opts
+
+    conf = cfg.ConfigOpts()
+    register_opts(conf)
+    register_driver_opts(conf)
+    conf(args=argv or [], project="delayq", default_config_files=config_files or [],
+         validate_default_values=True)
+    return conf

@@ -1,0 +1,51 @@
+"""Errors the core and the storage drivers raise; the API maps each to one HTTP status."""
+
+from __future__ import annotations
+
+
+class DelayqError(Exception):
+    """Base of every error delayq raises on purpose.
+
+    *title* overrides the HTTP error title the API gives this kind of error.
+    """
+
+    def __init__(self, description: str, *, title: str | None = None) -> None:
+        super().__init__(description)
+        self.description = description
+        self.title = title
+
+
+class ValidationError(DelayqError):
+    """Client input breaks a rule or a limit (HTTP 400)."""
+
+
+class QueueNotFound(DelayqError):
+    """The queue does not exist in this project (HTTP 404)."""
+
+
+class MessageNotFound(DelayqError):
+    """The message does not exist, or has expired (HTTP 404)."""
+
+
+class ClaimNotFound(DelayqError):
+    """The claim does not exist, or has expired (HTTP 404)."""
+
+
+class MessageIsClaimed(DelayqError):
+    """A claimed message was to be deleted without its claim id (HTTP 403)."""
+
+
+class ClaimMismatch(DelayqError):
+    """The message is held by another claim than the one given (HTTP 403)."""
+
+
+class MessageNotClaimed(DelayqError):
+    """A claim id was given for a message no live claim holds (HTTP 400, as in Zaqar)."""
+
+
+class StorageUnavailable(DelayqError):
+    """The storage backend cannot be reached (HTTP 503)."""
+
+
+class Conflict(DelayqError):
+    """The request contradicts the resource's current state (HTTP 409)."""

@@ -1,0 +1,59 @@
+"""Messages: what a producer posts and what the storage drivers hand back.
+
+Times are POSIX seconds (floats) taken from the storage backend's clock, so every API
+process agrees on when a message is due, whatever its own clock says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message ready to store: its delay and ttl already resolved by the broker.
+
+    The driver stamps it with the backend's ``now``: ``created = now``,
+    ``due = now + delay`` (the delay-expiry timestamp ``d``), ``expires = now + ttl``.
+    """
+
+    body: Any
+    ttl: int
+    delay: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A stored message as read at backend time ``as_of``."""
+
+    id: str
+    body: Any
+    ttl: int
+    created: float
+    expires: float
+    due: float
+    client_id: str
+    claim_id: str | None
+    claim_expires: float
+    claim_count: int
+    as_of: float
+    source_queue: str | None = None
+    moved_at: float | None = None
+
+    @property
+    def age(self) -> int:
+        return max(0, int(self.as_of - self.created))
+
+    @property
+    def is_claimed(self) -> bool:
+        return self.claim_id is not None and self.claim_expires > self.as_of
+
+    @property
+    def is_delayed(self) -> bool:
+        return self.as_of < self.due
+
+    @property
+    def live_claim_id(self) -> str | None:
+        """The id of the claim holding the message now, or None."""
+        return self.claim_id if self.is_claimed else None

@@ -1,0 +1,61 @@
+"""Queues: reserved metadata attributes and the policies derived from them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from delayq.message import Message
+
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+# Reserved queue attributes: the leading underscore marks them as delayq's, not the user's.
+DEFAULT_MESSAGE_TTL = "_default_message_ttl"
+MAX_MESSAGES_POST_SIZE = "_max_messages_post_size"
+DEFAULT_MESSAGE_DELAY = "_default_message_delay"
+MAX_CLAIM_COUNT = "_max_claim_count"
+DEAD_LETTER_QUEUE = "_dead_letter_queue"
+DEAD_LETTER_QUEUE_MESSAGES_TTL = "_dead_letter_queue_messages_ttl"
+
+RESERVED_ATTRIBUTES = (
+    DEFAULT_MESSAGE_TTL,
+    MAX_MESSAGES_POST_SIZE,
+    DEFAULT_MESSAGE_DELAY,
+    MAX_CLAIM_COUNT,
+    DEAD_LETTER_QUEUE,
+    DEAD_LETTER_QUEUE_MESSAGES_TTL,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    """Where a claim sends a message that has been claimed ``max_claim_count`` times."""
+
+    max_claim_count: int
+    queue: str
+    messages_ttl: int | None = None
+
+
+def dead_letter_policy(metadata: dict[str, Any]) -> DeadLetterPolicy | None:
+    """The queue's dead-letter policy, or None when it has none."""
+    count = metadata.get(MAX_CLAIM_COUNT)
+    target = metadata.get(DEAD_LETTER_QUEUE)
+    if count is None or target is None:
+        return None
+    return DeadLetterPolicy(count, target, metadata.get(DEAD_LETTER_QUEUE_MESSAGES_TTL))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts of a queue's live messages; ``total`` counts free, claimed and delayed."""
+
+    free: int
+    claimed: int
+    delayed: int
+    oldest: Message | None
+    newest: Message | None
+
+    @property
+    def total(self) -> int:
+        return self.free + self.claimed + self.delayed

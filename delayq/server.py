@@ -1,0 +1,72 @@
+"""``delayq-server``: the API served by gunicorn with uvicorn workers.
+
+Settings come from ``[drivers:transport:wsgi]`` in the configuration file; ``--bind``,
+``--port`` and ``--workers`` on the command line win over it. Each worker process builds
+its own app and storage connections after the fork.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gunicorn.app.base import BaseApplication
+from oslo_config import cfg
+
+from delayq import conf as delayq_conf
+from delayq.conf import WSGI_GROUP
+
+WORKER_CLASS = "uvicorn_worker.UvicornWorker"
+
+
+class Server(BaseApplication):
+    """gunicorn, configured from delayq's options rather than gunicorn's own CLI."""
+
+    def __init__(self, conf: cfg.ConfigOpts, bind: str, workers: int) -> None:
+        self.conf = conf
+        self.settings = {"bind": bind, "workers": workers, "worker_class": WORKER_CLASS,
+                         "accesslog": None, "errorlog": "-", "loglevel": "info",
+                         "graceful_timeout": 10}
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.settings.items():
+            self.cfg.set(key, value)
+
+    def load(self):
+        from delayq.api.app import create_app
+
+        return create_app(self.conf)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="delayq-server",
+        description="Serve the delayq API (Zaqar v2) with gunicorn.")
+    parser.add_argument("--config-file", action="append", default=[], metavar="FILE",
+                        help="oslo.config file; may be given more than once.")
+    parser.add_argument("--bind", help="Listen address (default: [drivers:transport:wsgi] "
+                                       "bind, 127.0.0.1).")
+    parser.add_argument("--port", type=int, help="Listen port (default: "
+                                                 "[drivers:transport:wsgi] port, 8888).")
+    parser.add_argument("--workers", type=int, help="Worker processes (default: "
+                                                    "[drivers:transport:wsgi] workers, 1).")
+    return parser.parse_args(argv), [arg for f in parser.parse_args(argv).config_file
+                                     for arg in ("--config-file", f)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, oslo_args = parse_args(sys.argv[1:] if argv is None else argv)
+    conf = delayq_conf.load(oslo_args)
+    wsgi = conf[WSGI_GROUP]
+    host = args.bind or wsgi.bind
+    port = args.port if args.port is not None else wsgi.port
+    workers = args.workers if args.workers is not None else wsgi.workers
+    if workers < 1:
+        sys.exit("delayq-server: --workers must be at least 1")
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    Server(conf, address, workers).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The storage driver interface.
+
+A driver stores queues, messages and claims and performs every state transition
+atomically inside its backend: a claim (with its delay check, claim-count increment and
+dead-letter move), a renew, a release, a delete, a pop. It decides nothing else: limits,
+defaults, delay resolution and validation live in ``delayq.validation`` and
+``delayq.broker`` and reach the driver already applied.
+
+Drivers are synchronous; the API calls them from a thread pool. Every method is safe to
+call from several threads and from several processes sharing one backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from delayq.claim import Claim
+from delayq.message import Message, NewMessage
+from delayq.queue import DeadLetterPolicy, QueueStats
+
+
+class Driver(abc.ABC):
+    """A storage backend for queues, messages and claims of every project."""
+
+    name: str
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """The backend's clock, in POSIX seconds."""
+
+    @abc.abstractmethod
+    def ping(self) -> bool:
+        """True when the backend answers."""
+
+    def close(self) -> None:  # noqa: B027 - a driver without resources needs no close
+        """Release connections; the driver is not used afterwards."""
+
+    # Queues
+
+    @abc.abstractmethod
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+        """Create the queue; False (and metadata untouched) when it exists already."""
+
+    @abc.abstractmethod
+    def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+        """The queue's stored metadata, or None when the queue does not exist."""
+
+    @abc.abstractmethod
+    def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
+        """Replace the metadata of an existing queue; raises QueueNotFound."""
+
+    @abc.abstractmethod
+    def delete_queue(self, project: str, name: str) -> None:
+        """Delete the queue with its messages and claims; absent queues are fine."""
+
+    @abc.abstractmethod
+    def purge_queue(self, project: str, name: str) -> None:
+        """Delete every message and claim of the queue; the queue and metadata stay."""
+
+    @abc.abstractmethod
+    def list_queues(self, project: str, marker: str | None, limit: int
+                    ) -> list[tuple[str, dict[str, Any]]]:
+        """Up to *limit* ``(name, metadata)`` pairs with names after *marker*, by name."""
+
+    @abc.abstractmethod
+    def count_queues(self, project: str) -> int:
+        """How many queues the project has."""
+
+    @abc.abstractmethod
+    def queue_stats(self, project: str, name: str) -> QueueStats:
+        """Counts of the queue's live messages (zeros for an absent queue)."""
+
+    # Messages
+
+    @abc.abstractmethod
+    def post_messages(self, project: str, queue: str, client_id: str,
+                      messages: list[NewMessage]) -> list[str]:
+        """Store *messages* in order, creating the queue if needed; their ids."""
+
+    @abc.abstractmethod
+    def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
+                      exclude_client: str | None, include_claimed: bool,
+                      include_delayed: bool) -> tuple[list[Message], str | None]:
+        """A page of live messages in post order after *marker*, and the next marker."""
+
+    @abc.abstractmethod
+    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
+        """The live messages among *ids*, delayed and claimed ones included."""
+
+    @abc.abstractmethod
+    def delete_message(self, project: str, queue: str, message_id: str,
+                       claim_id: str | None) -> None:
+        """Delete one message.
+
+        Raises MessageIsClaimed when it is claimed and *claim_id* is None,
+        MessageNotClaimed when *claim_id* is given but no live claim holds the message,
+        ClaimMismatch when another claim holds it. An absent message is not an error.
+        """
+
+    @abc.abstractmethod
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
+        """Delete every message among *ids*, claimed or not."""
+
+    @abc.abstractmethod
+    def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
+        """Delete and return up to *limit* claimable (free and due) messages."""
+
+    # Claims
+
+    @abc.abstractmethod
+    def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+        """Claim up to *limit* free, due messages, oldest availability first.
+
+        Each claimed message's claim count goes up by one and its expiry is extended to
+        cover the claim plus *grace*. When *dead_letter* is set, a candidate already
+        claimed ``max_claim_count`` times moves to the dead-letter queue instead (free,
+        claim count kept, source and move time recorded, ttl replaced when the policy
+        has one), and the claim looks further. None when nothing was claimed.
+        """
+
+    @abc.abstractmethod
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+        """The live claim with its messages; raises ClaimNotFound."""
+
+    @abc.abstractmethod
+    def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
+                    grace: int) -> None:
+        """Restart the claim's ttl from now; raises ClaimNotFound."""
+
+    @abc.abstractmethod
+    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+        """Free the claim's messages at once; an absent claim is not an error."""

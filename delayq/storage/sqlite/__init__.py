@@ -1,0 +1,1 @@
+"""The embedded SQLite driver: one database file, shared by every worker process."""

@@ -1,0 +1,359 @@
+"""The SQLite driver.
+
+Every state change runs in one ``BEGIN IMMEDIATE`` transaction, which takes SQLite's
+single write lock up front: across threads and processes sharing the file, a message is
+claimed, moved or deleted by exactly one transaction. Reads run outside write
+transactions and, thanks to WAL mode, never wait for writers.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from oslo_config import cfg
+
+from delayq import errors
+from delayq.claim import Claim
+from delayq.message import Message, NewMessage
+from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.storage import base
+from delayq.storage.sqlite import sql
+from delayq.storage.sqlite.options import GROUP
+
+
+class Driver(base.Driver):
+    """Queues, messages and claims in one SQLite database file."""
+
+    name = "sqlite"
+
+    def __init__(self, path: str, *, busy_timeout: int = 30000, synchronous: str = "NORMAL",
+                 expiry_batch: int = 64, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._busy_timeout = busy_timeout
+        self._synchronous = synchronous
+        self._expiry_batch = expiry_batch
+        self._clock = clock
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        # executescript commits on its own; each CREATE ... IF NOT EXISTS is idempotent,
+        # so workers starting together may all run it.
+        self._db().executescript(sql.SCHEMA)
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+        group = conf[GROUP]
+        return cls(group.path, busy_timeout=group.busy_timeout,
+                   synchronous=group.synchronous, expiry_batch=group.expiry_batch)
+
+    # Connections and transactions
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                 timeout=self._busy_timeout / 1000)
+            for pragma in sql.PRAGMAS:
+                db.execute(pragma)
+            db.execute(f"PRAGMA synchronous = {self._synchronous}")
+            db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout)}")
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; commits on success, rolls back on any error."""
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise errors.StorageUnavailable(f"SQLite is busy: {exc}") from exc
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def now(self) -> float:
+        return self._clock()
+
+    def ping(self) -> bool:
+        try:
+            self._db().execute("SELECT 1").fetchone()
+        except sqlite3.Error:
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._connections:
+                db.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def _expire(self, db: sqlite3.Connection, now: float) -> None:
+        db.execute(sql.EXPIRED_MESSAGES_DELETE, (now, self._expiry_batch))
+        db.execute(sql.EXPIRED_CLAIMS_DELETE, (now, self._expiry_batch))
+
+    @staticmethod
+    def _queue_id(db: sqlite3.Connection, project: str, name: str) -> int | None:
+        row = db.execute(sql.QUEUE_ID, (project, name)).fetchone()
+        return row[0] if row else None
+
+    def _ensure_queue(self, db: sqlite3.Connection, project: str, name: str,
+                      now: float) -> int:
+        db.execute(sql.QUEUE_INSERT, (project, name, "{}", now))
+        return self._queue_id(db, project, name)
+
+    @staticmethod
+    def _message(row: tuple, as_of: float) -> Message:
+        (_seq, id_, body, ttl, created, expires, due, client_id, claim_id, claim_expires,
+         claim_count, source_queue, moved_at) = row
+        return Message(id=id_, body=json.loads(body), ttl=ttl, created=created,
+                       expires=expires, due=due, client_id=client_id, claim_id=claim_id,
+                       claim_expires=claim_expires, claim_count=claim_count, as_of=as_of,
+                       source_queue=source_queue, moved_at=moved_at)
+
+    # Queues
+
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+        with self._write() as db:
+            cursor = db.execute(sql.QUEUE_INSERT,
+                                (project, name, json.dumps(metadata), self.now()))
+            return cursor.rowcount == 1
+
+    def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+        row = self._db().execute(sql.QUEUE_METADATA, (project, name)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
+        with self._write() as db:
+            cursor = db.execute(sql.QUEUE_SET_METADATA, (json.dumps(metadata), project, name))
+            if cursor.rowcount == 0:
+                raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+
+    def delete_queue(self, project: str, name: str) -> None:
+        self._empty_queue(project, name, drop=True)
+
+    def purge_queue(self, project: str, name: str) -> None:
+        self._empty_queue(project, name, drop=False)
+
+    def _empty_queue(self, project: str, name: str, *, drop: bool) -> None:
+        with self._write() as db:
+            queue_id = self._queue_id(db, project, name)
+            if queue_id is None:
+                return
+            db.execute(sql.MESSAGES_DELETE_QUEUE, (queue_id,))
+            db.execute(sql.CLAIMS_DELETE_QUEUE, (queue_id,))
+            if drop:
+                db.execute(sql.QUEUE_DELETE, (queue_id,))
+
+    def list_queues(self, project: str, marker: str | None, limit: int
+                    ) -> list[tuple[str, dict[str, Any]]]:
+        rows = self._db().execute(sql.QUEUE_LIST, (project, marker or "", limit))
+        return [(name, json.loads(metadata)) for name, metadata in rows]
+
+    def count_queues(self, project: str) -> int:
+        return self._db().execute(sql.QUEUE_COUNT, (project,)).fetchone()[0]
+
+    def queue_stats(self, project: str, name: str) -> QueueStats:
+        db = self._db()
+        now = self.now()
+        queue_id = self._queue_id(db, project, name)
+        if queue_id is None:
+            return QueueStats(0, 0, 0, None, None)
+        delayed, claimed, free = db.execute(
+            sql.QUEUE_STATS, {"now": now, "queue_id": queue_id}).fetchone()
+        oldest = newest = None
+        if delayed + claimed + free:
+            row = db.execute(sql.MESSAGES_OLDEST, (queue_id, now)).fetchone()
+            oldest = self._message(row, now) if row else None
+            row = db.execute(sql.MESSAGES_NEWEST, (queue_id, now)).fetchone()
+            newest = self._message(row, now) if row else None
+        return QueueStats(free=free, claimed=claimed, delayed=delayed, oldest=oldest,
+                          newest=newest)
+
+    # Messages
+
+    def post_messages(self, project: str, queue: str, client_id: str,
+                      messages: list[NewMessage]) -> list[str]:
+        ids = [uuid.uuid4().hex for _ in messages]
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._ensure_queue(db, project, queue, now)
+            db.executemany(sql.MESSAGE_INSERT, [
+                (id_, queue_id, json.dumps(m.body), m.ttl, now, now + m.ttl,
+                 now + m.delay, now + m.delay, client_id)
+                for id_, m in zip(ids, messages, strict=True)])
+            self._expire(db, now)
+        return ids
+
+    def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
+                      exclude_client: str | None, include_claimed: bool,
+                      include_delayed: bool) -> tuple[list[Message], str | None]:
+        try:
+            after = int(marker) if marker else 0
+        except ValueError:
+            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.") from None
+        db = self._db()
+        now = self.now()
+        queue_id = self._queue_id(db, project, queue)
+        if queue_id is None:
+            return [], None
+        query = sql.messages_page(exclude_client=exclude_client is not None,
+                                  include_claimed=include_claimed,
+                                  include_delayed=include_delayed)
+        rows = db.execute(query, {"queue_id": queue_id, "marker": after, "now": now,
+                                  "client_id": exclude_client, "limit": limit}).fetchall()
+        next_marker = str(rows[-1][0]) if rows else None
+        return [self._message(row, now) for row in rows], next_marker
+
+    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
+        db = self._db()
+        now = self.now()
+        queue_id = self._queue_id(db, project, queue)
+        if queue_id is None:
+            return []
+        rows = db.execute(sql.MESSAGES_BY_ID, (queue_id, now, json.dumps(ids)))
+        return [self._message(row, now) for row in rows]
+
+    def delete_message(self, project: str, queue: str, message_id: str,
+                       claim_id: str | None) -> None:
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            if queue_id is None:
+                return
+            row = db.execute(sql.MESSAGE_CLAIM_STATE, (queue_id, message_id, now)).fetchone()
+            if row is None:
+                return
+            seq, holder, claim_expires = row
+            claimed = holder is not None and claim_expires > now
+            if claim_id is None and claimed:
+                raise errors.MessageIsClaimed(
+                    f"Message {message_id} is claimed; delete it with its claim_id.")
+            if claim_id is not None and not claimed:
+                raise errors.MessageNotClaimed(
+                    "A claim was specified, but the message is not currently claimed "
+                    "(the claim may have expired).")
+            if claim_id is not None and holder != claim_id:
+                raise errors.ClaimMismatch(
+                    f"Message {message_id} is held by another claim, not {claim_id}.")
+            db.execute(sql.MESSAGE_DELETE, (seq,))
+
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
+        with self._write() as db:
+            queue_id = self._queue_id(db, project, queue)
+            if queue_id is not None:
+                db.execute(sql.MESSAGES_DELETE_BY_ID, (queue_id, json.dumps(ids)))
+
+    def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            if queue_id is None:
+                return []
+            popped = []
+            for row in self._claimable(db, queue_id, now, limit):
+                db.execute(sql.MESSAGE_DELETE, (row[0],))
+                popped.append(self._message(row, now))
+            return popped
+
+    def _claimable(self, db: sqlite3.Connection, queue_id: int, now: float,
+                   limit: int) -> Iterator[tuple]:
+        """Claimable rows, oldest availability first, skipping (and deleting) expired ones.
+
+        The caller must take each yielded row out of the claimable range (claim, move or
+        delete it) before asking for the next one; that is what makes re-querying safe.
+        """
+        wanted = limit
+        while wanted > 0:
+            rows = db.execute(sql.CLAIMABLE, (queue_id, now, wanted)).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                if row[5] <= now:  # expires
+                    db.execute(sql.MESSAGE_DELETE, (row[0],))
+                    continue
+                yield row
+                wanted -= 1
+
+    # Claims
+
+    def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+        claim_id = uuid.uuid4().hex
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            if queue_id is None:
+                return None
+            expires = now + ttl
+            target_id = None
+            claimed = []
+            for row in self._claimable(db, queue_id, now, limit):
+                seq, claim_count = row[0], row[10]
+                if dead_letter and claim_count >= dead_letter.max_claim_count:
+                    if target_id is None:
+                        target_id = self._ensure_queue(db, project, dead_letter.queue, now)
+                    db.execute(sql.MESSAGE_DEAD_LETTER, {
+                        "target": target_id, "now": now, "source": queue,
+                        "ttl": dead_letter.messages_ttl, "seq": seq})
+                    continue
+                db.execute(sql.MESSAGE_CLAIM, {"claim_id": claim_id, "claim_expires": expires,
+                                               "grace": grace, "seq": seq})
+                claimed.append(seq)
+            self._expire(db, now)
+            if not claimed:
+                return None
+            db.execute(sql.CLAIM_INSERT, (claim_id, queue_id, ttl, grace, now, expires))
+            messages = db.execute(sql.CLAIM_MESSAGES, (claim_id, queue_id, now, now))
+            return Claim(id=claim_id, ttl=ttl, grace=grace, created=now, expires=expires,
+                         as_of=now, messages=[self._message(row, now) for row in messages])
+
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+        db = self._db()
+        now = self.now()
+        queue_id = self._queue_id(db, project, queue)
+        row = None
+        if queue_id is not None:
+            row = db.execute(sql.CLAIM_GET, (claim_id, queue_id, now)).fetchone()
+        if row is None:
+            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        id_, ttl, grace, created, expires = row
+        messages = db.execute(sql.CLAIM_MESSAGES, (claim_id, queue_id, now, now))
+        return Claim(id=id_, ttl=ttl, grace=grace, created=created, expires=expires,
+                     as_of=now, messages=[self._message(r, now) for r in messages])
+
+    def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
+                    grace: int) -> None:
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            if queue_id is None or db.execute(
+                    sql.CLAIM_GET, (claim_id, queue_id, now)).fetchone() is None:
+                raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+            expires = now + ttl
+            db.execute(sql.CLAIM_RENEW, (ttl, grace, expires, claim_id))
+            db.execute(sql.CLAIM_RENEW_MESSAGES, {"expires": expires, "grace": grace,
+                                                  "claim_id": claim_id, "queue_id": queue_id,
+                                                  "now": now})
+
+    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            if queue_id is None:
+                return
+            db.execute(sql.CLAIM_RELEASE_MESSAGES, (claim_id, queue_id, now))
+            db.execute(sql.CLAIM_DELETE, (claim_id, queue_id))

@@ -1,0 +1,183 @@
+"""Every SQL statement of the SQLite driver.
+
+The ``messages.available`` column is the heart of the schema: the instant a message
+next becomes claimable, ``max(due, claim_expires)``. The index on
+``(queue_id, available, seq)`` therefore holds the claimable messages of a queue as one
+contiguous range (``available <= now``), ahead of every delayed or claimed one, so a claim
+or a pop reads only what it returns, however many delayed or claimed messages wait.
+"""
+
+PRAGMAS = (
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA foreign_keys = OFF",
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS queues (
+    id INTEGER PRIMARY KEY,
+    project TEXT NOT NULL,
+    name TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created REAL NOT NULL,
+    UNIQUE (project, name)
+);
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    queue_id INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    ttl INTEGER NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL,
+    due REAL NOT NULL,
+    available REAL NOT NULL,
+    client_id TEXT NOT NULL,
+    claim_id TEXT,
+    claim_expires REAL NOT NULL DEFAULT 0,
+    claim_count INTEGER NOT NULL DEFAULT 0,
+    source_queue TEXT,
+    moved_at REAL
+);
+CREATE INDEX IF NOT EXISTS messages_available ON messages (queue_id, available, seq);
+CREATE INDEX IF NOT EXISTS messages_queue ON messages (queue_id);
+CREATE INDEX IF NOT EXISTS messages_expires ON messages (expires);
+CREATE INDEX IF NOT EXISTS messages_claim ON messages (claim_id) WHERE claim_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS claims (
+    id TEXT PRIMARY KEY,
+    queue_id INTEGER NOT NULL,
+    ttl INTEGER NOT NULL,
+    grace INTEGER NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS claims_expires ON claims (expires);
+"""
+
+# Queues
+
+QUEUE_ID = "SELECT id FROM queues WHERE project = ? AND name = ?"
+QUEUE_METADATA = "SELECT metadata FROM queues WHERE project = ? AND name = ?"
+QUEUE_INSERT = """
+INSERT INTO queues (project, name, metadata, created) VALUES (?, ?, ?, ?)
+ON CONFLICT (project, name) DO NOTHING
+"""
+QUEUE_SET_METADATA = "UPDATE queues SET metadata = ? WHERE project = ? AND name = ?"
+QUEUE_DELETE = "DELETE FROM queues WHERE id = ?"
+QUEUE_LIST = """
+SELECT name, metadata FROM queues WHERE project = ? AND name > ? ORDER BY name LIMIT ?
+"""
+QUEUE_COUNT = "SELECT count(*) FROM queues WHERE project = ?"
+QUEUE_STATS = """
+SELECT coalesce(sum(due > :now), 0),
+       coalesce(sum(due <= :now AND claim_expires > :now), 0),
+       coalesce(sum(due <= :now AND claim_expires <= :now), 0)
+FROM messages WHERE queue_id = :queue_id AND expires > :now
+"""
+
+# Messages
+
+_MESSAGE_COLUMNS = """
+seq, id, body, ttl, created, expires, due, client_id, claim_id, claim_expires,
+claim_count, source_queue, moved_at
+"""
+
+MESSAGE_INSERT = """
+INSERT INTO messages (id, queue_id, body, ttl, created, expires, due, available, client_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+MESSAGES_BY_ID = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages
+WHERE queue_id = ? AND expires > ? AND id IN (SELECT value FROM json_each(?))
+ORDER BY seq
+"""
+MESSAGE_CLAIM_STATE = """
+SELECT seq, claim_id, claim_expires FROM messages
+WHERE queue_id = ? AND id = ? AND expires > ?
+"""
+MESSAGE_DELETE = "DELETE FROM messages WHERE seq = ?"
+MESSAGES_DELETE_BY_ID = """
+DELETE FROM messages WHERE queue_id = ? AND id IN (SELECT value FROM json_each(?))
+"""
+MESSAGES_DELETE_QUEUE = "DELETE FROM messages WHERE queue_id = ?"
+MESSAGES_OLDEST = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue_id = ? AND expires > ?
+ORDER BY seq LIMIT 1
+"""
+MESSAGES_NEWEST = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue_id = ? AND expires > ?
+ORDER BY seq DESC LIMIT 1
+"""
+
+
+def messages_page(*, exclude_client: bool, include_claimed: bool,
+                  include_delayed: bool) -> str:
+    """The listing query; parameters: queue_id, marker seq, now, [client_id], limit."""
+    conditions = ["queue_id = :queue_id", "seq > :marker", "expires > :now"]
+    if exclude_client:
+        conditions.append("client_id != :client_id")
+    if not include_claimed:
+        conditions.append("claim_expires <= :now")
+    if not include_delayed:
+        conditions.append("due <= :now")
+    return (f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(conditions)} "
+            "ORDER BY seq LIMIT :limit")
+
+
+# Claimable messages, oldest availability first: one range of messages_available.
+CLAIMABLE = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY messages_available
+WHERE queue_id = ? AND available <= ?
+ORDER BY available, seq LIMIT ?
+"""
+MESSAGE_CLAIM = """
+UPDATE messages
+SET claim_id = :claim_id, claim_expires = :claim_expires, available = :claim_expires,
+    claim_count = claim_count + 1, expires = max(expires, :claim_expires + :grace)
+WHERE seq = :seq
+"""
+MESSAGE_DEAD_LETTER = """
+UPDATE messages
+SET queue_id = :target, claim_id = NULL, claim_expires = 0, available = :now,
+    source_queue = :source, moved_at = :now,
+    ttl = coalesce(:ttl, ttl),
+    expires = CASE WHEN :ttl IS NULL THEN expires ELSE :now + :ttl END
+WHERE seq = :seq
+"""
+
+# Claims
+
+CLAIM_INSERT = """
+INSERT INTO claims (id, queue_id, ttl, grace, created, expires) VALUES (?, ?, ?, ?, ?, ?)
+"""
+CLAIM_GET = """
+SELECT id, ttl, grace, created, expires FROM claims
+WHERE id = ? AND queue_id = ? AND expires > ?
+"""
+CLAIM_MESSAGES = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages
+WHERE claim_id = ? AND queue_id = ? AND claim_expires > ? AND expires > ?
+ORDER BY seq
+"""
+CLAIM_RENEW = "UPDATE claims SET ttl = ?, grace = ?, expires = ? WHERE id = ?"
+CLAIM_RENEW_MESSAGES = """
+UPDATE messages
+SET claim_expires = :expires, available = :expires,
+    expires = max(expires, :expires + :grace)
+WHERE claim_id = :claim_id AND queue_id = :queue_id AND claim_expires > :now
+"""
+CLAIM_RELEASE_MESSAGES = """
+UPDATE messages SET claim_id = NULL, claim_expires = 0, available = due
+WHERE claim_id = ? AND queue_id = ? AND claim_expires > ?
+"""
+CLAIM_DELETE = "DELETE FROM claims WHERE id = ? AND queue_id = ?"
+CLAIMS_DELETE_QUEUE = "DELETE FROM claims WHERE queue_id = ?"
+
+# Expiry: bounded batches on each write, served by the expiry indexes, so that expired
+# rows disappear without a sweeper daemon and no single request pays for a large backlog.
+
+EXPIRED_MESSAGES_DELETE = """
+DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE expires <= ? LIMIT ?)
+"""
+EXPIRED_CLAIMS_DELETE = """
+DELETE FROM claims WHERE id IN (SELECT id FROM claims WHERE expires <= ? LIMIT ?)
+"""

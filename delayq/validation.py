@@ -1,0 +1,248 @@
+"""Validation of client input against delayq's rules and the operator's limits.
+
+Every check a request goes through lives here, once, for every storage driver. A failed
+check raises ``ValidationError`` whose text names the offending field, attribute or
+parameter, so that the client can fix its request.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from oslo_config import cfg
+
+from delayq import queue as q
+from delayq.conf import TRANSPORT_GROUP
+from delayq.errors import ValidationError
+
+MIN_MESSAGE_TTL = 60
+MIN_CLAIM_TTL = 60
+MIN_CLAIM_GRACE = 60
+MAX_PROJECT_ID_LENGTH = 256
+DEFAULT_CLAIM_LIMIT = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The operator's limits and defaults, read once from configuration."""
+
+    default_message_ttl: int = 3600
+    default_message_delay: int = 0
+    default_claim_ttl: int = 300
+    default_claim_grace: int = 60
+    max_queues_per_page: int = 20
+    max_messages_per_page: int = 20
+    max_messages_per_claim_or_pop: int = 20
+    max_queue_metadata: int = 65536
+    max_messages_post_size: int = 262144
+    max_message_ttl: int = 1209600
+    max_message_delay: int = 900
+    max_claim_ttl: int = 43200
+    max_claim_grace: int = 43200
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Limits:
+        group = conf[TRANSPORT_GROUP]
+        return cls(**{name: group[name] for name in cls.__dataclass_fields__})
+
+
+def _is_int(value: Any) -> bool:
+    # JSON true/false arrive as bool, a subclass of int: they are not integers here.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(value: Any, name: str, low: int, high: int | None = None) -> int:
+    """*value* as an int within ``low..high``, or a ValidationError naming *name*."""
+    if not _is_int(value):
+        raise ValidationError(f"{name} must be an integer, not {json.dumps(value)}.")
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValidationError(f"{name} must be {bounds}; got {value}.")
+    return value
+
+
+def query_integer(raw: str | None, name: str, low: int, high: int, default: int) -> int:
+    """A query-string integer parameter, *default* when absent."""
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError(f"{name} must be an integer; got {raw!r}.") from None
+    return integer(value, name, low, high)
+
+
+def query_bool(raw: str | None, name: str) -> bool:
+    """A query-string boolean parameter (``true``/``false``), false when absent."""
+    if raw is None or raw == "":
+        return False
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValidationError(f"{name} must be true or false; got {raw!r}.")
+
+
+def queue_name(name: str) -> str:
+    if not q.NAME_PATTERN.match(name):
+        raise ValidationError(
+            f"Queue name {name[:80]!r} is invalid: use 1 to 64 letters, digits, "
+            "underscores or hyphens.")
+    return name
+
+
+def project_id(value: str | None) -> str:
+    """The project scope; an absent X-Project-ID is the empty project."""
+    if value is None:
+        return ""
+    if len(value) > MAX_PROJECT_ID_LENGTH:
+        raise ValidationError(
+            f"X-Project-ID must be at most {MAX_PROJECT_ID_LENGTH} characters.")
+    return value
+
+
+def client_id(value: str | None) -> str:
+    """The Client-ID header, required on message and claim requests: a UUID."""
+    if not value:
+        raise ValidationError("The Client-ID header is required on message and claim "
+                              "requests: send a UUID in it.", title="Missing header value")
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise ValidationError(f"Client-ID must be a UUID; got {value[:80]!r}.",
+                              title="Wrong UUID value") from None
+
+
+def json_document(raw: bytes, what: str) -> Any:
+    """Decode a JSON request body; *what* names it in the error."""
+    if not raw.strip():
+        raise ValidationError(f"The {what} is empty; it must be a JSON document.")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"The {what} is not valid JSON: {exc}.",
+                              title="Invalid request body") from None
+
+
+def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
+    """Check a whole queue metadata document, reserved attributes included.
+
+    Reserved attributes set to null are dropped: null means "unset".
+    """
+    if not isinstance(metadata, dict):
+        raise ValidationError("Queue metadata must be a JSON object.")
+    size = len(json.dumps(metadata, separators=(",", ":")).encode())
+    if size > limits.max_queue_metadata:
+        raise ValidationError(f"Queue metadata is {size} bytes; the limit is "
+                              f"{limits.max_queue_metadata}.")
+    checked = {k: v for k, v in metadata.items()
+               if not (k in q.RESERVED_ATTRIBUTES and v is None)}
+    ranges = {
+        q.DEFAULT_MESSAGE_TTL: (MIN_MESSAGE_TTL, limits.max_message_ttl),
+        q.MAX_MESSAGES_POST_SIZE: (1, limits.max_messages_post_size),
+        q.DEFAULT_MESSAGE_DELAY: (0, limits.max_message_delay),
+        q.MAX_CLAIM_COUNT: (1, None),
+        q.DEAD_LETTER_QUEUE_MESSAGES_TTL: (MIN_MESSAGE_TTL, limits.max_message_ttl),
+    }
+    for name, (low, high) in ranges.items():
+        if name in checked:
+            integer(checked[name], name, low, high)
+    if q.DEAD_LETTER_QUEUE in checked:
+        target = checked[q.DEAD_LETTER_QUEUE]
+        if not isinstance(target, str) or not q.NAME_PATTERN.match(target):
+            raise ValidationError(f"{q.DEAD_LETTER_QUEUE} must be a valid queue name; "
+                                  f"got {json.dumps(target)[:80]}.")
+        if target == queue:
+            raise ValidationError(f"{q.DEAD_LETTER_QUEUE} must name another queue, "
+                                  "not the queue itself.")
+    has_count = q.MAX_CLAIM_COUNT in checked
+    has_target = q.DEAD_LETTER_QUEUE in checked
+    if has_count != has_target:
+        missing = q.DEAD_LETTER_QUEUE if has_count else q.MAX_CLAIM_COUNT
+        present = q.MAX_CLAIM_COUNT if has_count else q.DEAD_LETTER_QUEUE
+        raise ValidationError(f"{present} is set but {missing} is not: a dead-letter "
+                              "policy needs both.")
+    if q.DEAD_LETTER_QUEUE_MESSAGES_TTL in checked and not has_target:
+        raise ValidationError(f"{q.DEAD_LETTER_QUEUE_MESSAGES_TTL} needs "
+                              f"{q.DEAD_LETTER_QUEUE} and {q.MAX_CLAIM_COUNT}.")
+    return checked
+
+
+@dataclass(frozen=True, slots=True)
+class PostedMessage:
+    """One message of a post request, checked but with delay and ttl not yet resolved."""
+
+    body: Any
+    ttl: int | None
+    delay: int | None
+
+
+def post_size(length: int, limit: int) -> None:
+    if length > limit:
+        raise ValidationError(f"The message post is {length} bytes; the limit is {limit}.")
+
+
+def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
+    """Check a message-post document ``{"messages": [...]}``."""
+    if isinstance(document, dict):
+        if "messages" not in document:
+            raise ValidationError('The request body must be {"messages": [...]}.')
+        messages = document["messages"]
+    else:
+        messages = document
+    if not isinstance(messages, list):
+        raise ValidationError("messages must be a JSON array of message objects.")
+    if not messages:
+        raise ValidationError("messages is empty: post at least one message.")
+    if len(messages) > limits.max_messages_per_page:
+        raise ValidationError(f"{len(messages)} messages in one post; the limit is "
+                              f"{limits.max_messages_per_page}.")
+    checked = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise ValidationError(f"{where} must be a JSON object.")
+        if "body" not in message:
+            raise ValidationError(f"{where}.body is missing.")
+        ttl = message.get("ttl")
+        if ttl is not None:
+            integer(ttl, f"{where}.ttl", MIN_MESSAGE_TTL, limits.max_message_ttl)
+        delay = message.get("delay")
+        if delay is not None:
+            integer(delay, f"{where}.delay", 0, limits.max_message_delay)
+        checked.append(PostedMessage(message["body"], ttl, delay))
+    return checked
+
+
+def claim_options(document: Any, limits: Limits) -> tuple[int, int]:
+    """``(ttl, grace)`` of a claim create or renew body, defaults filled in.
+
+    A null value means the default: python-zaqarclient sends ``{"ttl": null,
+    "grace": null}`` when its caller gives neither.
+    """
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise ValidationError("The claim body must be a JSON object.")
+    ttl = document.get("ttl")
+    grace = document.get("grace")
+    ttl = limits.default_claim_ttl if ttl is None else ttl
+    grace = limits.default_claim_grace if grace is None else grace
+    integer(ttl, "ttl", MIN_CLAIM_TTL, limits.max_claim_ttl)
+    integer(grace, "grace", MIN_CLAIM_GRACE, limits.max_claim_grace)
+    return ttl, grace
+
+
+def message_ids(raw: list[str], limits: Limits) -> list[str]:
+    """The ``ids`` query parameter (comma-separated or repeated), no more than a page."""
+    ids = list(dict.fromkeys(part for item in raw for part in item.split(",") if part))
+    if not ids:
+        raise ValidationError("ids must list at least one message id.")
+    if len(ids) > limits.max_messages_per_page:
+        raise ValidationError(f"ids lists {len(ids)} messages; the limit is "
+                              f"{limits.max_messages_per_page}.")
+    return ids
