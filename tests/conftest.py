@@ -1,0 +1,43 @@
+"""Fixtures shared by every test module."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from falcon import testing
+from oslo_config import cfg
+
+from delayq import conf as delayq_conf
+from delayq.api.app import create_app
+
+
+@pytest.fixture
+def make_conf(tmp_path) -> Callable[..., cfg.ConfigOpts]:
+    """A factory of parsed configurations on a fresh SQLite file in tmp_path.
+
+    Keyword arguments override ``[transport]`` options, e.g. ``max_message_delay=5``.
+    """
+
+    def make(**transport: object) -> cfg.ConfigOpts:
+        conf = delayq_conf.load([])
+        conf.set_override("path", str(tmp_path / "delayq.sqlite"),
+                          group="drivers:message_store:sqlite")
+        for name, value in transport.items():
+            conf.set_override(name, value, group="transport")
+        return conf
+
+    return make
+
+
+@pytest.fixture
+def client(make_conf) -> testing.TestClient:
+    """An in-process HTTP client of the app on a fresh SQLite file."""
+    return testing.TestClient(create_app(make_conf()))
+
+
+@pytest.fixture
+def headers() -> dict[str, str]:
+    """Headers of one client in one project."""
+    return {"Client-ID": str(uuid.uuid4()), "X-Project-ID": "project-a"}
