@@ -317,9 +317,11 @@ class Driver(base.Driver):
             if not claimed:
                 return None
             db.execute(sql.CLAIM_INSERT, (claim_id, queue_id, ttl, grace, now, expires))
-            messages = db.execute(sql.CLAIM_MESSAGES, (claim_id, queue_id, now, now))
+            rows = db.execute(sql.CLAIM_MESSAGES, (claim_id, queue_id, now, now)).fetchall()
+            order = {seq: index for index, seq in enumerate(claimed)}
+            rows.sort(key=lambda row: order[row[0]])
             return Claim(id=claim_id, ttl=ttl, grace=grace, created=now, expires=expires,
-                         as_of=now, messages=[self._message(row, now) for row in messages])
+                         as_of=now, messages=[self._message(row, now) for row in rows])
 
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         db = self._db()

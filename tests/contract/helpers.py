@@ -1,0 +1,40 @@
+"""Short hands for the contract tests: post and claim through the broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from delayq.broker import Broker
+from delayq.validation import PostedMessage
+
+PROJECT = "contract"
+CLIENT = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
+
+
+def post(broker: Broker, queue: str, *bodies: Any, ttl: int | None = None,
+         delay: int | None = None, project: str = PROJECT) -> list[str]:
+    """Post one message per body; returns their ids."""
+    messages = [PostedMessage(body, ttl, delay) for body in bodies]
+    return broker.post(project, queue, CLIENT, messages, size=0)
+
+
+def claim(broker: Broker, queue: str, *, limit: int = 10, ttl: int = 3600, grace: int = 60,
+          project: str = PROJECT):
+    """Claim; returns the Claim or None."""
+    return broker.claim(project, queue, ttl=ttl, grace=grace, limit=limit)
+
+
+def claimed_ids(broker: Broker, queue: str, **kwargs: Any) -> list[str]:
+    result = claim(broker, queue, **kwargs)
+    return [m.id for m in result.messages] if result else []
+
+
+def create(broker: Broker, queue: str, project: str = PROJECT, **metadata: Any) -> None:
+    broker.create_queue(project, queue, metadata)
+
+
+def listed_ids(broker: Broker, queue: str, **kwargs: Any) -> list[str]:
+    options = {"client_id": CLIENT, "marker": None, "limit": 20, "echo": True,
+               "include_claimed": False, "include_delayed": False, **kwargs}
+    messages, _ = broker.list_messages(PROJECT, queue, **options)
+    return [m.id for m in messages]
