@@ -267,18 +267,20 @@ class Driver(base.Driver):
             for row in self._claimable(db, queue_id, now, limit):
                 db.execute(sql.MESSAGE_DELETE, (row[0],))
                 popped.append(self._message(row, now))
+                if len(popped) == limit:
+                    break
             return popped
 
     def _claimable(self, db: sqlite3.Connection, queue_id: int, now: float,
-                   limit: int) -> Iterator[tuple]:
+                   batch: int) -> Iterator[tuple]:
         """Claimable rows, oldest availability first, skipping (and deleting) expired ones.
 
         The caller must take each yielded row out of the claimable range (claim, move or
-        delete it) before asking for the next one; that is what makes re-querying safe.
+        delete it) before asking for the next, and stop when it has enough; that is what
+        makes re-querying in batches safe and cheap.
         """
-        wanted = limit
-        while wanted > 0:
-            rows = db.execute(sql.CLAIMABLE, (queue_id, now, wanted)).fetchall()
+        while True:
+            rows = db.execute(sql.CLAIMABLE, (queue_id, now, batch)).fetchall()
             if not rows:
                 return
             for row in rows:
@@ -286,7 +288,6 @@ class Driver(base.Driver):
                     db.execute(sql.MESSAGE_DELETE, (row[0],))
                     continue
                 yield row
-                wanted -= 1
 
     # Claims
 
@@ -313,6 +314,8 @@ class Driver(base.Driver):
                 db.execute(sql.MESSAGE_CLAIM, {"claim_id": claim_id, "claim_expires": expires,
                                                "grace": grace, "seq": seq})
                 claimed.append(seq)
+                if len(claimed) == limit:
+                    break
             self._expire(db, now)
             if not claimed:
                 return None
