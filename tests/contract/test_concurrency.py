@@ -1,0 +1,124 @@
+"""Claims under contention, across threads and processes, on every driver.
+
+These run on the real clock: the processes share the backend, not a fake clock.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+
+from tests.contract.helpers import PROJECT, claim, create, post
+from tests.contract.workers import claim_and_release_forever, claim_until_empty
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def assert_each_exactly_once(claimed: list[str], posted: list[str]) -> None:
+    duplicates = [mid for mid, n in Counter(claimed).items() if n > 1]
+    assert duplicates == []
+    assert sorted(claimed) == sorted(posted)
+
+
+def claim_in_threads(broker, queue: str, threads: int) -> list[str]:
+    barrier = threading.Barrier(threads)
+    found: list[list[str]] = [[] for _ in range(threads)]
+
+    def work(slot: int) -> None:
+        barrier.wait()
+        while (result := claim(broker, queue, limit=3)) is not None:
+            found[slot].extend(m.id for m in result.messages)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    return [mid for ids in found for mid in ids]
+
+
+def claim_in_processes(spec, queue: str, processes: int) -> list[str]:
+    barrier = SPAWN.Barrier(processes)
+    results = SPAWN.Queue()
+    children = [SPAWN.Process(target=claim_until_empty, args=(spec, queue, barrier, results))
+                for _ in range(processes)]
+    for child in children:
+        child.start()
+    found = [mid for _ in children for mid in results.get(timeout=120)]
+    for child in children:
+        child.join(timeout=30)
+        assert child.exitcode == 0
+    return found
+
+
+def test_concurrent_threads_never_share_a_message(live_broker):
+    posted = [mid for chunk in range(15) for mid in post(live_broker, "q", *range(20))]
+    assert_each_exactly_once(claim_in_threads(live_broker, "q", threads=8), posted)
+
+
+def test_concurrent_processes_never_share_a_message(live_broker, spec):
+    posted = [mid for chunk in range(15) for mid in post(live_broker, "q", *range(20))]
+    assert_each_exactly_once(claim_in_processes(spec, "q", processes=4), posted)
+
+
+def _worn_out_messages(broker, count: int) -> list[str]:
+    """*count* messages in 'q' that the next claim must dead-letter."""
+    create(broker, "q", _max_claim_count=1, _dead_letter_queue="dlq")
+    posted = [mid for _ in range(count // 20) for mid in post(broker, "q", *range(20))]
+    while (result := claim(broker, "q", limit=20)) is not None:
+        broker.release_claim(PROJECT, "q", result.id)
+    return posted
+
+
+def assert_all_moved_once(broker, posted: list[str]) -> None:
+    assert broker.stats(PROJECT, "q").total == 0
+    assert broker.stats(PROJECT, "dlq").total == len(posted)
+    moved = [m.id for i in range(0, len(posted), 50)
+             for m in broker.get_messages(PROJECT, "dlq", posted[i:i + 50])]
+    assert_each_exactly_once(moved, posted)
+    assert {m.claim_count for m in broker.get_messages(PROJECT, "dlq", posted[:50])} == {1}
+
+
+def test_dead_letter_move_under_concurrent_thread_claims_happens_once(live_broker):
+    posted = _worn_out_messages(live_broker, 200)
+    assert claim_in_threads(live_broker, "q", threads=8) == []
+    assert_all_moved_once(live_broker, posted)
+
+
+def test_dead_letter_move_under_concurrent_process_claims_happens_once(live_broker, spec):
+    posted = _worn_out_messages(live_broker, 200)
+    assert claim_in_processes(spec, "q", processes=4) == []
+    assert_all_moved_once(live_broker, posted)
+
+
+def test_killed_claimer_never_leaves_a_message_in_both_queues_or_neither(live_broker, spec):
+    rng = random.Random(7)
+    interrupted = 0
+    for round_ in range(5):
+        source = f"q{round_}"
+        create(live_broker, source, _max_claim_count=1, _dead_letter_queue="dlq")
+        posted = [mid for _ in range(30) for mid in post(live_broker, source, *range(20))]
+        working = SPAWN.Event()
+        child = SPAWN.Process(target=claim_and_release_forever, args=(spec, source, working))
+        child.start()
+        assert working.wait(timeout=60)
+        time.sleep(rng.uniform(0.0, 0.1))
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(timeout=30)
+        assert child.exitcode == -signal.SIGKILL
+
+        def present(queue: str, ids: list[str] = posted) -> set[str]:
+            return {m.id for i in range(0, len(ids), 50)
+                    for m in live_broker.get_messages(PROJECT, queue, ids[i:i + 50])}
+
+        in_source, in_target = present(source), present("dlq")
+        assert not in_source & in_target
+        assert in_source | in_target == set(posted)
+        assert live_broker.stats(PROJECT, source).total == len(in_source)
+        interrupted += bool(in_source and in_target)
+    assert interrupted, "no kill landed while messages were moving; the test proved nothing"
