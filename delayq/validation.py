@@ -122,10 +122,19 @@ def json_document(raw: bytes, what: str) -> Any:
     if not raw.strip():
         raise ValidationError(f"The {what} is empty; it must be a JSON document.")
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValidationError(f"The {what} is not valid JSON: {exc}.",
                               title="Invalid request body") from None
+    except RecursionError:
+        raise ValidationError(f"The {what} is nested too deeply.",
+                              title="Invalid request body") from None
+
+
+def _reject_constant(name: str) -> None:
+    # Python's json accepts NaN and Infinity, which are not JSON and could not be
+    # handed back to other clients.
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
