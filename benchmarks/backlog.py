@@ -1,0 +1,521 @@
+"""Claim latency under backlog: does a large backlog slow down the claim of a ready message?
+
+Starts the real ``delayq-server`` (gunicorn + uvicorn workers) on a temporary
+configuration and measures, through the HTTP API only, on two queues of one project:
+
+* ``bench-empty``: no backlog;
+* ``bench-backlog``: ``--backlog`` delayed messages (due in a day) AND ``--backlog``
+  messages claimed for 12 hours, so the queue holds ``2 * --backlog`` messages of which
+  none is claimable.
+
+Both queues are delayed queues with the same metadata; the only difference is the
+backlog. Each round, for each queue (in random order, the two queues interleaved):
+
+1. ``POST messages`` one ready message (``"delay": 0`` overrides the queue default);
+2. ``POST claims?limit=1``: must claim exactly that message (201);
+3. ``DELETE`` the message by id with its ``claim_id``;
+4. ``POST claims?limit=1`` again: finds nothing (204).
+
+Each request is timed alone on a keep-alive connection. The backlog is filled directly
+through the storage driver (much faster than HTTP), into the same store the server uses,
+under the same project.
+
+Usage::
+
+    python benchmarks/backlog.py [--driver sqlite] [--backlog 100000] [--samples 300]
+                                 [--workers 1]
+
+Results are printed as a table and written to ``benchmarks/results/backlog-<driver>.json``.
+
+Adding a driver: write a ``Backend`` (configuration sections + backlog filler) and add
+it to ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import http.client
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROJECT = "delayq-bench"
+EMPTY_QUEUE = "bench-empty"
+BACKLOG_QUEUE = "bench-backlog"
+QUEUES = (EMPTY_QUEUE, BACKLOG_QUEUE)
+
+# Backlog shape: delayed messages are due in a day (the run lasts minutes), claimed ones
+# are held for 12 hours (Zaqar's max_claim_ttl); both live two weeks (max_message_ttl).
+QUEUE_DELAY = 86400
+MAX_MESSAGE_DELAY = 7 * 86400
+BACKLOG_TTL = 1209600
+BACKLOG_CLAIM_TTL = 43200
+BACKLOG_CLAIM_GRACE = 60
+
+# The measured messages: short-lived, claimed briefly, deleted at once.
+READY_TTL = 3600
+CLAIM_BODY = json.dumps({"ttl": 300, "grace": 60}).encode()
+TARGET_RATIO = 1.5
+
+OPERATIONS = (
+    ("claim", "claim, 1 ready message (201)"),
+    ("claim_empty", "claim, nothing ready (204)"),
+    ("post", "post 1 message (201)"),
+    ("delete", "delete by id + claim_id (204)"),
+)
+
+Sections = dict[str, dict[str, str]]
+Progress = Callable[[str], None]
+
+
+# Storage backends ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the benchmark needs to know about one storage driver.
+
+    ``sections(workdir)`` returns the driver's configuration sections (merged into the
+    server's configuration file); ``fill(sections, spec, progress)`` stores the backlog
+    directly through the driver, given those same sections.
+    """
+
+    sections: Callable[[Path], Sections]
+    fill: Callable[[Sections, BacklogSpec, Progress], None]
+    describe: Callable[[Sections], dict[str, Any]] = lambda sections: {}
+
+
+@dataclass(frozen=True)
+class BacklogSpec:
+    project: str
+    queue: str
+    delayed: int
+    claimed: int
+    delay: int = QUEUE_DELAY
+    ttl: int = BACKLOG_TTL
+    claim_ttl: int = BACKLOG_CLAIM_TTL
+    claim_grace: int = BACKLOG_CLAIM_GRACE
+    batch: int = 10000
+    client_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+
+def batches(total: int, size: int) -> Iterator[tuple[int, int]]:
+    """``(start, count)`` pairs covering ``range(total)`` in chunks of *size*."""
+    for start in range(0, total, size):
+        yield start, min(size, total - start)
+
+
+def sqlite_sections(workdir: Path) -> Sections:
+    return {"drivers:message_store:sqlite": {"path": str(workdir / "delayq.sqlite")}}
+
+
+def sqlite_fill(sections: Sections, spec: BacklogSpec, progress: Progress) -> None:
+    from delayq.message import NewMessage
+    from delayq.storage.sqlite.driver import Driver
+
+    driver = Driver(sections["drivers:message_store:sqlite"]["path"])
+    try:
+        # Claimed backlog: post ready messages, then claim them right away, batch by batch
+        # (the queue holds nothing claimable before the fill, so each claim takes exactly
+        # the batch just posted).
+        for start, count in batches(spec.claimed, spec.batch):
+            driver.post_messages(spec.project, spec.queue, spec.client_id, [
+                NewMessage(body={"backlog": "claimed", "n": start + i}, ttl=spec.ttl,
+                           delay=0) for i in range(count)])
+            claim = driver.claim(spec.project, spec.queue, ttl=spec.claim_ttl,
+                                 grace=spec.claim_grace, limit=count, dead_letter=None)
+            got = len(claim.messages) if claim else 0
+            if got != count:
+                raise RuntimeError(f"backlog claim took {got} messages, expected {count}")
+            progress(f"claimed {start + count}/{spec.claimed}")
+        for start, count in batches(spec.delayed, spec.batch):
+            driver.post_messages(spec.project, spec.queue, spec.client_id, [
+                NewMessage(body={"backlog": "delayed", "n": start + i}, ttl=spec.ttl,
+                           delay=spec.delay) for i in range(count)])
+            progress(f"delayed {start + count}/{spec.delayed}")
+        # Fold the write-ahead log into the database so that the measurement does not
+        # pay for a checkpoint of the fill.
+        driver._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        driver.close()
+
+
+def sqlite_describe(sections: Sections) -> dict[str, Any]:
+    import sqlite3
+
+    path = Path(sections["drivers:message_store:sqlite"]["path"])
+    return {"sqlite_version": sqlite3.sqlite_version,
+            "database_bytes": path.stat().st_size if path.exists() else None}
+
+
+BACKENDS: dict[str, Backend] = {
+    "sqlite": Backend(sections=sqlite_sections, fill=sqlite_fill, describe=sqlite_describe),
+}
+
+
+# Server ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_config(path: Path, driver: str, port: int, workers: int,
+                 driver_sections: Sections) -> None:
+    sections: Sections = {
+        "transport": {"max_message_delay": str(MAX_MESSAGE_DELAY)},
+        "drivers": {"message_store": driver},
+        "drivers:transport:wsgi": {"bind": "127.0.0.1", "port": str(port),
+                                   "workers": str(workers)},
+        **driver_sections,
+    }
+    lines = []
+    for name, options in sections.items():
+        lines.append(f"[{name}]")
+        lines.extend(f"{key} = {value}" for key, value in options.items())
+        lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def server_command(config: Path) -> list[str]:
+    """``delayq-server`` next to this interpreter, else the same entry point via -m."""
+    script = shutil.which("delayq-server", path=str(Path(sys.executable).parent))
+    base = [script] if script else [sys.executable, "-m", "delayq.server"]
+    return [*base, "--config-file", str(config)]
+
+
+class Server:
+    """A ``delayq-server`` subprocess, stopped (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self, config: Path, port: int, log: Path) -> None:
+        self.port = port
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        # gunicorn (>= 25.1) opens a control socket at $XDG_RUNTIME_DIR/gunicorn.ctl, else
+        # ~/.gunicorn/gunicorn.ctl, shared by every server of the user: keep ours private.
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(config.parent)}
+        self.proc = subprocess.Popen(server_command(config), stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"delayq-server exited with {self.proc.returncode}:\n"
+                                   f"{self.log_tail()}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/v2/ping")
+                status = conn.getresponse().status
+                conn.close()
+                if status == 204:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"delayq-server not ready after {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+# HTTP client -----------------------------------------------------------------------------
+
+
+class Client:
+    """A keep-alive HTTP connection with delayq's headers; times each request."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT,
+                        "Content-Type": "application/json", "Accept": "application/json"}
+
+    def request(self, method: str, path: str, body: bytes | None = None
+                ) -> tuple[int, Any, float]:
+        """``(status, decoded JSON or None, seconds)`` of one request."""
+        start = time.perf_counter()
+        self.conn.request(method, path, body=body, headers=self.headers)
+        response = self.conn.getresponse()
+        raw = response.read()
+        elapsed = time.perf_counter() - start
+        return response.status, json.loads(raw) if raw else None, elapsed
+
+    def expect(self, status: int, method: str, path: str, body: bytes | None = None
+               ) -> tuple[Any, float]:
+        got, document, elapsed = self.request(method, path, body)
+        if got != status:
+            raise RuntimeError(f"{method} {path}: expected {status}, got {got}: {document}")
+        return document, elapsed
+
+    def reconnect(self) -> None:
+        """A fresh connection: the server drops one idle for longer than its keep-alive
+        timeout (gunicorn's ``keepalive``, 2 s), as during the fill."""
+        self.conn.close()
+        self.conn.connect()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def post_ready(client: Client, queue: str) -> float:
+    body = json.dumps({"messages": [{"body": {"bench": "ready"}, "ttl": READY_TTL,
+                                     "delay": 0}]}).encode()
+    _, elapsed = client.expect(201, "POST", f"/v2/queues/{queue}/messages", body)
+    return elapsed
+
+
+def one_round(client: Client, queue: str, samples: dict[str, list[float]]) -> None:
+    """Post, claim, delete, claim-nothing on *queue*, recording each latency."""
+    samples["post"].append(post_ready(client, queue))
+    document, elapsed = client.expect(201, "POST", f"/v2/queues/{queue}/claims?limit=1",
+                                      CLAIM_BODY)
+    samples["claim"].append(elapsed)
+    messages = document["messages"]
+    if len(messages) != 1 or messages[0]["body"] != {"bench": "ready"}:
+        raise RuntimeError(f"claim on {queue} returned {messages!r}")
+    _, elapsed = client.expect(204, "DELETE", messages[0]["href"])  # carries ?claim_id=
+    samples["delete"].append(elapsed)
+    _, elapsed = client.expect(204, "POST", f"/v2/queues/{queue}/claims?limit=1",
+                               CLAIM_BODY)
+    samples["claim_empty"].append(elapsed)
+
+
+def measure(client: Client, rounds: int, warmup: int, seed: int
+            ) -> dict[str, dict[str, list[float]]]:
+    """Interleaved rounds on both queues, in a random order each round."""
+    rng = random.Random(seed)
+    results = {queue: {op: [] for op, _ in OPERATIONS} for queue in QUEUES}
+    scratch = {queue: {op: [] for op, _ in OPERATIONS} for queue in QUEUES}
+    gc.collect()
+    gc.disable()  # a collection in the client would land in one sample
+    try:
+        for index in range(warmup + rounds):
+            order = list(QUEUES)
+            rng.shuffle(order)
+            target = results if index >= warmup else scratch
+            for queue in order:
+                one_round(client, queue, target[queue])
+            if index % 64 == 63:
+                gc.enable()
+                gc.collect()
+                gc.disable()
+    finally:
+        gc.enable()
+    return results
+
+
+# Statistics and report -------------------------------------------------------------------
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, max(0, int(round(0.9 * len(ordered))) - 1))]
+    return {"n": len(ordered), "median_ms": statistics.median(ordered) * 1000,
+            "p90_ms": p90 * 1000, "min_ms": ordered[0] * 1000, "max_ms": ordered[-1] * 1000}
+
+
+def report(samples: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    table = {}
+    for op, _ in OPERATIONS:
+        empty = summary(samples[EMPTY_QUEUE][op])
+        backlog = summary(samples[BACKLOG_QUEUE][op])
+        table[op] = {"empty": empty, "backlog": backlog,
+                     "ratio_median": backlog["median_ms"] / empty["median_ms"],
+                     "ratio_p90": backlog["p90_ms"] / empty["p90_ms"]}
+    return table
+
+
+def print_table(table: dict[str, Any], backlog: int) -> None:
+    groups = f"{'':31} | {'no backlog':^19} | {f'backlog {backlog:,} + {backlog:,}':^25} |"
+    head = (f"{'operation':31} | {'median':>9} {'p90':>9} | {'median':>12} {'p90':>12} | "
+            f"{'ratio (median)':>14}")
+    print(groups)
+    print(head)
+    print("-" * len(head))
+    for op, label in OPERATIONS:
+        row = table[op]
+        print(f"{label:31} | {row['empty']['median_ms']:7.3f}ms {row['empty']['p90_ms']:7.3f}ms"
+              f" | {row['backlog']['median_ms']:10.3f}ms {row['backlog']['p90_ms']:10.3f}ms"
+              f" | {row['ratio_median']:14.2f}")
+
+
+def stats(client: Client, queue: str) -> dict[str, Any]:
+    document, elapsed = client.expect(200, "GET", f"/v2/queues/{queue}/stats")
+    counts = {k: document["messages"][k] for k in ("free", "claimed", "delayed", "total")}
+    return {**counts, "request_ms": round(elapsed * 1000, 2)}
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "platform": platform.platform(),
+                            "python": platform.python_version()}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError):
+        info["loadavg_start"] = os.getloadavg()
+    return info
+
+
+# Main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--driver", default="sqlite", choices=sorted(BACKENDS))
+    parser.add_argument("--backlog", type=int, default=100000,
+                        help="delayed messages, and as many claimed ones, in the backlog "
+                             "queue (default 100000)")
+    parser.add_argument("--samples", type=int, default=300,
+                        help="measured rounds per queue (default 300)")
+    parser.add_argument("--warmup", type=int, default=50,
+                        help="unmeasured rounds per queue first (default 50)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="gunicorn worker processes (default 1)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the round order")
+    parser.add_argument("--output", type=Path,
+                        help="JSON results (default benchmarks/results/backlog-DRIVER.json)")
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit 1 when the claim median ratio exceeds {TARGET_RATIO}")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (config, data, server log)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    backend = BACKENDS[args.driver]
+    output = args.output or Path(__file__).resolve().parent / "results" / \
+        f"backlog-{args.driver}.json"
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-backlog-"))
+    sections = backend.sections(workdir)
+    port = free_port()
+    config = workdir / "delayq.conf"
+    write_config(config, args.driver, port, args.workers, sections)
+    info = machine()
+
+    def progress(message: str) -> None:
+        print(f"\r  fill: {message:40}", end="", flush=True)
+
+    server = None
+    client = None
+    try:
+        print(f"delayq backlog benchmark: driver={args.driver} backlog={args.backlog:,} "
+              f"delayed + {args.backlog:,} claimed, samples={args.samples}, "
+              f"workers={args.workers}, {info['cpus']} CPUs")
+        server = Server(config, port, workdir / "server.log")
+        server.wait_ready()
+        client = Client(port)
+        metadata = json.dumps({"_default_message_delay": QUEUE_DELAY}).encode()
+        for queue in QUEUES:
+            client.expect(201, "PUT", f"/v2/queues/{queue}", metadata)
+
+        started = time.perf_counter()
+        backend.fill(sections, BacklogSpec(project=PROJECT, queue=BACKLOG_QUEUE,
+                                           delayed=args.backlog, claimed=args.backlog),
+                     progress)
+        fill_seconds = time.perf_counter() - started
+        print(f"\r  fill: {2 * args.backlog:,} messages in {fill_seconds:.1f}s" + " " * 20)
+        client.reconnect()
+
+        before = {queue: stats(client, queue) for queue in QUEUES}
+        expected = {"free": 0, "claimed": args.backlog, "delayed": args.backlog}
+        got = {k: before[BACKLOG_QUEUE][k] for k in expected}
+        if got != expected:
+            raise RuntimeError(f"backlog queue holds {got}, expected {expected}")
+
+        print(f"  measuring: {args.warmup} warm-up + {args.samples} rounds per queue, "
+              "interleaved")
+        started = time.perf_counter()
+        samples = measure(client, args.samples, args.warmup, args.seed)
+        measure_seconds = time.perf_counter() - started
+        after = {queue: stats(client, queue) for queue in QUEUES}
+        got = {k: after[BACKLOG_QUEUE][k] for k in expected}
+        if got != expected:
+            raise RuntimeError(f"backlog changed during the run: {got}, expected {expected}")
+    except BaseException:
+        if server is not None:
+            print(f"\nserver log (tail):\n{server.log_tail()}", file=sys.stderr)
+        print(f"kept for inspection: {workdir}", file=sys.stderr)
+        raise
+    finally:
+        if client is not None:
+            client.close()
+        if server is not None:
+            server.stop()
+
+    with contextlib.suppress(OSError):
+        info["loadavg_end"] = os.getloadavg()
+    table = report(samples)
+    print()
+    print_table(table, args.backlog)
+    ratio = table["claim"]["ratio_median"]
+    verdict = "PASS" if ratio <= TARGET_RATIO else "FAIL"
+    print(f"\nclaim median ratio backlog/empty: {ratio:.2f} (target <= {TARGET_RATIO}: "
+          f"{verdict}); 204 claim ratio: {table['claim_empty']['ratio_median']:.2f}")
+    print(f"stats request on the backlog queue: {after[BACKLOG_QUEUE]['request_ms']} ms "
+          f"(informational)")
+
+    result = {
+        "benchmark": "backlog",
+        "driver": args.driver,
+        "backlog": {"delayed": args.backlog, "claimed": args.backlog,
+                    "delay_seconds": QUEUE_DELAY, "claim_ttl": BACKLOG_CLAIM_TTL},
+        "samples": args.samples,
+        "warmup": args.warmup,
+        "workers": args.workers,
+        "fill_seconds": round(fill_seconds, 2),
+        "measure_seconds": round(measure_seconds, 2),
+        "target_ratio": TARGET_RATIO,
+        "claim_ratio_median": ratio,
+        "pass": ratio <= TARGET_RATIO,
+        "results": table,
+        "stats_before": before,
+        "stats_after": after,
+        "machine": info,
+        "store": backend.describe(sections),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"results: {output}")
+    if args.keep:
+        print(f"kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if args.check and ratio > TARGET_RATIO else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
