@@ -24,14 +24,21 @@ class Server(BaseApplication):
 
     def __init__(self, conf: cfg.ConfigOpts, bind: str, workers: int) -> None:
         self.conf = conf
-        self.settings = {"bind": bind, "workers": workers, "worker_class": WORKER_CLASS,
-                         "accesslog": None, "errorlog": "-", "loglevel": "info",
-                         "graceful_timeout": 10}
+        self.settings = {
+            "bind": bind, "workers": workers, "worker_class": WORKER_CLASS,
+            "accesslog": None, "errorlog": "-", "loglevel": "info", "graceful_timeout": 10,
+            # Consumers poll: keep their connections open between polls.
+            "keepalive": 30,
+            # gunicorn's control socket sits at one per-user path, so several servers on
+            # one host would unlink each other's; delayq has no use for it.
+            "control_socket_disable": True,
+        }
         super().__init__()
 
     def load_config(self) -> None:
         for key, value in self.settings.items():
-            self.cfg.set(key, value)
+            if key in self.cfg.settings:  # older gunicorn lacks some settings
+                self.cfg.set(key, value)
 
     def load(self):
         from delayq.api.app import create_app
