@@ -167,6 +167,11 @@ def apply_metadata_patch(metadata: dict[str, Any], operations: Any) -> dict[str,
 
     Paths are ``/metadata/<key>``. ``replace`` and ``remove`` of a user key that is not
     set conflict (409); reserved attributes always exist, so both work on them.
+
+    ``remove`` of a reserved attribute only removes a value stored before this patch.
+    python-zaqarclient's ``queue.metadata(new_meta=...)`` sends ``add`` for each key whose
+    current value is null and then ``remove`` for the same key; honouring that remove
+    would silently drop, say, a dead-letter policy the user has just set.
     """
     if not isinstance(operations, list) or not operations:
         raise errors.ValidationError("The patch must be a non-empty JSON array of "
@@ -192,7 +197,8 @@ def apply_metadata_patch(metadata: dict[str, Any], operations: Any) -> dict[str,
         if op != "add" and not exists:
             raise errors.Conflict(f"Cannot {op} {key!r}: it is not set.")
         if op == "remove":
-            patched.pop(key, None)
+            if key not in q.RESERVED_ATTRIBUTES or key in metadata:
+                patched.pop(key, None)
         else:
             patched[key] = operation["value"]
     return patched

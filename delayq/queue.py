@@ -8,7 +8,7 @@ from typing import Any
 
 from delayq.message import Message
 
-NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 # Reserved queue attributes: the leading underscore marks them as delayq's, not the user's.
 DEFAULT_MESSAGE_TTL = "_default_message_ttl"

@@ -88,7 +88,7 @@ def query_bool(raw: str | None, name: str) -> bool:
 
 
 def queue_name(name: str) -> str:
-    if not q.NAME_PATTERN.match(name):
+    if not q.NAME_PATTERN.fullmatch(name):
         raise ValidationError(
             f"Queue name {name[:80]!r} is invalid: use 1 to 64 letters, digits, "
             "underscores or hyphens.")
@@ -162,7 +162,7 @@ def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
             integer(checked[name], name, low, high)
     if q.DEAD_LETTER_QUEUE in checked:
         target = checked[q.DEAD_LETTER_QUEUE]
-        if not isinstance(target, str) or not q.NAME_PATTERN.match(target):
+        if not isinstance(target, str) or not q.NAME_PATTERN.fullmatch(target):
             raise ValidationError(f"{q.DEAD_LETTER_QUEUE} must be a valid queue name; "
                                   f"got {json.dumps(target)[:80]}.")
         if target == queue:
@@ -233,8 +233,6 @@ def claim_options(document: Any, limits: Limits) -> tuple[int, int]:
     A null value means the default: python-zaqarclient sends ``{"ttl": null,
     "grace": null}`` when its caller gives neither.
     """
-    if document is None:
-        document = {}
     if not isinstance(document, dict):
         raise ValidationError("The claim body must be a JSON object.")
     ttl = document.get("ttl")

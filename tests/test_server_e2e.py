@@ -243,12 +243,6 @@ def test_dead_letter_queue(server, c):
     _dead_letter_flow(server, c, q, dlq_name)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: python-zaqarclient's Queue.metadata(new_meta=...) sends 'add' for a key whose "
-    "current value is null and then, because it only drops replaced keys from its list "
-    "of keys to remove, also 'remove' for it. delayq's GET returns the unset reserved "
-    "attributes as null and apply_metadata_patch (delayq/broker.py) honours the later "
-    "remove, so the dead-letter policy is silently dropped."))
 def test_dead_letter_policy_set_with_client_metadata(server, c):
     name, dlq_name = unique("dl-meta"), unique("dlq")
     q = c.queue(name, force_create=True)
@@ -269,10 +263,6 @@ def test_ping_and_health(server, c):
     assert httpx.head(f"{server.url}/v2/ping", timeout=30).status_code == 204
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: delayq/api/home.py:40-41 sets resp.media together with resp.content_type = "
-    "'application/json-home', for which Falcon has no media handler, so GET /v2 answers "
-    "415 with an empty body and python-zaqarclient's homedoc() returns None."))
 def test_home_document(server, c):
     response = httpx.get(f"{server.url}/v2", headers=http_headers(), timeout=30)
     assert response.status_code == 200, (response.status_code, response.text)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import json
+
 import falcon
 import falcon.asgi
+import falcon.media
 from oslo_config import cfg
 
 from delayq.api import claims, errors, home, messages, queues
@@ -34,6 +38,10 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     run = Runner(broker)
     app = falcon.asgi.App(middleware=[_Shutdown(run)])
     app.req_options.strip_url_path_trailing_slash = True
+    # JSON may carry lone surrogates ("\ud800") that UTF-8 cannot encode; ASCII-escaped
+    # output hands them back exactly as they came in.
+    app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
+        dumps=functools.partial(json.dumps, ensure_ascii=True))
     errors.install(app)
 
     app.add_route("/v2", home.Home())

@@ -27,7 +27,7 @@ class ClaimCollection:
                                          limits.max_messages_per_claim_or_pop,
                                          validation.DEFAULT_CLAIM_LIMIT)
         document = await request.json_body(req, MAX_CLAIM_BODY, "claim request",
-                                           optional=True)
+                                           if_empty={})
         ttl, grace = validation.claim_options(document, limits)
         claim = await self.run(self.run.broker.claim, project, name, ttl=ttl, grace=grace,
                                limit=limit)
@@ -60,7 +60,7 @@ class Claim:
         request.client(req)
         validation.queue_name(name)
         document = await request.json_body(req, MAX_CLAIM_BODY, "claim update",
-                                           optional=True)
+                                           if_empty={})
         ttl, grace = validation.claim_options(document, self.run.broker.limits)
         await self.run(self.run.broker.renew_claim, project, name, claim_id, ttl, grace)
         resp.status = falcon.HTTP_204

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import falcon
 
 from delayq.api.runner import Runner
@@ -33,11 +35,15 @@ HOME_DOCUMENT = {
 }
 
 
+HOME_JSON = json.dumps(HOME_DOCUMENT)
+
+
 class Home:
     """``/v2``"""
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = HOME_DOCUMENT
+        # Falcon has no media handler for application/json-home: serialize here.
+        resp.text = HOME_JSON
         resp.content_type = "application/json-home"
 
 

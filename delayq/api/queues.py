@@ -10,6 +10,9 @@ from delayq.api.runner import Runner
 from delayq.errors import ValidationError
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
+# delayq has no subscriptions; purging them is accepted and does nothing, as Zaqar
+# clients may ask for both.
+PURGE_TYPES = ("messages", "subscriptions")
 
 
 class QueueCollection:
@@ -54,9 +57,8 @@ class Queue:
         project = request.project(req)
         validation.queue_name(name)
         metadata = await request.json_body(req, self.run.broker.limits.max_queue_metadata,
-                                           "queue metadata", optional=True)
-        created = await self.run(self.run.broker.create_queue, project, name,
-                                 {} if metadata is None else metadata)
+                                           "queue metadata", if_empty={})
+        created = await self.run(self.run.broker.create_queue, project, name, metadata)
         resp.status = falcon.HTTP_201 if created else falcon.HTTP_204
         resp.location = req.path
 
@@ -112,12 +114,13 @@ class QueuePurge:
         project = request.project(req)
         validation.queue_name(name)
         document = await request.json_body(
-            req, self.run.broker.limits.max_queue_metadata, "purge request", optional=True)
-        types = (document or {}).get("resource_types", ["messages"]) \
-            if isinstance(document, dict | None) else None
-        if not isinstance(types, list) or not set(types) <= {"messages", "subscriptions"}:
-            raise ValidationError('resource_types must be a list of "messages" and '
-                                  '"subscriptions".')
+            req, self.run.broker.limits.max_queue_metadata, "purge request", if_empty={})
+        if not isinstance(document, dict):
+            raise ValidationError("The purge request must be a JSON object.")
+        types = document.get("resource_types", ["messages"])
+        if not isinstance(types, list) or not all(t in PURGE_TYPES for t in types):
+            raise ValidationError("resource_types must be a list of "
+                                  f"{' and '.join(PURGE_TYPES)}.")
         if "messages" in types:
             await self.run(self.run.broker.purge_queue, project, name)
         resp.status = falcon.HTTP_204

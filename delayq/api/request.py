@@ -36,10 +36,17 @@ async def body(req: falcon.Request, limit: int, what: str) -> tuple[bytes, int]:
     return raw, len(raw)
 
 
+NO_DEFAULT = object()
+
+
 async def json_body(req: falcon.Request, limit: int, what: str, *,
-                    optional: bool = False) -> Any:
-    """The body decoded as JSON; None when it is empty and *optional*."""
+                    if_empty: Any = NO_DEFAULT) -> Any:
+    """The body decoded as JSON; *if_empty* when the body is empty, if given.
+
+    An empty body and the JSON document ``null`` differ: only the former may stand for
+    "use the defaults".
+    """
     raw, _ = await body(req, limit, what)
-    if optional and not raw.strip():
-        return None
+    if if_empty is not NO_DEFAULT and not raw.strip():
+        return if_empty
     return validation.json_document(raw, what)

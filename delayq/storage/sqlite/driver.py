@@ -204,7 +204,9 @@ class Driver(base.Driver):
         try:
             after = int(marker) if marker else 0
         except ValueError:
-            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.") from None
+            after = -1
+        if not 0 <= after < 2**63:
+            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
         db = self._db()
         now = self.now()
         queue_id = self._queue_id(db, project, queue)
