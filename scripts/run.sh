@@ -9,19 +9,25 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 
-# Debian's python3 lacks venv/ensurepip until python3-venv is installed.
-if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' 2>/dev/null
-then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+install_venv_support() {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
     echo "==> apt-get install python3 python3-venv" >&2
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3 python3-venv
-fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 python3-venv
+}
 
-if [ ! -x "$REPO/.venv/bin/python" ]; then
+if [ ! -x "$REPO/.venv/bin/pip" ]; then
     echo "==> creating $REPO/.venv" >&2
-    python3 -m venv "$REPO/.venv"
+    rm -rf "$REPO/.venv"
+    # Debian's python3 cannot make a venv (no ensurepip) until python3-venv is installed;
+    # a failed attempt leaves a venv without pip behind, hence the rm.
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv "$REPO/.venv" 2>/dev/null
+    then
+        rm -rf "$REPO/.venv"
+        install_venv_support
+        python3 -m venv "$REPO/.venv"
+    fi
 fi
 echo "==> installing delayq into $REPO/.venv" >&2
 "$REPO/.venv/bin/python" -m pip install -q -e "$REPO"
