@@ -699,8 +699,6 @@ def test_project_id_too_long_on_queue_list(world):
 # Errors raised by Falcon itself (routing, methods, content negotiation)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: app.py keeps Falcon's default error serializer: "
-                   "404/405 bodies lack description; Accept xml gives XML, html no body")
 @pytest.mark.parametrize(("method", "path", "accept", "status"), [
     ("GET", "/v2/nothing", None, 404),
     ("GET", "/v2/queues/full/messages/x/y", None, 404),
@@ -895,3 +893,10 @@ def test_fuzz_never_5xx(client, headers, route):
                                                      "limit": 20})):
         resp = client.simulate_get(path, headers=headers, params=params)
         assert resp.status_code == 200, (path, resp.text)
+
+
+def test_blank_pop_is_refused(world):
+    resp = send(world.client, "DELETE", "/v2/queues/full/messages", world.headers,
+                query="pop=")
+    assert_rejected(resp, 400, "pop")
+    world.assert_unchanged()

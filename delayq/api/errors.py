@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import falcon
@@ -39,7 +40,26 @@ async def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exc
         description="The server failed to complete the request; it has been logged.")
 
 
+# Falcon's own errors (unknown route, wrong method) carry a title only.
+FRAMEWORK_DESCRIPTIONS = {
+    404: "There is no such resource in the v2 API.",
+    405: "The resource does not support this method.",
+}
+
+
+def serialize(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTPError) -> None:
+    """Every error as JSON ``{"title", "description"}``, whatever the client accepts."""
+    status = exc.status_code
+    title = exc.title or falcon.code_to_http_status(status)
+    if title.startswith(str(status)):  # Falcon's default titles repeat the status line
+        title = title[len(str(status)):].strip()
+    description = exc.description or FRAMEWORK_DESCRIPTIONS.get(status, title)
+    resp.content_type = falcon.MEDIA_JSON
+    resp.text = json.dumps({"title": title, "description": description})
+
+
 def install(app: falcon.asgi.App) -> None:
-    """Register the handlers; the more specific one must be added last."""
+    """Register the handlers (the more specific one last) and the serializer."""
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(errors.DelayqError, handle_delayq_error)
+    app.set_error_serializer(serialize)

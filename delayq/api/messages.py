@@ -81,6 +81,8 @@ class MessageCollection:
                            validation.message_ids(ids, limits))
             resp.status = falcon.HTTP_204
             return
+        if not pop.strip():
+            raise ValidationError("pop must be an integer: how many messages to pop.")
         count = validation.query_integer(pop, "pop", 1, limits.max_messages_per_claim_or_pop,
                                          1)
         popped = await self.run(self.run.broker.pop, project, name, count)
