@@ -23,7 +23,7 @@ transport_opts = [
                     "Above 0, every such queue is a delayed queue."),
     cfg.IntOpt("default_claim_ttl", default=300, min=60,
                help="Seconds a claim lasts when the consumer gives no ttl."),
-    cfg.IntOpt("default_claim_grace", default=60, min=0,
+    cfg.IntOpt("default_claim_grace", default=60, min=60,
                help="Seconds a claimed message outlives its claim when the consumer "
                     "gives no grace."),
     cfg.IntOpt("max_queues_per_page", default=20, min=1,
@@ -44,7 +44,7 @@ transport_opts = [
                     "raised to days or years; nothing else caps a delay."),
     cfg.IntOpt("max_claim_ttl", default=43200, min=60,
                help="Longest claim ttl a consumer may ask for, in seconds."),
-    cfg.IntOpt("max_claim_grace", default=43200, min=0,
+    cfg.IntOpt("max_claim_grace", default=43200, min=60,
                help="Longest claim grace a consumer may ask for, in seconds."),
 ]
 

@@ -46,7 +46,19 @@ class Limits:
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Limits:
         group = conf[TRANSPORT_GROUP]
-        return cls(**{name: group[name] for name in cls.__dataclass_fields__})
+        limits = cls(**{name: group[name] for name in cls.__dataclass_fields__})
+        limits.check()
+        return limits
+
+    def check(self) -> None:
+        """Refuse defaults beyond their limits: clients would be blamed for them."""
+        for default, limit in (("default_message_ttl", "max_message_ttl"),
+                               ("default_message_delay", "max_message_delay"),
+                               ("default_claim_ttl", "max_claim_ttl"),
+                               ("default_claim_grace", "max_claim_grace")):
+            if getattr(self, default) > getattr(self, limit):
+                raise ValueError(f"[{TRANSPORT_GROUP}] {default} = {getattr(self, default)} "
+                                 f"is above {limit} = {getattr(self, limit)}.")
 
 
 def _is_int(value: Any) -> bool:

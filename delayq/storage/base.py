@@ -116,8 +116,9 @@ class Driver(abc.ABC):
         Each claimed message's claim count goes up by one and its expiry is extended to
         cover the claim plus *grace*. When *dead_letter* is set, a candidate already
         claimed ``max_claim_count`` times moves to the dead-letter queue instead (free,
-        claim count kept, source and move time recorded, ttl replaced when the policy
-        has one), and the claim looks further. None when nothing was claimed.
+        claim count kept, source and move time recorded; expiry ``now + messages_ttl``
+        when the policy has one, else its original ``created + ttl``, whatever claims
+        extended it to), and the claim looks further. None when nothing was claimed.
         """
 
     @abc.abstractmethod

@@ -183,6 +183,20 @@ def test_without_dead_letter_ttl_the_message_keeps_its_expiry(broker, clock):
         broker.get_message(PROJECT, "dlq", mid)
 
 
+def test_claims_do_not_stretch_the_expiry_a_moved_message_keeps(broker, clock):
+    dead_letter_queue(broker, max_claim_count=1)
+    [mid] = post(broker, "q", "x", ttl=600)
+    claimed = claim(broker, "q", ttl=500, grace=500)  # message now lives until +1000
+    broker.release_claim(PROJECT, "q", claimed.id)
+    clock.advance(100)
+    assert claim(broker, "q") is None
+    moved = broker.get_message(PROJECT, "dlq", mid)
+    assert moved.expires == moved.created + 600
+    clock.advance(500)
+    with pytest.raises(errors.MessageNotFound):
+        broker.get_message(PROJECT, "dlq", mid)
+
+
 def test_queue_without_policy_never_moves(broker, clock):
     create(broker, "q")
     [mid] = post(broker, "q", "x", ttl=3600)

@@ -140,7 +140,7 @@ UPDATE messages
 SET queue_id = :target, claim_id = NULL, claim_expires = 0, available = :now,
     source_queue = :source, moved_at = :now,
     ttl = coalesce(:ttl, ttl),
-    expires = CASE WHEN :ttl IS NULL THEN expires ELSE :now + :ttl END
+    expires = CASE WHEN :ttl IS NULL THEN created + ttl ELSE :now + :ttl END
 WHERE seq = :seq
 """
 
