@@ -15,6 +15,8 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+from oslo_config import cfg
+
 from delayq.claim import Claim
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
@@ -24,6 +26,11 @@ class Driver(abc.ABC):
     """A storage backend for queues, messages and claims of every project."""
 
     name: str
+
+    @classmethod
+    @abc.abstractmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+        """A connected driver, configured from its ``[drivers:message_store:NAME]`` group."""
 
     @abc.abstractmethod
     def now(self) -> float:
