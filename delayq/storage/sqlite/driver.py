@@ -27,6 +27,10 @@ from delayq.storage import base
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.options import GROUP
 
+SEQ = sql.MESSAGE_COLUMNS.index("seq")
+EXPIRES = sql.MESSAGE_COLUMNS.index("expires")
+CLAIM_COUNT = sql.MESSAGE_COLUMNS.index("claim_count")
+
 
 class Driver(base.Driver):
     """Queues, messages and claims in one SQLite database file."""
@@ -267,7 +271,7 @@ class Driver(base.Driver):
                 return []
             popped = []
             for row in self._claimable(db, queue_id, now, limit):
-                db.execute(sql.MESSAGE_DELETE, (row[0],))
+                db.execute(sql.MESSAGE_DELETE, (row[SEQ],))
                 popped.append(self._message(row, now))
                 if len(popped) == limit:
                     break
@@ -286,8 +290,8 @@ class Driver(base.Driver):
             if not rows:
                 return
             for row in rows:
-                if row[5] <= now:  # expires
-                    db.execute(sql.MESSAGE_DELETE, (row[0],))
+                if row[EXPIRES] <= now:
+                    db.execute(sql.MESSAGE_DELETE, (row[SEQ],))
                     continue
                 yield row
 
@@ -305,7 +309,7 @@ class Driver(base.Driver):
             target_id = None
             claimed = []
             for row in self._claimable(db, queue_id, now, limit):
-                seq, claim_count = row[0], row[10]
+                seq, claim_count = row[SEQ], row[CLAIM_COUNT]
                 if dead_letter and claim_count >= dead_letter.max_claim_count:
                     if target_id is None:
                         target_id = self._ensure_queue(db, project, dead_letter.queue, now)
@@ -313,20 +317,17 @@ class Driver(base.Driver):
                         "target": target_id, "now": now, "source": queue,
                         "ttl": dead_letter.messages_ttl, "seq": seq})
                     continue
-                db.execute(sql.MESSAGE_CLAIM, {"claim_id": claim_id, "claim_expires": expires,
-                                               "grace": grace, "seq": seq})
-                claimed.append(seq)
+                claimed.append(db.execute(sql.MESSAGE_CLAIM, {
+                    "claim_id": claim_id, "claim_expires": expires, "grace": grace,
+                    "seq": seq}).fetchone())
                 if len(claimed) == limit:
                     break
             self._expire(db, now)
             if not claimed:
                 return None
             db.execute(sql.CLAIM_INSERT, (claim_id, queue_id, ttl, grace, now, expires))
-            rows = db.execute(sql.CLAIM_MESSAGES, (claim_id, queue_id, now, now)).fetchall()
-            order = {seq: index for index, seq in enumerate(claimed)}
-            rows.sort(key=lambda row: order[row[0]])
             return Claim(id=claim_id, ttl=ttl, grace=grace, created=now, expires=expires,
-                         as_of=now, messages=[self._message(row, now) for row in rows])
+                         as_of=now, messages=[self._message(row, now) for row in claimed])
 
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         db = self._db()

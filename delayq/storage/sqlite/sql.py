@@ -76,10 +76,10 @@ FROM messages WHERE queue_id = :queue_id AND expires > :now
 
 # Messages
 
-_MESSAGE_COLUMNS = """
-seq, id, body, ttl, created, expires, due, client_id, claim_id, claim_expires,
-claim_count, source_queue, moved_at
-"""
+# The columns of every message read, in this order (the driver unpacks rows by it).
+MESSAGE_COLUMNS = ("seq", "id", "body", "ttl", "created", "expires", "due", "client_id",
+                   "claim_id", "claim_expires", "claim_count", "source_queue", "moved_at")
+_MESSAGE_COLUMNS = ", ".join(MESSAGE_COLUMNS)
 
 MESSAGE_INSERT = """
 INSERT INTO messages (id, queue_id, body, ttl, created, expires, due, available, client_id)
@@ -129,11 +129,13 @@ SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY messages_available
 WHERE queue_id = ? AND available <= ?
 ORDER BY available, seq LIMIT ?
 """
-MESSAGE_CLAIM = """
+# RETURNING hands back the claimed message as stored, so a claim reads no row twice.
+MESSAGE_CLAIM = f"""
 UPDATE messages
 SET claim_id = :claim_id, claim_expires = :claim_expires, available = :claim_expires,
     claim_count = claim_count + 1, expires = max(expires, :claim_expires + :grace)
 WHERE seq = :seq
+RETURNING {_MESSAGE_COLUMNS}
 """
 MESSAGE_DEAD_LETTER = """
 UPDATE messages
