@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev gcc)
+APT_PACKAGES=(python3 python3-venv python3-dev gcc redis-server redis-tools)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

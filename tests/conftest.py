@@ -41,3 +41,10 @@ def client(make_conf) -> testing.TestClient:
 def headers() -> dict[str, str]:
     """Headers of one client in one project."""
     return {"Client-ID": str(uuid.uuid4()), "X-Project-ID": "project-a"}
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Stop the Redis servers the tests started."""
+    from tests.redis_servers import SERVERS
+
+    SERVERS.stop_all()

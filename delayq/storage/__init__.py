@@ -13,7 +13,7 @@ from oslo_config import cfg
 from delayq.conf import DRIVERS_GROUP
 from delayq.storage.base import Driver
 
-DRIVERS = ("sqlite",)
+DRIVERS = ("sqlite", "redis")
 
 
 def _options_module(name: str):

@@ -8,12 +8,14 @@ ids then carry the driver's name (``test_x[sqlite]``, ``test_x[redis]``).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from delayq.storage.base import Driver
+from tests.redis_servers import SERVERS
 
 
 @dataclass(frozen=True)
@@ -28,8 +30,23 @@ def _sqlite(tmp_path: Path) -> DriverSpec:
     return DriverSpec("sqlite", {"path": str(tmp_path / "contract.sqlite")})
 
 
+def _namespace() -> str:
+    """Keys of one test apart from every other test's on the shared server."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+def _redis(tmp_path: Path) -> DriverSpec:
+    return DriverSpec("redis", {"uri": SERVERS.single().uri, "namespace": _namespace()})
+
+
+def _redis_cluster(tmp_path: Path) -> DriverSpec:
+    return DriverSpec("redis", {"uri": SERVERS.cluster_uri(), "namespace": _namespace()})
+
+
 DRIVERS: dict[str, Callable[[Path], DriverSpec]] = {
     "sqlite": _sqlite,
+    "redis": _redis,
+    "redis-cluster": _redis_cluster,
 }
 
 
@@ -39,6 +56,13 @@ def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time) -> Dri
         from delayq.storage.sqlite.driver import Driver as SqliteDriver
 
         return SqliteDriver(spec.options["path"], clock=clock)
+    if spec.name == "redis":
+        from delayq.storage.redis.driver import Driver as RedisDriver
+
+        # The real clock is the Redis server's TIME, as in production; a fake clock is
+        # handed to every script instead.
+        return RedisDriver(spec.options["uri"], namespace=spec.options["namespace"],
+                           clock=None if clock is time.time else clock)
     raise ValueError(f"unknown driver {spec.name}")
 
 

@@ -1,0 +1,1 @@
+"""The Redis driver: single node or Redis Cluster, every transition one Lua script."""

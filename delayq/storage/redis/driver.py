@@ -1,0 +1,548 @@
+"""The Redis driver.
+
+Every transition is one Lua script (``lua/``), so it is atomic across every API process;
+time comes from the Redis server's ``TIME``, so API hosts with skewed clocks agree on when
+a message is due.
+
+Each queue's keys share one hash tag, hence one cluster slot. A message is in exactly one
+of three sorted sets — free (by availability), delayed (by due time), claimed (by claim
+expiry) — so a claim reads the head of each and costs O(log n + limit) however many
+messages are delayed or claimed. Records live in hashes of 64 consecutive messages, which
+Redis stores as compact listpacks; ``docs/operator-guide.md`` has the sizing figures.
+
+A dead-letter move to a queue in the same slot (always, on a single server) happens inside
+the claim script. A move to another cluster slot goes through the source queue's outbox:
+the claim script moves the message there; ``_settle`` copies it into the dead-letter queue
+(``move_in``, which remembers the move's token, so doing it twice applies it once) and
+then deletes it from the outbox. A process dying between the steps leaves the outbox
+entry, which the next operation on the source queue (or the reaper) completes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote, unquote
+
+import msgpack
+import redis
+from oslo_config import cfg
+from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
+
+from delayq import errors
+from delayq.claim import Claim
+from delayq.message import Message, NewMessage
+from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.storage import base
+from delayq.storage.redis.options import GROUP
+from delayq.storage.redis.scripts import Scripts
+
+LOG = logging.getLogger(__name__)
+
+US = 1_000_000
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+SEQ_LENGTH = 8
+NONCE_LENGTH = 10
+
+# Work bounds per script call: Redis runs one script at a time, so no call may run long.
+CLAIM_BUDGET = 256  # expired or dead-lettered candidates a claim or pop skips per call
+LIST_BUDGET = 1000  # records a listing reads per call
+WRITE_REAP_BUDGET = 2  # expiry buckets each write reaps on the side
+READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
+
+UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+               redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
+               redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError)
+
+# Record fields, as in lua/common.lua.
+(BODY, CLIENT, CREATED, TTL, DUE, EXPIRES, CLAIM, CLAIM_EXPIRES, COUNT, ID, SOURCE,
+ MOVED) = range(12)
+RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
+
+
+def seq_name(number: int) -> str:
+    """A message's position in its queue, as the fixed-width base-36 text Lua uses."""
+    digits = []
+    for _ in range(SEQ_LENGTH):
+        number, digit = divmod(number, 36)
+        digits.append(DIGITS[digit])
+    return "".join(reversed(digits))
+
+
+def client_bytes(client_id: str) -> bytes:
+    """A Client-ID as stored: the 16 bytes of a UUID (the API admits no other), else text.
+
+    Text that is 16 bytes long gets a NUL appended, so that length means a UUID.
+    """
+    try:
+        return uuid.UUID(client_id).bytes
+    except ValueError:
+        raw = client_id.encode()
+        return raw + b"\0" if len(raw) == 16 else raw
+
+
+def client_text(raw: bytes) -> str:
+    if len(raw) == 16:
+        return str(uuid.UUID(bytes=raw))
+    return (raw[:-1] if len(raw) == 17 and raw.endswith(b"\0") else raw).decode()
+
+
+def new_nonce() -> str:
+    """A random prefix for the ids minted by one incarnation of a queue."""
+    return "".join(secrets.choice(DIGITS) for _ in range(NONCE_LENGTH))
+
+
+def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, int]], int]:
+    """``(tls, username, password, [(host, port), ...], db)`` from a redis:// URI."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme not in ("redis", "rediss"):
+        raise ValueError(f"[{GROUP}] uri must start with redis:// or rediss://; got {uri!r}")
+    location, _, db = rest.partition("/")
+    credentials, _, hosts = location.rpartition("@")
+    username, _, password = credentials.partition(":")
+    nodes = []
+    for host in hosts.split(","):
+        name, _, port = host.strip().rpartition(":")
+        if not name:
+            name, port = port, "6379"
+        nodes.append((name, int(port)))
+    return (scheme == "rediss", unquote(username) or None, unquote(password) or None, nodes,
+            int(db or 0))
+
+
+def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
+            max_connections: int) -> tuple[redis.Redis | RedisCluster, bool]:
+    """A client for *uri* and whether it talks to a cluster (several seeds, or detected)."""
+    tls, username, password, nodes, db = parse_uri(uri)
+    common = dict(username=username, password=password, ssl=tls,
+                  socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
+    if len(nodes) == 1:
+        host, port = nodes[0]
+        single = redis.Redis(host=host, port=port, db=db, max_connections=max_connections,
+                             health_check_interval=30, **common)
+        try:
+            clustered = single.info("cluster").get("cluster_enabled") == 1
+        except UNAVAILABLE:
+            clustered = False  # not reachable yet: requests will answer 503 until it is
+        if not clustered:
+            return single, False
+        single.close()
+    cluster = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],
+                           max_connections=max_connections, **common)
+    return cluster, True
+
+
+@contextmanager
+def unavailable_as_503() -> Iterator[None]:
+    try:
+        yield
+    except UNAVAILABLE as exc:
+        raise errors.StorageUnavailable(f"Redis is unavailable: {exc}") from exc
+
+
+class Driver(base.Driver):
+    """Queues, messages and claims in Redis (one server or a cluster)."""
+
+    name = "redis"
+
+    def __init__(self, uri: str, *, namespace: str = "dq", socket_timeout: float = 5.0,
+                 connect_timeout: float = 2.0, max_connections: int = 64,
+                 reap_interval: int = 0, move_marker_ttl: int = 3600,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._client, self.cluster = connect(
+            uri, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
+            max_connections=max_connections)
+        self._ns = namespace
+        self._marker_ttl = move_marker_ttl
+        self._clock = clock
+        self._scripts = Scripts(self._client)
+        try:
+            self._scripts.load(self._client)
+        except UNAVAILABLE:
+            LOG.warning("Redis is not reachable yet; scripts load at first use.")
+        self._reaper: Reaper | None = None
+        if reap_interval > 0:
+            self._reaper = Reaper(self, reap_interval)
+            self._reaper.start()
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+        group = conf[GROUP]
+        return cls(group.uri, namespace=group.namespace, socket_timeout=group.socket_timeout,
+                   connect_timeout=group.connect_timeout,
+                   max_connections=group.max_connections, reap_interval=group.reap_interval,
+                   move_marker_ttl=group.move_marker_ttl)
+
+    # Keys and arguments
+
+    def queue_key(self, project: str, name: str) -> str:
+        """The state hash of a queue; every other key of the queue extends its prefix."""
+        return f"{self._ns}:{{{quote(project, safe='')}/{name}}}:s"
+
+    def _catalogue_key(self, project: str) -> str:
+        return f"{self._ns}:{{{quote(project, safe='')}}}:queues"
+
+    def _projects_key(self) -> str:
+        return f"{self._ns}:projects"
+
+    def _now_arg(self) -> str:
+        """ARGV[1] of every script: empty, so the script reads the server's clock."""
+        return "" if self._clock is None else str(round(self._clock() * US))
+
+    def same_slot(self, key: str, other: str) -> bool:
+        return not self.cluster or key_slot(key.encode()) == key_slot(other.encode())
+
+    # Connection
+
+    def now(self) -> float:
+        if self._clock is not None:
+            return self._clock()
+        with unavailable_as_503():
+            reply = self._client.time()
+        if isinstance(reply, dict):  # a cluster answers per node
+            reply = next(iter(reply.values()))
+        seconds, micros = reply
+        return seconds + micros / US
+
+    def ping(self) -> bool:
+        try:
+            return bool(self._client.ping())
+        except redis.exceptions.RedisError:
+            return False
+
+    def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.stop()
+        self._client.close()
+
+    # Records
+
+    @staticmethod
+    def _message(nonce: bytes, seq: bytes, raw: bytes, as_of: int) -> Message:
+        fields = msgpack.unpackb(raw, raw=True)
+        fields = list(fields) + RECORD_DEFAULTS[len(fields):]
+        created, ttl = fields[CREATED], fields[TTL]
+        claim = fields[CLAIM]
+        return Message(
+            id=(fields[ID] or nonce + seq).decode(),
+            body=json.loads(fields[BODY]),
+            ttl=ttl,
+            created=created / US,
+            expires=(fields[EXPIRES] or created + ttl * US) / US,
+            due=(fields[DUE] or created) / US,
+            client_id=client_text(fields[CLIENT]),
+            claim_id=f"{nonce.decode()}c{claim}" if claim else None,
+            claim_expires=fields[CLAIM_EXPIRES] / US,
+            claim_count=fields[COUNT],
+            as_of=as_of / US,
+            source_queue=fields[SOURCE].decode() or None,
+            moved_at=fields[MOVED] / US if fields[MOVED] else None,
+        )
+
+    def _messages(self, nonce: bytes, pairs: list, as_of: int) -> list[Message]:
+        return [self._message(nonce, pairs[i], pairs[i + 1], as_of)
+                for i in range(0, len(pairs), 2)]
+
+    # The project catalogue (one slot per project) lists its queues for GET /v2/queues.
+
+    def _list_queue(self, project: str, name: str) -> None:
+        """Add a queue to its project's catalogue, then mark it listed."""
+        self._client.zadd(self._catalogue_key(project), {name: 0})
+        self._client.sadd(self._projects_key(), project)
+        self._scripts.queue_update(keys=[self.queue_key(project, name)],
+                                   args=["listed", "1"])
+
+    # Queues
+
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+        with unavailable_as_503():
+            created, _listed = self._scripts.queue_create(
+                keys=[self.queue_key(project, name)], args=[json.dumps(metadata), new_nonce()])
+            # Always: this also repairs a queue a crashed delete left out of the listing.
+            self._list_queue(project, name)
+        return bool(created)
+
+    def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+        with unavailable_as_503():
+            raw = self._client.hget(self.queue_key(project, name), "meta")
+        return json.loads(raw) if raw is not None else None
+
+    def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
+        with unavailable_as_503():
+            done = self._scripts.queue_update(keys=[self.queue_key(project, name)],
+                                              args=["meta", json.dumps(metadata)])
+        if not done:
+            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+
+    def delete_queue(self, project: str, name: str) -> None:
+        with unavailable_as_503():
+            # Unlist first: a post racing the delete then either lands before the drop
+            # (and goes with it) or re-creates and re-lists the queue.
+            self._client.zrem(self._catalogue_key(project), name)
+            self._settle(project, name)
+            self._scripts.queue_drop(keys=[self.queue_key(project, name)], args=["delete"])
+
+    def purge_queue(self, project: str, name: str) -> None:
+        with unavailable_as_503():
+            self._settle(project, name)
+            self._scripts.queue_drop(keys=[self.queue_key(project, name)], args=["purge"])
+
+    def list_queues(self, project: str, marker: str | None, limit: int
+                    ) -> list[tuple[str, dict[str, Any]]]:
+        found: list[tuple[str, dict[str, Any]]] = []
+        start = f"({marker}" if marker else "-"
+        with unavailable_as_503():
+            while len(found) < limit:
+                names = self._client.zrangebylex(self._catalogue_key(project), start, "+",
+                                                 start=0, num=limit - len(found))
+                if not names:
+                    break
+                pipe = self._client.pipeline(transaction=False)
+                for name in names:
+                    pipe.hget(self.queue_key(project, name.decode()), "meta")
+                for name, raw in zip(names, pipe.execute(), strict=True):
+                    # A queue whose delete crashed half-way is listed but gone: skip it.
+                    if raw is not None:
+                        found.append((name.decode(), json.loads(raw)))
+                start = f"({names[-1].decode()}"
+        return found
+
+    def count_queues(self, project: str) -> int:
+        with unavailable_as_503():
+            return self._client.zcard(self._catalogue_key(project))
+
+    def queue_stats(self, project: str, name: str) -> QueueStats:
+        key = self.queue_key(project, name)
+        with unavailable_as_503():
+            while True:
+                reply = self._scripts.stats(keys=[key],
+                                            args=[self._now_arg(), READ_REAP_BUDGET])
+                if not reply[0]:
+                    continue
+                nonce, as_of, outbox, free, claimed, delayed = reply[1:7]
+                if outbox:
+                    self._settle(project, name)
+                    continue
+                break
+        edges = self._messages(nonce, reply[7:], as_of)
+        return QueueStats(free=free, claimed=claimed, delayed=delayed,
+                          oldest=edges[0] if edges else None,
+                          newest=edges[-1] if edges else None)
+
+    # Messages
+
+    def post_messages(self, project: str, queue: str, client_id: str,
+                      messages: list[NewMessage]) -> list[str]:
+        client = client_bytes(client_id)
+        args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET]
+        for m in messages:
+            body = json.dumps(m.body, separators=(",", ":"), ensure_ascii=False)
+            args += [body.encode(), client, m.ttl, m.delay]
+        with unavailable_as_503():
+            nonce, first, listed = self._scripts.post(keys=[self.queue_key(project, queue)],
+                                                      args=args)
+            if not listed:
+                self._list_queue(project, queue)
+        return [nonce.decode() + seq_name(first + i) for i in range(len(messages))]
+
+    def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
+                      exclude_client: str | None, include_claimed: bool,
+                      include_delayed: bool) -> tuple[list[Message], str | None]:
+        after = marker or ""
+        if after and (len(after) != SEQ_LENGTH or after.strip(DIGITS)):
+            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
+        exclude = client_bytes(exclude_client) if exclude_client else b""
+        key = self.queue_key(project, queue)
+        page: list[Message] = []
+        next_marker = None
+        with unavailable_as_503():
+            while len(page) < limit:
+                reply = self._scripts.list(keys=[key], args=[
+                    self._now_arg(), after, limit - len(page), int(include_claimed),
+                    int(include_delayed), exclude, LIST_BUDGET])
+                nonce, as_of, outbox, status, last = reply[:5]
+                if outbox:
+                    self._settle(project, queue)
+                if len(reply) > 5:
+                    page += self._messages(nonce, reply[5:], as_of)
+                    # The marker is a position in this queue, not an id: a moved message
+                    # keeps the id its first queue minted.
+                    next_marker = reply[-2].decode()
+                if status != 2:
+                    break
+                after = last.decode()
+        return page, next_marker
+
+    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
+        key = self.queue_key(project, queue)
+        with unavailable_as_503():
+            reply = self._scripts.get(keys=[key], args=[self._now_arg(), *ids])
+            if reply[2]:
+                self._settle(project, queue)
+                reply = self._scripts.get(keys=[key], args=[self._now_arg(), *ids])
+        return self._messages(reply[0], reply[3:], reply[1])
+
+    def delete_message(self, project: str, queue: str, message_id: str,
+                       claim_id: str | None) -> None:
+        with unavailable_as_503():
+            code = self._scripts.delete(keys=[self.queue_key(project, queue)],
+                                        args=[self._now_arg(), message_id, claim_id or ""])
+        if code == 1:
+            raise errors.MessageIsClaimed(
+                f"Message {message_id} is claimed; delete it with its claim_id.")
+        if code == 2:
+            raise errors.MessageNotClaimed(
+                "A claim was specified, but the message is not currently claimed "
+                "(the claim may have expired).")
+        if code == 3:
+            raise errors.ClaimMismatch(
+                f"Message {message_id} is held by another claim, not {claim_id}.")
+
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
+        with unavailable_as_503():
+            self._scripts.delete_many(keys=[self.queue_key(project, queue)],
+                                      args=[self._now_arg(), *ids])
+
+    def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
+        key = self.queue_key(project, queue)
+        with unavailable_as_503():
+            while True:
+                reply = self._scripts.pop(keys=[key],
+                                          args=[self._now_arg(), limit, CLAIM_BUDGET])
+                nonce, as_of, more = reply[:3]
+                if len(reply) > 3 or not more:
+                    return self._messages(nonce, reply[3:], as_of)
+
+    # Claims
+
+    def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+        key = self.queue_key(project, queue)
+        keys = [key]
+        if dead_letter is not None:
+            target = self.queue_key(project, dead_letter.queue)
+            if self.same_slot(key, target):
+                keys.append(target)
+        policy = ["", "", ""]
+        if dead_letter is not None:
+            ttl_arg = "" if dead_letter.messages_ttl is None else dead_letter.messages_ttl
+            policy = [dead_letter.max_claim_count, dead_letter.queue, ttl_arg]
+        with unavailable_as_503():
+            while True:
+                reply = self._scripts.claim(keys=keys, args=[
+                    self._now_arg(), ttl, grace, limit, *policy, new_nonce(), CLAIM_BUDGET,
+                    queue, WRITE_REAP_BUDGET])
+                nonce, as_of, number, more, unlisted, outbox = reply[:6]
+                if unlisted:
+                    self._list_queue(project, dead_letter.queue)
+                if outbox:
+                    self._settle(project, queue)
+                if number or not more:
+                    break
+        if not number:
+            return None
+        return Claim(id=f"{nonce.decode()}c{number}", ttl=ttl, grace=grace,
+                     created=as_of / US, expires=(as_of + ttl * US) / US, as_of=as_of / US,
+                     messages=self._messages(nonce, reply[6:], as_of))
+
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+        with unavailable_as_503():
+            reply = self._scripts.claim_get(keys=[self.queue_key(project, queue)],
+                                            args=[self._now_arg(), claim_id])
+        if len(reply) == 2:
+            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        nonce, as_of, ttl, grace, created, expires = reply[:6]
+        return Claim(id=claim_id, ttl=ttl, grace=grace, created=created / US,
+                     expires=expires / US, as_of=as_of / US,
+                     messages=self._messages(nonce, reply[6:], as_of))
+
+    def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
+                    grace: int) -> None:
+        with unavailable_as_503():
+            missing = self._scripts.renew(keys=[self.queue_key(project, queue)],
+                                          args=[self._now_arg(), claim_id, ttl, grace])
+        if missing:
+            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+
+    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+        with unavailable_as_503():
+            self._scripts.release(keys=[self.queue_key(project, queue)],
+                                  args=[self._now_arg(), claim_id])
+
+    # Dead-letter moves across slots, expiry of untouched queues
+
+    def _settle(self, project: str, queue: str) -> None:
+        """Complete every dead-letter move waiting in *queue*'s outbox.
+
+        Each move is copied into its dead-letter queue once (``move_in`` remembers the
+        token), then deleted from the outbox; any process may do it, any number of times.
+        """
+        outbox = self.queue_key(project, queue)[:-1] + "o"
+        for token, payload in self._client.hgetall(outbox).items():
+            target, record = msgpack.unpackb(payload, raw=True)
+            target = target.decode()
+            _received, listed = self._scripts.move_in(
+                keys=[self.queue_key(project, target)],
+                args=[self._now_arg(), token, new_nonce(), record, self._marker_ttl])
+            if not listed:
+                self._list_queue(project, target)
+            self._client.hdel(outbox, token)
+
+    def reap_queue(self, project: str, queue: str, rounds: int = 16) -> bool:
+        """Remove a queue's expired messages (bounded); True when none is left."""
+        key = self.queue_key(project, queue)
+        for _ in range(rounds):
+            finished, outbox = self._scripts.reap(
+                keys=[key], args=[self._now_arg(), READ_REAP_BUDGET, self._marker_ttl])
+            if outbox:
+                self._settle(project, queue)
+            if finished:
+                return True
+        return False
+
+    def reap_all(self) -> None:
+        """One pass over every queue of every project (the reaper's work)."""
+        projects_key = self._projects_key()
+        for raw_project in self._client.sscan_iter(projects_key):
+            project = raw_project.decode()
+            catalogue = self._catalogue_key(project)
+            for name, _score in self._client.zscan_iter(catalogue):
+                self.reap_queue(project, name.decode())
+            if self._client.zcard(catalogue) == 0:
+                # Forget the project; a queue created meanwhile puts it back.
+                self._client.srem(projects_key, project)
+                if self._client.zcard(catalogue):
+                    self._client.sadd(projects_key, project)
+
+
+class Reaper(threading.Thread):
+    """Runs ``Driver.reap_all`` every *interval* seconds, in one process at a time."""
+
+    def __init__(self, driver: Driver, interval: int) -> None:
+        super().__init__(name="delayq-redis-reaper", daemon=True)
+        self._driver = driver
+        self._interval = interval
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        lock = f"{self._driver._ns}:reaper"
+        while not self._stopped.wait(self._interval):
+            try:
+                # The lock lapses before the next pass is due, so a dead reaper is
+                # replaced by another process's.
+                if self._driver._client.set(lock, str(time.time()), nx=True,
+                                            px=int(self._interval * 900)):
+                    self._driver.reap_all()
+            except redis.exceptions.RedisError as exc:
+                LOG.warning("Redis reaper pass failed: %s", exc)

@@ -1,0 +1,89 @@
+-- Claim up to *limit* claimable messages, oldest availability first, dead-lettering
+-- those already claimed max_claim_count times.
+-- KEYS: source queue state [, dead-letter queue state when it shares the slot].
+-- ARGV: now, ttl, grace, limit, max_claim_count ('' = no policy), dead-letter queue,
+-- its messages ttl ('' = keep), nonce for a new dead-letter queue, work budget, source
+-- queue name, reap budget.
+-- Moves to a dead-letter queue in another slot go to the outbox ('o'); the driver
+-- completes them (see docs/operator-guide.md, "Dead-letter moves across slots").
+-- Returns {nonce, now, claim number (0 = none), more, target unlisted, outbox size,
+-- seq, record, ...}.
+local P = string.sub(KEYS[1], 1, -2)
+local T = KEYS[2] and string.sub(KEYS[2], 1, -2) or nil
+local now = clock(ARGV[1])
+if redis.call('EXISTS', P .. 's') == 0 then
+  return {'', now, 0, 0, 0, 0}
+end
+local ttl, grace, limit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_count = tonumber(ARGV[5])
+local target, target_ttl = ARGV[6], tonumber(ARGV[7])
+local budget, source = tonumber(ARGV[9]), ARGV[10]
+local nonce = nonce_of(P)
+local expires = now + ttl * US
+local num = nil
+local claimed = {}
+local work = 0
+while #claimed < limit and work < budget do
+  local candidates = claimable(P, now, limit - #claimed)
+  if #candidates == 0 then
+    break
+  end
+  for _, candidate in ipairs(candidates) do
+    local seq = candidate[1]
+    local m = load(P, seq)
+    if m == nil then
+      unindex(P, seq)
+      work = work + 1
+    elseif m.expires <= now then
+      remove(P, seq, m)
+      work = work + 1
+    elseif max_count ~= nil and m.count >= max_count then
+      remove(P, seq, m)
+      local moved = dead_lettered(nonce, seq, m, now, source, target_ttl)
+      if T ~= nil then
+        ensure_queue(T, ARGV[8])
+        admit(T, moved, now)
+      else
+        redis.call('HSET', P .. 'o', nonce .. seq, cmsgpack.pack({target, encode(moved)}))
+      end
+      work = work + 1
+    else
+      if num == nil then
+        num = redis.call('HINCRBY', P .. 's', 'cseq', 1)
+      end
+      m.claim = num
+      m.claim_expires = expires
+      m.count = m.count + 1
+      if expires + grace * US > m.expires then
+        m.expires = expires + grace * US
+      end
+      unindex(P, seq)
+      store(P, seq, m)
+      redis.call('ZADD', P .. 'c', expires, seq)
+      claimed[#claimed + 1] = {seq, m}
+    end
+    if #claimed == limit or work >= budget then
+      break
+    end
+  end
+end
+if num ~= nil then
+  local record = {ttl, grace, now, expires}
+  for _, item in ipairs(claimed) do
+    record[#record + 1] = item[1]
+  end
+  redis.call('HSET', P .. 'cl', num, cmsgpack.pack(record))
+  redis.call('ZADD', P .. 'ce', expires, num)
+end
+reap(P, now, tonumber(ARGV[11]))
+local more = (work >= budget and #claimed < limit) and 1 or 0
+local unlisted = 0
+if T ~= nil and redis.call('EXISTS', T .. 's') == 1
+    and not redis.call('HGET', T .. 's', 'listed') then
+  unlisted = 1
+end
+local out = {nonce, now, num or 0, more, unlisted, redis.call('HLEN', P .. 'o')}
+for _, v in ipairs(pack_messages(claimed)) do
+  out[#out + 1] = v
+end
+return out

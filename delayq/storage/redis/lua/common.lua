@@ -1,0 +1,292 @@
+-- Shared by every delayq script: the loader puts this text in front of each one.
+--
+-- A queue's keys share one hash tag, so each script touches one cluster slot. With the
+-- queue prefix P (for instance 'dq:{proj/orders}:'):
+--   P..'s'       HASH  meta (JSON), nonce, seq (message counter), cseq (claim counter),
+--                      listed (set once the project catalogue lists the queue)
+--   P..'b:'..n   HASH  seq -> record, 64 consecutive seqs per bucket (a compact listpack)
+--   P..'bi'      ZSET  bucket numbers holding records (post order, for listings)
+--   P..'xb'      ZSET  bucket -> earliest expiry among its records (exact expiry)
+--   P..'r'       ZSET  seq -> availability, free messages
+--   P..'d'       ZSET  seq -> due time, delayed messages (free once due)
+--   P..'c'       ZSET  seq -> claim expiry, claimed messages (free once expired)
+--   P..'cl'      HASH  claim number -> claim record
+--   P..'ce'      ZSET  claim number -> claim expiry
+--   P..'a'       HASH  id -> seq, for messages whose id was not minted here (moved in)
+--   P..'o'       HASH  token -> dead-letter move waiting to reach another slot
+--   P..'mv'      ZSET  token -> time, moves already received from another slot
+-- A message is in exactly one of r, d, c. Times are integer microseconds.
+
+local US = 1000000
+local BUCKET = 64
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+local NONCE_LENGTH = 10
+local SEQ_LENGTH = 8
+
+-- Integer times written into command arguments: Lua's own number formatting would round.
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function clock(override)
+  if override ~= nil and override ~= '' then
+    return tonumber(override)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * US + tonumber(t[2])
+end
+
+local function seq_name(n)
+  local out = {}
+  for i = SEQ_LENGTH, 1, -1 do
+    local digit = n % 36
+    out[i] = string.sub(DIGITS, digit + 1, digit + 1)
+    n = (n - digit) / 36
+  end
+  return table.concat(out)
+end
+
+local function bucket_of(seq)
+  return math.floor(tonumber(seq, 36) / BUCKET)
+end
+
+local function bucket_key(P, bucket)
+  return P .. 'b:' .. bucket
+end
+
+-- Records are MessagePack arrays; trailing fields at their default are left out, so a
+-- fresh message with a tiny body stays well under the 64 bytes of a listpack value.
+local function decode(raw)
+  local f = cmsgpack.unpack(raw)
+  local m = {body = f[1], client = f[2], created = f[3], ttl = f[4]}
+  m.due = (f[5] ~= nil and f[5] ~= 0) and f[5] or m.created
+  m.expires = (f[6] ~= nil and f[6] ~= 0) and f[6] or (m.created + m.ttl * US)
+  m.claim = f[7] or 0
+  m.claim_expires = f[8] or 0
+  m.count = f[9] or 0
+  m.id = f[10] or ''
+  m.source = f[11] or ''
+  m.moved = f[12] or 0
+  return m
+end
+
+local function encode(m)
+  local f = {m.body, m.client, m.created, m.ttl,
+             (m.due ~= m.created) and m.due or 0,
+             (m.expires ~= m.created + m.ttl * US) and m.expires or 0,
+             m.claim, m.claim_expires, m.count, m.id, m.source, m.moved}
+  local n = 12
+  while n > 4 and (f[n] == 0 or f[n] == '') do
+    f[n] = nil
+    n = n - 1
+  end
+  return cmsgpack.pack(f)
+end
+
+local function load(P, seq)
+  local raw = redis.call('HGET', bucket_key(P, bucket_of(seq)), seq)
+  if raw then
+    return decode(raw)
+  end
+  return nil
+end
+
+local function store(P, seq, m)
+  local bucket = bucket_of(seq)
+  redis.call('HSET', bucket_key(P, bucket), seq, encode(m))
+  redis.call('ZADD', P .. 'bi', bucket, bucket)
+  redis.call('ZADD', P .. 'xb', 'LT', m.expires, bucket)
+end
+
+local function unindex(P, seq)
+  redis.call('ZREM', P .. 'r', seq)
+  redis.call('ZREM', P .. 'd', seq)
+  redis.call('ZREM', P .. 'c', seq)
+end
+
+local function remove(P, seq, m)
+  local bucket = bucket_of(seq)
+  local key = bucket_key(P, bucket)
+  redis.call('HDEL', key, seq)
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('ZREM', P .. 'bi', bucket)
+    redis.call('ZREM', P .. 'xb', bucket)
+  end
+  unindex(P, seq)
+  if m.id ~= '' then
+    redis.call('HDEL', P .. 'a', m.id)
+  end
+end
+
+local function nonce_of(P)
+  return redis.call('HGET', P .. 's', 'nonce') or ''
+end
+
+local function message_id(nonce, seq, m)
+  if m.id ~= '' then
+    return m.id
+  end
+  return nonce .. seq
+end
+
+-- The seq and record of message *id*, or nil when the queue holds no such message.
+local function locate(P, nonce, id)
+  local seq = redis.call('HGET', P .. 'a', id)
+  if seq then
+    return seq, load(P, seq)
+  end
+  if #id ~= NONCE_LENGTH + SEQ_LENGTH or string.sub(id, 1, NONCE_LENGTH) ~= nonce then
+    return nil
+  end
+  seq = string.sub(id, NONCE_LENGTH + 1)
+  if not string.match(seq, '^[0-9a-z]+$') then
+    return nil
+  end
+  local m = load(P, seq)
+  if m and m.id == '' then
+    return seq, m
+  end
+  return nil
+end
+
+-- Creates the queue when it does not exist; true when it did not.
+local function ensure_queue(P, nonce)
+  if redis.call('HSETNX', P .. 's', 'meta', '{}') == 1 then
+    redis.call('HSET', P .. 's', 'nonce', nonce)
+    return true
+  end
+  return false
+end
+
+local function next_seq(P)
+  return seq_name(redis.call('HINCRBY', P .. 's', 'seq', 1))
+end
+
+-- A moved-in message: a fresh seq here, its id kept through the alias hash, free at once.
+local function admit(P, m, now)
+  local seq = next_seq(P)
+  redis.call('HSET', P .. 'a', m.id, seq)
+  store(P, seq, m)
+  redis.call('ZADD', P .. 'r', now, seq)
+  return seq
+end
+
+-- The message as it lands in a dead-letter queue (SPEC section 4).
+local function dead_lettered(nonce, seq, m, now, source, ttl)
+  m.id = message_id(nonce, seq, m)
+  m.claim = 0
+  m.claim_expires = 0
+  m.source = source
+  m.moved = now
+  if ttl ~= nil then
+    m.ttl = ttl
+    m.expires = now + ttl * US
+  else
+    m.expires = m.created + m.ttl * US
+  end
+  return m
+end
+
+-- Removes expired messages (exactly: xb holds each bucket's earliest expiry), expired
+-- claim records and old move markers. Visits at most *budget* buckets; returns true when
+-- nothing expired is left.
+local function reap(P, now, budget, marker_ttl)
+  local finished = false
+  for _ = 1, budget do
+    local due = redis.call('ZRANGEBYSCORE', P .. 'xb', '-inf', now, 'LIMIT', 0, 1)
+    if #due == 0 then
+      finished = true
+      break
+    end
+    local bucket = due[1]
+    local fields = redis.call('HGETALL', bucket_key(P, bucket))
+    local earliest = nil
+    for i = 1, #fields, 2 do
+      local m = decode(fields[i + 1])
+      if m.expires <= now then
+        remove(P, fields[i], m)
+      elseif earliest == nil or m.expires < earliest then
+        earliest = m.expires
+      end
+    end
+    if earliest ~= nil then
+      redis.call('ZADD', P .. 'xb', earliest, bucket)
+    else
+      redis.call('ZREM', P .. 'xb', bucket)
+      redis.call('ZREM', P .. 'bi', bucket)
+    end
+  end
+  local claims = redis.call('ZRANGEBYSCORE', P .. 'ce', '-inf', now, 'LIMIT', 0, budget)
+  for _, num in ipairs(claims) do
+    redis.call('HDEL', P .. 'cl', num)
+    redis.call('ZREM', P .. 'ce', num)
+  end
+  if marker_ttl ~= nil then
+    redis.call('ZREMRANGEBYSCORE', P .. 'mv', '-inf', now - marker_ttl * US)
+  end
+  return finished
+end
+
+local function before(a_score, a_seq, b_score, b_seq)
+  return a_score < b_score or (a_score == b_score and a_seq < b_seq)
+end
+
+-- Up to n claimable messages, oldest availability first, as {seq, score} pairs: free
+-- ones, delayed ones now due, and ones whose claim expired. Three range reads of n.
+local function claimable(P, now, n)
+  local sources = {
+    redis.call('ZRANGEBYSCORE', P .. 'r', '-inf', now, 'WITHSCORES', 'LIMIT', 0, n),
+    redis.call('ZRANGEBYSCORE', P .. 'd', '-inf', now, 'WITHSCORES', 'LIMIT', 0, n),
+    redis.call('ZRANGEBYSCORE', P .. 'c', '-inf', now, 'WITHSCORES', 'LIMIT', 0, n),
+  }
+  local at = {1, 1, 1}
+  local out = {}
+  while #out < n do
+    local best = nil
+    for k = 1, 3 do
+      local src = sources[k]
+      if at[k] <= #src then
+        local seq, score = src[at[k]], tonumber(src[at[k] + 1])
+        if best == nil or before(score, seq, best[2], best[1]) then
+          best = {seq, score, k}
+        end
+      end
+    end
+    if best == nil then
+      break
+    end
+    at[best[3]] = at[best[3]] + 2
+    out[#out + 1] = best
+  end
+  return out
+end
+
+local function claim_name(nonce, num)
+  return nonce .. 'c' .. num
+end
+
+-- The claim number named by *claim_id*, or nil when it cannot be this queue's.
+local function claim_number(nonce, claim_id)
+  if string.sub(claim_id, 1, NONCE_LENGTH + 1) ~= nonce .. 'c' then
+    return nil
+  end
+  local num = string.sub(claim_id, NONCE_LENGTH + 2)
+  if not string.match(num, '^[1-9][0-9]*$') or #num > 15 then
+    return nil
+  end
+  return num
+end
+
+local function held_by(m, num, now)
+  return m.claim == tonumber(num) and m.claim_expires > now
+end
+
+-- Flattens records for the driver: seq, record, seq, record, ...
+local function pack_messages(list)
+  local out = {}
+  for _, item in ipairs(list) do
+    out[#out + 1] = item[1]
+    out[#out + 1] = encode(item[2])
+  end
+  return out
+end

@@ -1,0 +1,26 @@
+-- Delete one message. KEYS: queue state. ARGV: now, id, claim id ('' = none).
+-- Returns 0 (deleted or absent), 1 (claimed, no claim id given), 2 (claim id given but
+-- the message is not claimed), 3 (another claim holds it).
+local P = string.sub(KEYS[1], 1, -2)
+local now = clock(ARGV[1])
+local claim_id = ARGV[3]
+local nonce = nonce_of(P)
+local seq, m = locate(P, nonce, ARGV[2])
+if seq == nil or m == nil or m.expires <= now then
+  return 0
+end
+local claimed = m.claim ~= 0 and m.claim_expires > now
+if claim_id == '' and claimed then
+  return 1
+end
+if claim_id ~= '' then
+  if not claimed then
+    return 2
+  end
+  local num = claim_number(nonce, claim_id)
+  if num == nil or not held_by(m, num, now) then
+    return 3
+  end
+end
+remove(P, seq, m)
+return 0

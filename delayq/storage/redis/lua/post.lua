@@ -1,0 +1,26 @@
+-- Post messages, creating the queue when needed.
+-- KEYS: queue state. ARGV: now, nonce for a new queue, reap budget, then per message:
+-- body, client, ttl, delay (seconds). Returns {nonce, first seq number, listed}.
+local P = string.sub(KEYS[1], 1, -2)
+local now = clock(ARGV[1])
+ensure_queue(P, ARGV[2])
+local count = (#ARGV - 3) / 4
+local last = redis.call('HINCRBY', P .. 's', 'seq', count)
+local first = last - count + 1
+for i = 0, count - 1 do
+  local at = 4 + i * 4
+  local ttl, delay = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local m = {body = ARGV[at], client = ARGV[at + 1], created = now, ttl = ttl,
+             due = now + delay * US, expires = now + ttl * US, claim = 0,
+             claim_expires = 0, count = 0, id = '', source = '', moved = 0}
+  local seq = seq_name(first + i)
+  store(P, seq, m)
+  if delay > 0 then
+    redis.call('ZADD', P .. 'd', m.due, seq)
+  else
+    redis.call('ZADD', P .. 'r', now, seq)
+  end
+end
+reap(P, now, tonumber(ARGV[3]))
+local listed = redis.call('HGET', P .. 's', 'listed') and 1 or 0
+return {nonce_of(P), first, listed}
