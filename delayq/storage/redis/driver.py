@@ -488,13 +488,20 @@ class Driver(base.Driver):
         outbox = self.queue_key(project, queue)[:-1] + "o"
         for token, payload in self._client.hgetall(outbox).items():
             target, record = msgpack.unpackb(payload, raw=True)
-            target = target.decode()
-            _received, listed = self._scripts.move_in(
-                keys=[self.queue_key(project, target)],
-                args=[self._now_arg(), token, new_nonce(), record, self._marker_ttl])
-            if not listed:
-                self._list_queue(project, target)
-            self._client.hdel(outbox, token)
+            self._move_in(project, target.decode(), token, record)
+            self._forget_move(outbox, token)
+
+    def _move_in(self, project: str, target: str, token: bytes, record: bytes) -> None:
+        """Step 2 of a move across slots: the dead-letter queue receives the message."""
+        _received, listed = self._scripts.move_in(
+            keys=[self.queue_key(project, target)],
+            args=[self._now_arg(), token, new_nonce(), record, self._marker_ttl])
+        if not listed:
+            self._list_queue(project, target)
+
+    def _forget_move(self, outbox: str, token: bytes) -> None:
+        """Step 3 of a move across slots: the source's outbox lets go of it."""
+        self._client.hdel(outbox, token)
 
     def reap_queue(self, project: str, queue: str, rounds: int = 16) -> bool:
         """Remove a queue's expired messages (bounded); True when none is left."""
@@ -533,7 +540,10 @@ class Reaper(threading.Thread):
         self._stopped = threading.Event()
 
     def stop(self) -> None:
+        """Stop after the current pass (waits for it, so the client can be closed)."""
         self._stopped.set()
+        if self.is_alive():
+            self.join(timeout=30)
 
     def run(self) -> None:
         lock = f"{self._driver._ns}:reaper"
@@ -544,5 +554,5 @@ class Reaper(threading.Thread):
                 if self._driver._client.set(lock, str(time.time()), nx=True,
                                             px=int(self._interval * 900)):
                     self._driver.reap_all()
-            except redis.exceptions.RedisError as exc:
-                LOG.warning("Redis reaper pass failed: %s", exc)
+            except Exception:  # noqa: BLE001 - the reaper must outlive any one failure
+                LOG.exception("Redis reaper pass failed; retrying in %s s", self._interval)

@@ -1,0 +1,303 @@
+"""What only the Redis driver promises, beyond the shared contract suite.
+
+Memory per message and no leaks (INFO memory on a server of the test's own), the server's
+clock, one hash slot per queue, scripts called by hash, and the cross-slot dead-letter
+move surviving a process killed between its steps.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+import uuid
+from collections import Counter
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from delayq.broker import Broker
+from delayq.message import NewMessage
+from delayq.storage.redis.driver import Driver
+from delayq.validation import Limits, PostedMessage
+from tests.contract.drivers import FakeClock
+from tests.redis_servers import SERVERS
+
+SPAWN = multiprocessing.get_context("spawn")
+PROJECT = "p"
+CLIENT = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
+MAX_BYTES_PER_MESSAGE = 250
+
+
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+def post(driver: Driver, queue: str, count: int, *, ttl: int = 3600, delay: int = 0,
+         body: object = 1) -> list[str]:
+    ids = []
+    for start in range(0, count, 1000):
+        batch = [NewMessage(body, ttl, delay) for _ in range(min(1000, count - start))]
+        ids += driver.post_messages(PROJECT, queue, CLIENT, batch)
+    return ids
+
+
+@pytest.fixture(scope="module")
+def own_server():
+    """A Redis of this module's own, so INFO memory sees only what the tests store."""
+    return SERVERS.fresh()
+
+
+def used_memory(client: redis.Redis) -> int:
+    # Freed structures go away in the background (UNLINK); wait until that is done.
+    deadline = time.monotonic() + 10
+    while client.info("memory").get("lazyfree_pending_objects", 0) and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    return client.info("memory")["used_memory"]
+
+
+def queue_keys(client: redis.Redis, driver: Driver, queue: str) -> set[bytes]:
+    prefix = driver.queue_key(PROJECT, queue)[:-1]
+    return set(client.scan_iter(match=prefix.replace("[", "\\[") + "*", count=1000))
+
+
+def queue_memory(client: redis.Redis, driver: Driver) -> dict[bytes, int]:
+    """Bytes of every key of the queues q and dlq (MEMORY USAGE, counted exactly)."""
+    keys = queue_keys(client, driver, "q") | queue_keys(client, driver, "dlq")
+    return {key: client.memory_usage(key, samples=0) for key in keys}
+
+
+# Memory
+
+
+@pytest.mark.parametrize("state", ["free", "delayed", "claimed"])
+def test_a_tiny_message_costs_at_most_250_bytes(own_server, state):
+    client = redis.Redis(port=own_server.port)
+    driver = Driver(own_server.uri, namespace=namespace())
+    driver.create_queue(PROJECT, "q", {})
+    post(driver, "q", 1)  # the queue's own state exists before the baseline
+    driver.purge_queue(PROJECT, "q")
+    before = used_memory(client)
+    count = 20_000
+    post(driver, "q", count, body={"n": 1}, delay=600 if state == "delayed" else 0)
+    if state == "claimed":
+        claimed = 0
+        while claimed < count:
+            claim = driver.claim(PROJECT, "q", ttl=600, grace=60, limit=1000,
+                                 dead_letter=None)
+            claimed += len(claim.messages)
+    per_message = (used_memory(client) - before) / count
+    driver.delete_queue(PROJECT, "q")
+    driver.close()
+    assert per_message <= MAX_BYTES_PER_MESSAGE, f"{per_message:.0f} bytes per message"
+
+
+POLICY = {"_default_message_delay": 30, "_max_claim_count": 1, "_dead_letter_queue": "dlq"}
+
+
+def busy_queue(driver: Broker, clock: FakeClock) -> None:
+    """Messages in every state: free, delayed, claimed, dead-lettered, with claims."""
+    driver.create_queue(PROJECT, "q", POLICY)
+
+    def post_some(delay: int | None, n: int = 300) -> None:
+        driver.post(PROJECT, "q", CLIENT, [PostedMessage({"n": i}, 120, delay)
+                                          for i in range(n)], size=0)
+
+    post_some(0)
+    post_some(None)  # the queue's default delay
+    post_some(0)
+    claim = driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
+    driver.release_claim(PROJECT, "q", claim.id)
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)  # moves the released ones
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
+
+
+@pytest.mark.parametrize("ending", ["expiry", "deletion"])
+def test_memory_returns_to_baseline_once_every_message_is_gone(own_server, ending):
+    client = redis.Redis(port=own_server.port)
+    clock = FakeClock()
+    driver = Driver(own_server.uri, namespace=namespace(), clock=clock)
+    broker = Broker(driver, Limits())
+    for queue in ("q", "dlq"):
+        driver.create_queue(PROJECT, queue, POLICY if queue == "q" else {})
+        post(driver, queue, 1)  # the queue's counters exist before the baseline
+        driver.claim(PROJECT, queue, ttl=60, grace=60, limit=1, dead_letter=None)
+        driver.purge_queue(PROJECT, queue)
+    baseline = queue_memory(client, driver)
+    busy_queue(broker, clock)
+    assert broker.stats(PROJECT, "dlq").total == 20
+    assert sum(queue_memory(client, driver).values()) > sum(baseline.values()) + 100_000
+    if ending == "expiry":
+        clock.advance(3 * 3600)
+        for queue in ("q", "dlq"):
+            assert driver.reap_queue(PROJECT, queue)
+    else:
+        for queue in ("q", "dlq"):
+            while messages := broker.list_messages(
+                    PROJECT, queue, client_id=CLIENT, marker=None, limit=20, echo=True,
+                    include_claimed=True, include_delayed=True)[0]:
+                driver.delete_messages(PROJECT, queue, [m.id for m in messages])
+        clock.advance(3 * 3600)  # claims outlive their messages until they expire
+        for queue in ("q", "dlq"):
+            assert driver.reap_queue(PROJECT, queue)
+    after = queue_memory(client, driver)
+    assert set(after) == set(baseline)
+    # Only the queue's counters (message and claim numbers) have grown by a few digits.
+    assert all(after[key] - baseline[key] <= 24 for key in after), (baseline, after)
+    driver.close()
+
+
+def test_the_reaper_empties_a_queue_nobody_touches(own_server):
+    client = redis.Redis(port=own_server.port)
+    clock = FakeClock()
+    ns = namespace()
+    driver = Driver(own_server.uri, namespace=ns, clock=clock)
+    post(driver, "idle", 2000, ttl=60)
+    assert len(queue_keys(client, driver, "idle")) > 5
+    clock.advance(61)
+    reaper = Driver(own_server.uri, namespace=ns, clock=clock, reap_interval=1)
+    deadline = time.monotonic() + 20
+    while len(queue_keys(client, driver, "idle")) > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    reaper.close()
+    assert queue_keys(client, driver, "idle") == {driver.queue_key(PROJECT, "idle").encode()}
+    driver.close()
+
+
+# Time, slots, scripts
+
+
+def test_time_is_the_redis_servers_not_this_hosts(monkeypatch):
+    uri = SERVERS.single().uri
+    driver = Driver(uri, namespace=namespace())
+    server_seconds, micros = redis.Redis.from_url(uri).time()
+    assert abs(driver.now() - (server_seconds + micros / 1e6)) < 1
+    driver.create_queue(PROJECT, "q", {"_default_message_delay": 600})
+    post(driver, "q", 1, delay=600)
+    # This host's clock jumping an hour ahead changes nothing: scripts read TIME.
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert driver.claim(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None) is None
+    assert driver.queue_stats(PROJECT, "q").delayed == 1
+    driver.close()
+
+
+def test_scripts_are_loaded_once_and_called_by_hash():
+    uri = SERVERS.single().uri
+    client = redis.Redis.from_url(uri)
+    driver = Driver(uri, namespace=namespace())
+    scripts = driver._scripts._all
+    assert all(client.script_exists(*[s.sha for s in scripts]))
+    client.config_resetstat()
+    post(driver, "q", 3)
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=2, dead_letter=None)
+    stats = client.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] >= 2
+    assert "cmdstat_eval" not in stats
+    driver.close()
+
+
+def test_every_key_of_a_queue_shares_one_cluster_slot():
+    driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
+    broker = Broker(driver, Limits())
+    busy_queue(broker, FakeClock())
+    by_queue: dict[bytes, set[int]] = {}
+    for node in driver._client.get_primaries():
+        client = driver._client.get_redis_connection(node)
+        for key in client.scan_iter(match=f"{driver._ns}:*", count=1000):
+            if b"}" in key:
+                tag = key[key.index(b"{"):key.index(b"}") + 1]
+                by_queue.setdefault(tag, set()).add(key_slot(key))
+    assert len(by_queue) >= 3  # q, dlq and the project catalogue
+    assert all(len(slots) == 1 for slots in by_queue.values()), by_queue
+    driver.close()
+
+
+# Dead-letter moves across slots, with a process killed between the steps
+
+
+def cross_slot_names(driver: Driver) -> tuple[str, str]:
+    source = "orders"
+    for n in range(100):
+        target = f"dead-{n}"
+        if not driver.same_slot(driver.queue_key(PROJECT, source),
+                                driver.queue_key(PROJECT, target)):
+            return source, target
+    raise AssertionError("no queue name in another slot")
+
+
+def worn_out(broker: Broker, source: str, target: str, count: int) -> list[str]:
+    """*count* messages the next claim of *source* must move to *target*."""
+    broker.create_queue(PROJECT, source, {"_max_claim_count": 1,
+                                          "_dead_letter_queue": target})
+    ids = post(broker.driver, source, count)
+    claim = broker.claim(PROJECT, source, ttl=60, grace=60, limit=count)
+    broker.release_claim(PROJECT, source, claim.id)
+    return ids
+
+
+@pytest.mark.parametrize("kind", ["after-outbox", "after-move-in"])
+def test_a_move_across_slots_survives_the_mover_dying_between_steps(kind):
+    from tests.redis_crash import claim_and_die
+
+    uri, ns = SERVERS.cluster_uri(), namespace()
+    driver = Driver(uri, namespace=ns)
+    broker = Broker(driver, Limits())
+    source, target = cross_slot_names(driver)
+    ids = worn_out(broker, source, target, 5)
+
+    child = SPAWN.Process(target=claim_and_die, args=(kind, uri, ns, PROJECT, source))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
+
+    outbox = driver.queue_key(PROJECT, source)[:-1] + "o"
+    assert driver._client.hlen(outbox) == 5  # the crash left every move unfinished
+    # Died after the first move-in: that message is in the dead-letter queue and still
+    # in the outbox, the worst case for a repeat.
+    moved_before = [m.id for m in driver.get_messages(PROJECT, target, ids)]
+    assert len(moved_before) == (1 if kind == "after-move-in" else 0)
+
+    # Any later operation on the source completes the moves, each exactly once.
+    assert driver.get_messages(PROJECT, source, ids) == []
+    assert driver._client.hlen(outbox) == 0
+    in_target = [m.id for m in broker.list_messages(
+        PROJECT, target, client_id=CLIENT, marker=None, limit=20, echo=True,
+        include_claimed=True, include_delayed=True)[0]]
+    assert Counter(in_target) == Counter(ids)
+    assert {m.claim_count for m in driver.get_messages(PROJECT, target, ids)} == {1}
+    assert broker.stats(PROJECT, target).total == 5
+    assert target in [name for name, _ in broker.list_queues(PROJECT, None, 10)]
+    driver.close()
+
+
+def test_settling_the_same_moves_from_many_processes_applies_each_once():
+    from tests.redis_crash import claim_and_die
+
+    uri, ns = SERVERS.cluster_uri(), namespace()
+    driver = Driver(uri, namespace=ns)
+    broker = Broker(driver, Limits())
+    source, target = cross_slot_names(driver)
+    ids = worn_out(broker, source, target, 20)
+    child = SPAWN.Process(target=claim_and_die,
+                          args=("after-outbox", uri, ns, PROJECT, source))
+    child.start()
+    child.join(timeout=60)
+
+    settlers = [SPAWN.Process(target=settle, args=(uri, ns, source)) for _ in range(4)]
+    for settler in settlers:
+        settler.start()
+    for settler in settlers:
+        settler.join(timeout=60)
+        assert settler.exitcode == 0
+    assert broker.stats(PROJECT, target).total == 20
+    assert sorted(m.id for m in driver.get_messages(PROJECT, target, ids)) == sorted(ids)
+    driver.close()
+
+
+def settle(uri: str, ns: str, source: str) -> None:
+    driver = Driver(uri, namespace=ns)
+    driver.get_messages(PROJECT, source, ["x"])
+    driver.close()
