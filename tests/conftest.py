@@ -31,10 +31,24 @@ def make_conf(tmp_path) -> Callable[..., cfg.ConfigOpts]:
     return make
 
 
-@pytest.fixture
-def client(make_conf) -> testing.TestClient:
-    """An in-process HTTP client of the app on a fresh SQLite file."""
-    return testing.TestClient(create_app(make_conf()))
+@pytest.fixture(params=["sqlite", "redis"])
+def client(request, make_conf) -> testing.TestClient:
+    """An in-process HTTP client of the app on a fresh store of each driver.
+
+    ``redis`` is a real redis-server (tests/redis_servers.py), its keys under a namespace
+    of this test's own.
+    """
+    conf = make_conf()
+    if request.param == "redis":
+        from tests.redis_servers import SERVERS
+
+        group = "drivers:message_store:redis"
+        conf.set_override("message_store", "redis", group="drivers")
+        conf.set_override("uri", SERVERS.single().uri, group=group)
+        conf.set_override("namespace", f"t{uuid.uuid4().hex[:12]}", group=group)
+        conf.set_override("reap_interval", 0, group=group)
+    app = create_app(conf)
+    yield testing.TestClient(app)
 
 
 @pytest.fixture

@@ -344,8 +344,9 @@ class Driver(base.Driver):
         client = client_bytes(client_id)
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET]
         for m in messages:
-            body = json.dumps(m.body, separators=(",", ":"), ensure_ascii=False)
-            args += [body.encode(), client, m.ttl, m.delay]
+            # ASCII escapes keep lone surrogates (valid JSON, not valid UTF-8) storable.
+            body = json.dumps(m.body, separators=(",", ":"))
+            args += [body, client, m.ttl, m.delay]
         with unavailable_as_503():
             nonce, first, listed = self._scripts.post(keys=[self.queue_key(project, queue)],
                                                       args=args)
