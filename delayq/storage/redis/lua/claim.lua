@@ -22,51 +22,33 @@ local nonce = nonce_of(P)
 local expires = now + ttl * US
 local num = nil
 local claimed = {}
-local work = 0
-while #claimed < limit and work < budget do
-  local candidates = claimable(P, now, limit - #claimed)
-  if #candidates == 0 then
-    break
-  end
-  for _, candidate in ipairs(candidates) do
-    local seq = candidate[1]
-    local m = load(P, seq)
-    if m == nil then
-      unindex(P, seq)
-      work = work + 1
-    elseif m.expires <= now then
-      remove(P, seq, m)
-      work = work + 1
-    elseif max_count ~= nil and m.count >= max_count then
-      remove(P, seq, m)
-      local moved = dead_lettered(nonce, seq, m, now, source, target_ttl)
-      if T ~= nil then
-        ensure_queue(T, ARGV[8])
-        admit(T, moved, now)
-      else
-        redis.call('HSET', P .. 'o', nonce .. seq, cmsgpack.pack({target, encode(moved)}))
-      end
-      work = work + 1
+local more = walk_claimable(P, now, limit, budget, function(seq, m)
+  if max_count ~= nil and m.count >= max_count then
+    remove(P, seq, m)
+    local moved = dead_lettered(nonce, seq, m, now, source, target_ttl)
+    if T ~= nil then
+      ensure_queue(T, ARGV[8])
+      admit(T, moved, now)
     else
-      if num == nil then
-        num = redis.call('HINCRBY', P .. 's', 'cseq', 1)
-      end
-      m.claim = num
-      m.claim_expires = expires
-      m.count = m.count + 1
-      if expires + grace * US > m.expires then
-        m.expires = expires + grace * US
-      end
-      unindex(P, seq)
-      store(P, seq, m)
-      redis.call('ZADD', P .. 'c', expires, seq)
-      claimed[#claimed + 1] = {seq, m}
+      redis.call('HSET', P .. 'o', nonce .. seq, cmsgpack.pack({target, encode(moved)}))
     end
-    if #claimed == limit or work >= budget then
-      break
-    end
+    return false
   end
-end
+  if num == nil then
+    num = redis.call('HINCRBY', P .. 's', 'cseq', 1)
+  end
+  m.claim = num
+  m.claim_expires = expires
+  m.count = m.count + 1
+  if expires + grace * US > m.expires then
+    m.expires = expires + grace * US
+  end
+  unindex(P, seq)
+  store(P, seq, m)
+  redis.call('ZADD', P .. 'c', expires, seq)
+  claimed[#claimed + 1] = {seq, m}
+  return true
+end)
 if num ~= nil then
   local record = {ttl, grace, now, expires}
   for _, item in ipairs(claimed) do
@@ -76,13 +58,12 @@ if num ~= nil then
   redis.call('ZADD', P .. 'ce', expires, num)
 end
 reap(P, now, tonumber(ARGV[11]))
-local more = (work >= budget and #claimed < limit) and 1 or 0
 local unlisted = 0
 if T ~= nil and redis.call('EXISTS', T .. 's') == 1
     and not redis.call('HGET', T .. 's', 'listed') then
   unlisted = 1
 end
-local out = {nonce, now, num or 0, more, unlisted, redis.call('HLEN', P .. 'o')}
+local out = {nonce, now, num or 0, more and 1 or 0, unlisted, redis.call('HLEN', P .. 'o')}
 for _, v in ipairs(pack_messages(claimed)) do
   out[#out + 1] = v
 end

@@ -261,11 +261,40 @@ local function claimable(P, now, n)
   return out
 end
 
-local function claim_name(nonce, num)
-  return nonce .. 'c' .. num
+-- The claim number named by *claim_id*, or nil when it cannot be this queue's.
+-- Walks the claimable messages, oldest availability first, handing each live one to
+-- take(seq, m), which returns true when the message counts toward *limit*. Records
+-- found missing or expired on the way are cleaned up. At most *budget* messages are
+-- handled without counting; returns whether that budget ran out first.
+local function walk_claimable(P, now, limit, budget, take)
+  local taken, work = 0, 0
+  while taken < limit and work < budget do
+    local candidates = claimable(P, now, limit - taken)
+    if #candidates == 0 then
+      break
+    end
+    for _, candidate in ipairs(candidates) do
+      local seq = candidate[1]
+      local m = load(P, seq)
+      if m == nil then
+        unindex(P, seq)
+        work = work + 1
+      elseif m.expires <= now then
+        remove(P, seq, m)
+        work = work + 1
+      elseif take(seq, m) then
+        taken = taken + 1
+      else
+        work = work + 1
+      end
+      if taken == limit or work >= budget then
+        break
+      end
+    end
+  end
+  return work >= budget and taken < limit
 end
 
--- The claim number named by *claim_id*, or nil when it cannot be this queue's.
 local function claim_number(nonce, claim_id)
   if string.sub(claim_id, 1, NONCE_LENGTH + 1) ~= nonce .. 'c' then
     return nil
@@ -277,8 +306,35 @@ local function claim_number(nonce, claim_id)
   return num
 end
 
+-- The claim *claim_id* of this queue: its number and record {ttl, grace, created,
+-- expires, seq, ...}, or nil when there is no such claim or (unless *any*) it expired.
+local function find_claim(P, claim_id, now, any)
+  local num = claim_number(nonce_of(P), claim_id)
+  local raw = num and redis.call('HGET', P .. 'cl', num)
+  if not raw then
+    return nil
+  end
+  local claim = cmsgpack.unpack(raw)
+  if claim[4] <= now and not any then
+    return nil
+  end
+  return num, claim
+end
+
 local function held_by(m, num, now)
   return m.claim == tonumber(num) and m.claim_expires > now
+end
+
+-- The messages a claim still holds, as {seq, record} pairs.
+local function holdings(P, num, claim, now)
+  local held = {}
+  for i = 5, #claim do
+    local m = load(P, claim[i])
+    if m ~= nil and held_by(m, num, now) then
+      held[#held + 1] = {claim[i], m}
+    end
+  end
+  return held
 end
 
 -- Flattens records for the driver: seq, record, seq, record, ...

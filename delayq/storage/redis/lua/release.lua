@@ -2,21 +2,17 @@
 -- KEYS: queue state. ARGV: now, claim id.
 local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
-local num = claim_number(nonce_of(P), ARGV[2])
-local raw = num and redis.call('HGET', P .. 'cl', num)
-if not raw then
+local num, claim = find_claim(P, ARGV[2], now, true)
+if num == nil then
   return 0
 end
-local claim = cmsgpack.unpack(raw)
-for i = 5, #claim do
-  local m = load(P, claim[i])
-  if m ~= nil and held_by(m, num, now) then
-    m.claim = 0
-    m.claim_expires = 0
-    store(P, claim[i], m)
-    redis.call('ZREM', P .. 'c', claim[i])
-    redis.call('ZADD', P .. 'r', m.due, claim[i])
-  end
+for _, item in ipairs(holdings(P, num, claim, now)) do
+  local seq, m = item[1], item[2]
+  m.claim = 0
+  m.claim_expires = 0
+  store(P, seq, m)
+  redis.call('ZREM', P .. 'c', seq)
+  redis.call('ZADD', P .. 'r', m.due, seq)
 end
 redis.call('HDEL', P .. 'cl', num)
 redis.call('ZREM', P .. 'ce', num)

@@ -3,26 +3,19 @@
 local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
 local ttl, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
-local num = claim_number(nonce_of(P), ARGV[2])
-local raw = num and redis.call('HGET', P .. 'cl', num)
-if not raw then
-  return 1
-end
-local claim = cmsgpack.unpack(raw)
-if claim[4] <= now then
+local num, claim = find_claim(P, ARGV[2], now, false)
+if num == nil then
   return 1
 end
 local expires = now + ttl * US
-for i = 5, #claim do
-  local m = load(P, claim[i])
-  if m ~= nil and held_by(m, num, now) then
-    m.claim_expires = expires
-    if expires + grace * US > m.expires then
-      m.expires = expires + grace * US
-    end
-    store(P, claim[i], m)
-    redis.call('ZADD', P .. 'c', expires, claim[i])
+for _, item in ipairs(holdings(P, num, claim, now)) do
+  local seq, m = item[1], item[2]
+  m.claim_expires = expires
+  if expires + grace * US > m.expires then
+    m.expires = expires + grace * US
   end
+  store(P, seq, m)
+  redis.call('ZADD', P .. 'c', expires, seq)
 end
 claim[1], claim[2], claim[4] = ttl, grace, expires
 redis.call('HSET', P .. 'cl', num, cmsgpack.pack(claim))
