@@ -60,7 +60,8 @@ READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before count
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
-               redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError)
+               redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
+               redis.exceptions.RedisClusterException)
 
 # Record fields, as in lua/common.lua.
 (BODY, CLIENT, CREATED, TTL, DUE, EXPIRES, CLAIM, CLAIM_EXPIRES, COUNT, ID, SOURCE,
@@ -130,8 +131,9 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
                              health_check_interval=30, **common)
         try:
             clustered = single.info("cluster").get("cluster_enabled") == 1
-        except UNAVAILABLE:
-            clustered = False  # not reachable yet: requests will answer 503 until it is
+        except BaseException:
+            single.close()
+            raise
         if not clustered:
             return single, False
         single.close()
@@ -157,17 +159,19 @@ class Driver(base.Driver):
                  connect_timeout: float = 2.0, max_connections: int = 64,
                  reap_interval: int = 0, move_marker_ttl: int = 3600,
                  clock: Callable[[], float] | None = None) -> None:
-        self._client, self.cluster = connect(
-            uri, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
-            max_connections=max_connections)
+        self._uri = uri
+        self._connect_options = dict(socket_timeout=socket_timeout,
+                                     connect_timeout=connect_timeout,
+                                     max_connections=max_connections)
         self._ns = namespace
         self._marker_ttl = move_marker_ttl
         self._clock = clock
-        self._scripts = Scripts(self._client)
+        self._link: tuple[redis.Redis | RedisCluster, bool, Scripts] | None = None
+        self._link_lock = threading.Lock()
         try:
-            self._scripts.load(self._client)
-        except UNAVAILABLE:
-            LOG.warning("Redis is not reachable yet; scripts load at first use.")
+            self._connected()
+        except errors.StorageUnavailable as exc:
+            LOG.warning("%s; connecting again at the next request.", exc.description)
         self._reaper: Reaper | None = None
         if reap_interval > 0:
             self._reaper = Reaper(self, reap_interval)
@@ -180,6 +184,31 @@ class Driver(base.Driver):
                    connect_timeout=group.connect_timeout,
                    max_connections=group.max_connections, reap_interval=group.reap_interval,
                    move_marker_ttl=group.move_marker_ttl)
+
+    # The connection: made at start, or at the first request after Redis came up.
+
+    def _connected(self) -> tuple[redis.Redis | RedisCluster, bool, Scripts]:
+        if self._link is None:
+            with self._link_lock, unavailable_as_503():
+                if self._link is None:
+                    client, clustered = connect(self._uri, **self._connect_options)
+                    scripts = Scripts(client)
+                    scripts.load(client)
+                    self._link = (client, clustered, scripts)
+        return self._link
+
+    @property
+    def _client(self) -> redis.Redis | RedisCluster:
+        return self._connected()[0]
+
+    @property
+    def cluster(self) -> bool:
+        """True when Redis is a cluster (queues then live in different slots)."""
+        return self._connected()[1]
+
+    @property
+    def _scripts(self) -> Scripts:
+        return self._connected()[2]
 
     # Keys and arguments
 
@@ -215,13 +244,15 @@ class Driver(base.Driver):
     def ping(self) -> bool:
         try:
             return bool(self._client.ping())
-        except redis.exceptions.RedisError:
+        except (redis.exceptions.RedisError, errors.StorageUnavailable):
             return False
 
     def close(self) -> None:
         if self._reaper is not None:
             self._reaper.stop()
-        self._client.close()
+        if self._link is not None:
+            self._link[0].close()
+            self._link = None
 
     # Records
 
@@ -428,15 +459,14 @@ class Driver(base.Driver):
               dead_letter: DeadLetterPolicy | None) -> Claim | None:
         key = self.queue_key(project, queue)
         keys = [key]
-        if dead_letter is not None:
-            target = self.queue_key(project, dead_letter.queue)
-            if self.same_slot(key, target):
-                keys.append(target)
         policy = ["", "", ""]
-        if dead_letter is not None:
-            ttl_arg = "" if dead_letter.messages_ttl is None else dead_letter.messages_ttl
-            policy = [dead_letter.max_claim_count, dead_letter.queue, ttl_arg]
         with unavailable_as_503():
+            if dead_letter is not None:
+                target = self.queue_key(project, dead_letter.queue)
+                if self.same_slot(key, target):
+                    keys.append(target)
+                ttl_arg = "" if dead_letter.messages_ttl is None else dead_letter.messages_ttl
+                policy = [dead_letter.max_claim_count, dead_letter.queue, ttl_arg]
             while True:
                 reply = self._scripts.claim(keys=keys, args=[
                     self._now_arg(), ttl, grace, limit, *policy, new_nonce(), CLAIM_BUDGET,
