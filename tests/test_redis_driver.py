@@ -301,3 +301,24 @@ def settle(uri: str, ns: str, source: str) -> None:
     driver = Driver(uri, namespace=ns)
     driver.get_messages(PROJECT, source, ["x"])
     driver.close()
+
+
+def test_a_driver_started_before_redis_works_once_redis_is_up(tmp_path):
+    from delayq import errors
+    from tests.redis_servers import RedisServer, free_ports
+
+    [port] = free_ports(1)
+    driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
+                    connect_timeout=0.2)
+    with pytest.raises(errors.StorageUnavailable):
+        driver.get_queue(PROJECT, "q")
+    assert driver.ping() is False
+    server = RedisServer(port, tmp_path / "late")
+    server.start()
+    try:
+        assert driver.ping() is True
+        post(driver, "q", 2)
+        assert driver.queue_stats(PROJECT, "q").free == 2
+    finally:
+        driver.close()
+        server.stop()
