@@ -27,8 +27,13 @@ Usage::
 
 Results are printed as a table and written to ``benchmarks/results/backlog-<driver>.json``.
 
-Adding a driver: write a ``Backend`` (configuration sections + backlog filler) and add
-it to ``BACKENDS``.
+``--driver redis`` starts a ``redis-server`` of its own (a free loopback port, never the
+default 6379, no persistence, files in the temporary directory), stops it at the end,
+and also reports Redis memory per stored message: ``used_memory`` (``INFO memory``)
+after the fill minus before, divided by the number of backlog messages.
+
+Adding a driver: write a ``Backend`` (configuration sections, backlog filler, and the
+service it needs running, if any) and add it to ``BACKENDS``.
 """
 
 from __future__ import annotations
@@ -51,9 +56,11 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 PROJECT = "delayq-bench"
 EMPTY_QUEUE = "bench-empty"
@@ -82,9 +89,17 @@ OPERATIONS = (
 
 Sections = dict[str, dict[str, str]]
 Progress = Callable[[str], None]
+# What a fill reports besides its duration (for Redis: memory per message), or None.
+FillInfo = dict[str, Any] | None
 
 
 # Storage backends ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def no_service(sections: Sections, workdir: Path) -> Iterator[None]:
+    """For a store that needs no process of its own (SQLite: a file)."""
+    yield
 
 
 @dataclass(frozen=True)
@@ -92,13 +107,17 @@ class Backend:
     """What the benchmark needs to know about one storage driver.
 
     ``sections(workdir)`` returns the driver's configuration sections (merged into the
-    server's configuration file); ``fill(sections, spec, progress)`` stores the backlog
-    directly through the driver, given those same sections.
+    server's configuration file); ``service(sections, workdir)`` is a context manager that
+    keeps the store running (a database server) for the whole run; ``fill(sections, spec,
+    progress)`` stores the backlog directly through the driver, given those same sections,
+    and may return facts about it; ``describe(sections)`` runs once the API server has
+    stopped, the store still up.
     """
 
     sections: Callable[[Path], Sections]
-    fill: Callable[[Sections, BacklogSpec, Progress], None]
+    fill: Callable[[Sections, BacklogSpec, Progress], FillInfo]
     describe: Callable[[Sections], dict[str, Any]] = lambda sections: {}
+    service: Callable[[Sections, Path], AbstractContextManager[Any]] = no_service
 
 
 @dataclass(frozen=True)
@@ -125,35 +144,42 @@ def sqlite_sections(workdir: Path) -> Sections:
     return {"drivers:message_store:sqlite": {"path": str(workdir / "delayq.sqlite")}}
 
 
-def sqlite_fill(sections: Sections, spec: BacklogSpec, progress: Progress) -> None:
+def fill_backlog(driver: Any, spec: BacklogSpec, progress: Progress) -> None:
+    """Store *spec*'s claimed, then delayed, messages through *driver*, batch by batch."""
     from delayq.message import NewMessage
+
+    # Claimed backlog: post ready messages, then claim them right away, batch by batch
+    # (the queue holds nothing claimable before the fill, so each claim takes exactly
+    # the batch just posted).
+    for start, count in batches(spec.claimed, spec.batch):
+        driver.post_messages(spec.project, spec.queue, spec.client_id, [
+            NewMessage(body={"backlog": "claimed", "n": start + i}, ttl=spec.ttl,
+                       delay=0) for i in range(count)])
+        claim = driver.claim(spec.project, spec.queue, ttl=spec.claim_ttl,
+                             grace=spec.claim_grace, limit=count, dead_letter=None)
+        got = len(claim.messages) if claim else 0
+        if got != count:
+            raise RuntimeError(f"backlog claim took {got} messages, expected {count}")
+        progress(f"claimed {start + count}/{spec.claimed}")
+    for start, count in batches(spec.delayed, spec.batch):
+        driver.post_messages(spec.project, spec.queue, spec.client_id, [
+            NewMessage(body={"backlog": "delayed", "n": start + i}, ttl=spec.ttl,
+                       delay=spec.delay) for i in range(count)])
+        progress(f"delayed {start + count}/{spec.delayed}")
+
+
+def sqlite_fill(sections: Sections, spec: BacklogSpec, progress: Progress) -> FillInfo:
     from delayq.storage.sqlite.driver import Driver
 
     driver = Driver(sections["drivers:message_store:sqlite"]["path"])
     try:
-        # Claimed backlog: post ready messages, then claim them right away, batch by batch
-        # (the queue holds nothing claimable before the fill, so each claim takes exactly
-        # the batch just posted).
-        for start, count in batches(spec.claimed, spec.batch):
-            driver.post_messages(spec.project, spec.queue, spec.client_id, [
-                NewMessage(body={"backlog": "claimed", "n": start + i}, ttl=spec.ttl,
-                           delay=0) for i in range(count)])
-            claim = driver.claim(spec.project, spec.queue, ttl=spec.claim_ttl,
-                                 grace=spec.claim_grace, limit=count, dead_letter=None)
-            got = len(claim.messages) if claim else 0
-            if got != count:
-                raise RuntimeError(f"backlog claim took {got} messages, expected {count}")
-            progress(f"claimed {start + count}/{spec.claimed}")
-        for start, count in batches(spec.delayed, spec.batch):
-            driver.post_messages(spec.project, spec.queue, spec.client_id, [
-                NewMessage(body={"backlog": "delayed", "n": start + i}, ttl=spec.ttl,
-                           delay=spec.delay) for i in range(count)])
-            progress(f"delayed {start + count}/{spec.delayed}")
+        fill_backlog(driver, spec, progress)
         # Fold the write-ahead log into the database so that the measurement does not
         # pay for a checkpoint of the fill.
         driver._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         driver.close()
+    return None
 
 
 def sqlite_describe(sections: Sections) -> dict[str, Any]:
@@ -164,8 +190,186 @@ def sqlite_describe(sections: Sections) -> dict[str, Any]:
             "database_bytes": path.stat().st_size if path.exists() else None}
 
 
+REDIS_GROUP = "drivers:message_store:redis"
+REDIS_NAMESPACE = "dq"
+REDIS_DEFAULT_PORT = 6379
+REDIS_START_TIMEOUT = 30.0
+
+
+class RedisServer:
+    """A private ``redis-server`` on a loopback port, without persistence.
+
+    Like the test suite's servers: ``--save ''`` and ``--appendonly no`` keep a 2-million
+    message fill from writing snapshots (a fork and a disk write in the middle of a
+    measurement), and the data directory and log live in the run's temporary directory.
+    """
+
+    def __init__(self, port: int, directory: Path) -> None:
+        self.port = port
+        self.directory = directory
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "redis.log"
+
+    def start(self) -> None:
+        import redis
+
+        executable = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not Path(executable).exists():
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [executable, "--bind", "127.0.0.1", "--port", str(self.port),
+             "--dir", str(self.directory), "--save", "", "--appendonly", "no",
+             "--protected-mode", "no", "--logfile", str(self.log_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        deadline = time.monotonic() + REDIS_START_TIMEOUT
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.exceptions.ConnectionError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        self.stop()
+                        log = self.log_path.read_text(errors="replace") \
+                            if self.log_path.exists() else ""
+                        raise RuntimeError(f"redis-server on port {self.port} did not "
+                                           f"start:\n{log}") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def redis_client(sections: Sections) -> Any:
+    """A plain redis-py client on the benchmark's Redis server (for INFO and key reads)."""
+    import redis
+
+    return redis.Redis.from_url(sections[REDIS_GROUP]["uri"])
+
+
+def used_memory(sections: Sections) -> dict[str, int]:
+    """``used_memory`` and ``used_memory_rss`` from ``INFO memory``, in bytes."""
+    client = redis_client(sections)
+    try:
+        info = client.info("memory")
+    finally:
+        client.close()
+    return {"used_memory": info["used_memory"], "used_memory_rss": info["used_memory_rss"]}
+
+
+def redis_sections(workdir: Path) -> Sections:
+    port = free_port()
+    while port == REDIS_DEFAULT_PORT:  # never a Redis the machine may already run
+        port = free_port()
+    return {REDIS_GROUP: {"uri": f"redis://127.0.0.1:{port}/0", "namespace": REDIS_NAMESPACE}}
+
+
+@contextlib.contextmanager
+def redis_service(sections: Sections, workdir: Path) -> Iterator[RedisServer]:
+    """The run's own redis-server, on the port of *sections*' uri, stopped on exit."""
+    port = urlsplit(sections[REDIS_GROUP]["uri"]).port
+    if port is None:
+        raise ValueError("the Redis uri names no port")
+    server = RedisServer(port, workdir / "redis")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def redis_fill(sections: Sections, spec: BacklogSpec, progress: Progress) -> FillInfo:
+    """The backlog through the Redis driver, and Redis memory per stored message.
+
+    ``used_memory`` is read before and after the fill. Nothing else writes meanwhile (the
+    API server is idle between its queue creation and the measurement; its reaper only
+    sets a lock key), so the difference is what the backlog messages cost: records, the
+    three state indexes, the bucket indexes and the claim records of the fill's claims.
+    """
+    from delayq.storage.redis.driver import Driver
+
+    group = sections[REDIS_GROUP]
+    driver = Driver(group["uri"], namespace=group["namespace"])
+    before = used_memory(sections)
+    try:
+        fill_backlog(driver, spec, progress)
+    finally:
+        driver.close()
+    after = used_memory(sections)
+    messages = spec.delayed + spec.claimed
+    grown = after["used_memory"] - before["used_memory"]
+    return {"messages": messages, "used_memory_before": before["used_memory"],
+            "used_memory_after": after["used_memory"],
+            "used_memory_rss_after": after["used_memory_rss"],
+            "bytes_per_message": round(grown / messages, 1) if messages else None}
+
+
+def redis_record(client: Any, prefix: str, index: str) -> dict[str, Any] | None:
+    """How the message at the head of state index *index* (``"c"``, ``"d"``) is stored.
+
+    Records are MessagePack values in hashes of 64 messages (``b:<seq // 64>``); Redis
+    keeps such a hash as a compact listpack only while every value is at most
+    ``hash-max-listpack-value`` bytes, else converts it to a hashtable.
+    """
+    first = client.zrange(prefix + index, 0, 0)
+    if not first:
+        return None
+    seq = first[0].decode()
+    bucket = f"{prefix}b:{int(seq, 36) // 64}"
+    encoding = client.object("encoding", bucket)
+    return {"bucket": bucket, "bucket_encoding": encoding.decode() if encoding else None,
+            "bucket_messages": client.hlen(bucket),
+            "bucket_bytes": client.memory_usage(bucket, samples=0),
+            "record_bytes": client.hstrlen(bucket, seq)}
+
+
+def redis_describe(sections: Sections) -> dict[str, Any]:
+    """Server version and memory, and how the backlog queue's keys are stored."""
+    from delayq.storage.redis.driver import Driver
+
+    group = sections[REDIS_GROUP]
+    # The driver's own key layout, rather than a copy of it here.
+    driver = Driver(group["uri"], namespace=group["namespace"])
+    prefix = driver.queue_key(PROJECT, BACKLOG_QUEUE)[:-1]  # without the final "s"
+    driver.close()
+    client = redis_client(sections)
+    try:
+        server = client.info("server")
+        memory = client.info("memory")
+        listpack_value = client.config_get("hash-max-listpack-value")
+        return {
+            "redis_version": server["redis_version"],
+            "used_memory": memory["used_memory"],
+            "used_memory_rss": memory["used_memory_rss"],
+            "mem_fragmentation_ratio": memory.get("mem_fragmentation_ratio"),
+            "keys": client.dbsize(),
+            "hash_max_listpack_value": int(listpack_value["hash-max-listpack-value"]),
+            "claimed_record": redis_record(client, prefix, "c"),
+            "delayed_record": redis_record(client, prefix, "d"),
+            "index_sizes": {name: client.zcard(prefix + name)
+                            for name in ("r", "d", "c", "bi", "xb", "ce")},
+        }
+    finally:
+        client.close()
+
+
 BACKENDS: dict[str, Backend] = {
     "sqlite": Backend(sections=sqlite_sections, fill=sqlite_fill, describe=sqlite_describe),
+    "redis": Backend(sections=redis_sections, fill=redis_fill, describe=redis_describe,
+                     service=redis_service),
 }
 
 
@@ -369,6 +573,14 @@ def print_table(table: dict[str, Any], backlog: int) -> None:
               f" | {row['ratio_median']:14.2f}")
 
 
+def memory_line(fill_info: dict[str, Any]) -> str:
+    """The store's memory per backlog message, from a fill's before/after figures."""
+    grown = fill_info["used_memory_after"] - fill_info["used_memory_before"]
+    return (f"memory per stored message: {fill_info['bytes_per_message']:.0f} bytes "
+            f"(used_memory +{grown / 2**20:,.1f} MiB for {fill_info['messages']:,} "
+            "messages)")
+
+
 def stats(client: Client, queue: str) -> dict[str, Any]:
     document, elapsed = client.expect(200, "GET", f"/v2/queues/{queue}/stats")
     counts = {k: document["messages"][k] for k in ("free", "claimed", "delayed", "total")}
@@ -430,10 +642,12 @@ def main(argv: list[str] | None = None) -> int:
 
     server = None
     client = None
+    services = contextlib.ExitStack()  # the store's own server, if any: stopped last
     try:
         print(f"delayq backlog benchmark: driver={args.driver} backlog={args.backlog:,} "
               f"delayed + {args.backlog:,} claimed, samples={args.samples}, "
               f"workers={args.workers}, {info['cpus']} CPUs")
+        services.enter_context(backend.service(sections, workdir))
         server = Server(config, port, workdir / "server.log")
         server.wait_ready()
         client = Client(port)
@@ -442,11 +656,13 @@ def main(argv: list[str] | None = None) -> int:
             client.expect(201, "PUT", f"/v2/queues/{queue}", metadata)
 
         started = time.perf_counter()
-        backend.fill(sections, BacklogSpec(project=PROJECT, queue=BACKLOG_QUEUE,
-                                           delayed=args.backlog, claimed=args.backlog),
-                     progress)
+        fill_info = backend.fill(sections, BacklogSpec(
+            project=PROJECT, queue=BACKLOG_QUEUE, delayed=args.backlog,
+            claimed=args.backlog), progress) or {}
         fill_seconds = time.perf_counter() - started
         print(f"\r  fill: {2 * args.backlog:,} messages in {fill_seconds:.1f}s" + " " * 20)
+        if "bytes_per_message" in fill_info:
+            print(f"  {memory_line(fill_info)}")
         client.reconnect()
 
         before = {queue: stats(client, queue) for queue in QUEUES}
@@ -464,6 +680,12 @@ def main(argv: list[str] | None = None) -> int:
         got = {k: after[BACKLOG_QUEUE][k] for k in expected}
         if got != expected:
             raise RuntimeError(f"backlog changed during the run: {got}, expected {expected}")
+        # The API server stops first; the store is described while it still runs.
+        client.close()
+        client = None
+        server.stop()
+        server = None
+        store = backend.describe(sections)
     except BaseException:
         if server is not None:
             print(f"\nserver log (tail):\n{server.log_tail()}", file=sys.stderr)
@@ -474,6 +696,7 @@ def main(argv: list[str] | None = None) -> int:
             client.close()
         if server is not None:
             server.stop()
+        services.close()
 
     with contextlib.suppress(OSError):
         info["loadavg_end"] = os.getloadavg()
@@ -486,6 +709,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{verdict}); 204 claim ratio: {table['claim_empty']['ratio_median']:.2f}")
     print(f"stats request on the backlog queue: {after[BACKLOG_QUEUE]['request_ms']} ms "
           f"(informational)")
+    if "bytes_per_message" in fill_info:
+        print(memory_line(fill_info))
 
     result = {
         "benchmark": "backlog",
@@ -496,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": args.warmup,
         "workers": args.workers,
         "fill_seconds": round(fill_seconds, 2),
+        **({"fill": fill_info} if fill_info else {}),
         "measure_seconds": round(measure_seconds, 2),
         "target_ratio": TARGET_RATIO,
         "claim_ratio_median": ratio,
@@ -504,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         "stats_before": before,
         "stats_after": after,
         "machine": info,
-        "store": backend.describe(sections),
+        "store": store,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     output.parent.mkdir(parents=True, exist_ok=True)
