@@ -34,8 +34,10 @@ from urllib.parse import quote, unquote
 import msgpack
 import redis
 from oslo_config import cfg
+from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
+from redis.retry import Retry
 
 from delayq import errors
 from delayq.claim import Claim
@@ -123,7 +125,10 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
             max_connections: int) -> tuple[redis.Redis | RedisCluster, bool]:
     """A client for *uri* and whether it talks to a cluster (several seeds, or detected)."""
     tls, username, password, nodes, db = parse_uri(uri)
-    common = dict(username=username, password=password, ssl=tls,
+    # A few quick retries ride out a failover; redis-py's default backs off for seconds,
+    # which would hold every request that long while Redis is down.
+    retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 2)
+    common = dict(username=username, password=password, ssl=tls, retry=retry,
                   socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
     if len(nodes) == 1:
         host, port = nodes[0]
