@@ -65,7 +65,7 @@ UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
                redis.exceptions.RedisClusterException)
 
-# Record fields, as in lua/common.lua.
+# Record fields, as lua/common.lua hands them over (due and expires relative).
 (BODY, CLIENT, CREATED, TTL, DUE, EXPIRES, CLAIM, CLAIM_EXPIRES, COUNT, ID, SOURCE,
  MOVED) = range(12)
 RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
@@ -272,8 +272,8 @@ class Driver(base.Driver):
             body=json.loads(fields[BODY]),
             ttl=ttl,
             created=created / US,
-            expires=(fields[EXPIRES] or created + ttl * US) / US,
-            due=(fields[DUE] or created) / US,
+            expires=(created + ttl * US + fields[EXPIRES]) / US,
+            due=(created + fields[DUE]) / US,
             client_id=client_text(fields[CLIENT]),
             claim_id=f"{nonce.decode()}c{claim}" if claim else None,
             claim_expires=fields[CLAIM_EXPIRES] / US,

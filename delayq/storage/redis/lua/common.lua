@@ -54,13 +54,17 @@ local function bucket_key(P, bucket)
   return P .. 'b:' .. bucket
 end
 
--- Records are MessagePack arrays; trailing fields at their default are left out, so a
--- fresh message with a tiny body stays well under the 64 bytes of a listpack value.
+-- Records are MessagePack arrays:
+--   body, client, created, ttl, due - created, expires - (created + ttl), claim number,
+--   claim expiry, claim count, id (moved-in messages only), source queue, move time.
+-- Trailing fields at their default are left out, and stored records carry 0 for the claim
+-- expiry (it is the message's score in 'c'), so that a small message stays within the
+-- 64 bytes a listpack value may have.
 local function decode(raw)
   local f = cmsgpack.unpack(raw)
   local m = {body = f[1], client = f[2], created = f[3], ttl = f[4]}
-  m.due = (f[5] ~= nil and f[5] ~= 0) and f[5] or m.created
-  m.expires = (f[6] ~= nil and f[6] ~= 0) and f[6] or (m.created + m.ttl * US)
+  m.due = m.created + (f[5] or 0)
+  m.expires = m.created + m.ttl * US + (f[6] or 0)
   m.claim = f[7] or 0
   m.claim_expires = f[8] or 0
   m.count = f[9] or 0
@@ -70,11 +74,11 @@ local function decode(raw)
   return m
 end
 
-local function encode(m)
-  local f = {m.body, m.client, m.created, m.ttl,
-             (m.due ~= m.created) and m.due or 0,
-             (m.expires ~= m.created + m.ttl * US) and m.expires or 0,
-             m.claim, m.claim_expires, m.count, m.id, m.source, m.moved}
+-- The record as stored (wire = false) or as handed to the driver (wire = true).
+local function encode(m, wire)
+  local f = {m.body, m.client, m.created, m.ttl, m.due - m.created,
+             m.expires - (m.created + m.ttl * US), m.claim,
+             wire and m.claim_expires or 0, m.count, m.id, m.source, m.moved}
   local n = 12
   while n > 4 and (f[n] == 0 or f[n] == '') do
     f[n] = nil
@@ -83,17 +87,26 @@ local function encode(m)
   return cmsgpack.pack(f)
 end
 
+-- A stored record of queue P at *seq*, its claim expiry filled in.
+local function decode_at(P, seq, raw)
+  local m = decode(raw)
+  if m.claim ~= 0 then
+    m.claim_expires = tonumber(redis.call('ZSCORE', P .. 'c', seq)) or 0
+  end
+  return m
+end
+
 local function load(P, seq)
   local raw = redis.call('HGET', bucket_key(P, bucket_of(seq)), seq)
   if raw then
-    return decode(raw)
+    return decode_at(P, seq, raw)
   end
   return nil
 end
 
 local function store(P, seq, m)
   local bucket = bucket_of(seq)
-  redis.call('HSET', bucket_key(P, bucket), seq, encode(m))
+  redis.call('HSET', bucket_key(P, bucket), seq, encode(m, false))
   redis.call('ZADD', P .. 'bi', bucket, bucket)
   redis.call('ZADD', P .. 'xb', 'LT', m.expires, bucket)
 end
@@ -342,7 +355,7 @@ local function pack_messages(list)
   local out = {}
   for _, item in ipairs(list) do
     out[#out + 1] = item[1]
-    out[#out + 1] = encode(item[2])
+    out[#out + 1] = encode(item[2], true)
   end
   return out
 end

@@ -31,7 +31,7 @@ while status == 0 do
     end
     table.sort(seqs)
     for _, seq in ipairs(seqs) do
-      local m = decode(records[seq])
+      local m = decode_at(P, seq, records[seq])
       read = read + 1
       last = seq
       if m.expires > now

@@ -34,7 +34,7 @@ local function edge(first)
   end
   if best ~= nil then
     out[#out + 1] = fields[best]
-    out[#out + 1] = fields[best + 1]
+    out[#out + 1] = encode(decode_at(P, fields[best], fields[best + 1]), true)
   end
 end
 edge(true)
