@@ -36,3 +36,15 @@ def claim_and_die(kind: str, uri: str, namespace: str, project: str, queue: str)
     driver = KINDS[kind](uri, namespace=namespace)
     Broker(driver, Limits()).claim(project, queue, ttl=60, grace=60, limit=20)
     raise SystemExit("the claim finished without reaching the crash point")
+
+
+class SettlesLate(Driver):
+    """Skips its first settle, as if a claim's moves arrived just after it."""
+
+    skipped = False
+
+    def _settle(self, project: str, queue: str) -> None:
+        if not self.skipped:
+            self.skipped = True
+            return
+        super()._settle(project, queue)

@@ -322,3 +322,93 @@ def test_a_driver_started_before_redis_works_once_redis_is_up(tmp_path):
     finally:
         driver.close()
         server.stop()
+
+
+def crashed_moves(kind: str, count: int) -> tuple[str, str, Driver, Broker, str, str, list]:
+    """A cluster source queue whose claimer died mid-moves, and its dead-letter queue."""
+    from tests.redis_crash import claim_and_die
+
+    uri, ns = SERVERS.cluster_uri(), namespace()
+    driver = Driver(uri, namespace=ns)
+    broker = Broker(driver, Limits())
+    source, target = cross_slot_names(driver)
+    ids = worn_out(broker, source, target, count)
+    child = SPAWN.Process(target=claim_and_die, args=(kind, uri, ns, PROJECT, source))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
+    return uri, ns, driver, broker, source, target, ids
+
+
+def test_purging_the_source_completes_moves_that_arrive_during_the_purge():
+    from tests.redis_crash import SettlesLate
+
+    uri, ns, driver, broker, source, target, ids = crashed_moves("after-outbox", 3)
+    late = SettlesLate(uri, namespace=ns)
+    late.purge_queue(PROJECT, source)
+    assert late.skipped
+    assert sorted(m.id for m in driver.get_messages(PROJECT, target, ids)) == sorted(ids)
+    assert driver._client.hlen(driver.queue_key(PROJECT, source)[:-1] + "o") == 0
+    late.close()
+    driver.close()
+
+
+def test_a_move_repeated_after_the_dead_letter_queue_was_purged_is_not_applied_again():
+    uri, ns, driver, broker, source, target, ids = crashed_moves("after-move-in", 2)
+    [arrived] = driver.get_messages(PROJECT, target, ids)
+    driver.purge_queue(PROJECT, target)
+    driver.get_messages(PROJECT, source, ids)  # completes the pending moves
+    assert {m.id for m in driver.get_messages(PROJECT, target, ids)} == set(ids) - {arrived.id}
+    driver.close()
+
+
+def test_a_full_redis_answers_unavailable_and_keeps_serving_reads():
+    from delayq import errors
+
+    server = SERVERS.fresh("--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
+    driver = Driver(server.uri, namespace=namespace())
+    posted = []
+    with pytest.raises(errors.StorageUnavailable, match="memory"):
+        for _ in range(200):
+            posted += post(driver, "q", 500, body={"pad": "x" * 200})
+    assert posted
+    assert len(driver.get_messages(PROJECT, "q", posted[:10])) == 10
+    assert driver.queue_stats(PROJECT, "q").free == len(posted)
+    driver.delete_messages(PROJECT, "q", posted[:10])  # deleting frees memory: allowed
+    driver.close()
+    server.stop()
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:1", "redis://:secret@h:port",
+                                 "redis://a:1,b:2/3"])
+def test_a_malformed_uri_stops_the_driver_without_repeating_the_password(uri):
+    with pytest.raises(ValueError) as raised:
+        Driver(uri)
+    assert "secret" not in str(raised.value)
+
+
+def test_a_queue_whose_slot_is_migrating_answers_unavailable_not_an_error():
+    from delayq import errors
+
+    driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
+    post(driver, "moving", 1)
+    key = driver.queue_key(PROJECT, "moving")
+    slot = key_slot(key.encode())
+    cluster = driver._client
+    owner = cluster.nodes_manager.get_node_from_slot(slot)
+    other = next(n for n in cluster.get_primaries() if n.name != owner.name)
+    owner_client = cluster.get_redis_connection(owner)
+    other_id = cluster.get_redis_connection(other).execute_command("CLUSTER MYID")
+    owner_client.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", other_id)
+    try:
+        with pytest.raises(errors.StorageUnavailable, match="migrated"):
+            # A claim reaches keys of the slot that do not exist yet (the claim
+            # record): during a migration Redis refuses that with ASK or TRYAGAIN.
+            for _ in range(3):
+                driver.claim(PROJECT, "moving", ttl=60, grace=60, limit=1,
+                             dead_letter=None)
+                post(driver, "moving", 1)
+    finally:
+        owner_client.execute_command("CLUSTER SETSLOT", slot, "STABLE")
+    assert driver.queue_stats(PROJECT, "moving").total >= 1
+    driver.close()

@@ -63,7 +63,10 @@ READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before count
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
                redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
-               redis.exceptions.RedisClusterException)
+               redis.exceptions.OutOfMemoryError, redis.exceptions.RedisClusterException)
+# Replies of a cluster whose slot is moving (resharding): the request may be retried.
+MIGRATING = ("TRYAGAIN", "ASK ", "MOVED ", "CROSSSLOT",
+             "Script attempted to access a non local key")
 
 # Record fields, as lua/common.lua hands them over (due and expires relative).
 (BODY, CLIENT, CREATED, TTL, DUE, EXPIRES, CLAIM, CLAIM_EXPIRES, COUNT, ID, SOURCE,
@@ -107,15 +110,23 @@ def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, i
     """``(tls, username, password, [(host, port), ...], db)`` from a redis:// URI."""
     scheme, sep, rest = uri.partition("://")
     if not sep or scheme not in ("redis", "rediss"):
-        raise ValueError(f"[{GROUP}] uri must start with redis:// or rediss://; got {uri!r}")
+        # The URI itself may hold a password: do not repeat it.
+        raise ValueError(f"[{GROUP}] uri must start with redis:// or rediss://")
     location, _, db = rest.partition("/")
     credentials, _, hosts = location.rpartition("@")
     username, _, password = credentials.partition(":")
     nodes = []
     for host in hosts.split(","):
-        name, _, port = host.strip().rpartition(":")
-        if not name:
-            name, port = port, "6379"
+        host = host.strip()
+        if host.startswith("["):  # IPv6: [::1]:6379
+            name, _, port = host[1:].partition("]")
+            port = port.lstrip(":") or "6379"
+        else:
+            name, _, port = host.rpartition(":")
+            if not name:
+                name, port = port, "6379"
+        if not name or not port.isdigit():
+            raise ValueError(f"[{GROUP}] uri has a malformed host:port")
         nodes.append((name, int(port)))
     return (scheme == "rediss", unquote(username) or None, unquote(password) or None, nodes,
             int(db or 0))
@@ -130,6 +141,8 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
     retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 2)
     common = dict(username=username, password=password, ssl=tls, retry=retry,
                   socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
+    if len(nodes) > 1 and db:
+        raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
     if len(nodes) == 1:
         host, port = nodes[0]
         single = redis.Redis(host=host, port=port, db=db, max_connections=max_connections,
@@ -142,6 +155,8 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
         if not clustered:
             return single, False
         single.close()
+        if db:
+            raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
     cluster = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],
                            max_connections=max_connections, **common)
     return cluster, True
@@ -153,6 +168,11 @@ def unavailable_as_503() -> Iterator[None]:
         yield
     except UNAVAILABLE as exc:
         raise errors.StorageUnavailable(f"Redis is unavailable: {exc}") from exc
+    except redis.exceptions.ResponseError as exc:
+        if not any(mark in str(exc) for mark in MIGRATING):
+            raise
+        raise errors.StorageUnavailable(
+            f"The queue's Redis Cluster slot is being migrated; retry: {exc}") from exc
 
 
 class Driver(base.Driver):
@@ -164,6 +184,7 @@ class Driver(base.Driver):
                  connect_timeout: float = 2.0, max_connections: int = 64,
                  reap_interval: int = 0, move_marker_ttl: int = 3600,
                  clock: Callable[[], float] | None = None) -> None:
+        parse_uri(uri)  # a malformed URI stops the server at start, not at each request
         self._uri = uri
         self._connect_options = dict(socket_timeout=socket_timeout,
                                      connect_timeout=connect_timeout,
@@ -323,13 +344,17 @@ class Driver(base.Driver):
             # Unlist first: a post racing the delete then either lands before the drop
             # (and goes with it) or re-creates and re-lists the queue.
             self._client.zrem(self._catalogue_key(project), name)
-            self._settle(project, name)
-            self._scripts.queue_drop(keys=[self.queue_key(project, name)], args=["delete"])
+            self._drop(project, name, "delete")
 
     def purge_queue(self, project: str, name: str) -> None:
         with unavailable_as_503():
-            self._settle(project, name)
-            self._scripts.queue_drop(keys=[self.queue_key(project, name)], args=["purge"])
+            self._drop(project, name, "purge")
+
+    def _drop(self, project: str, name: str, how: str) -> None:
+        """Empty (or delete) a queue; dead-letter moves it started still complete."""
+        self._settle(project, name)
+        if self._scripts.queue_drop(keys=[self.queue_key(project, name)], args=[how]):
+            self._settle(project, name)  # moves a concurrent claim made meanwhile
 
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:

@@ -8,6 +8,8 @@ if not redis.call('ZSCORE', P .. 'mv', ARGV[2]) then
   ensure_queue(P, ARGV[3])
   admit(P, decode(ARGV[4]), now)
   redis.call('ZADD', P .. 'mv', now, ARGV[2])
+  -- The markers outlive a deleted queue, and then go by themselves.
+  redis.call('EXPIRE', P .. 'mv', tonumber(ARGV[5]))
   received = 1
 end
 reap(P, now, 2, tonumber(ARGV[5]))

@@ -1,12 +1,16 @@
 -- Delete every message and claim of a queue; with ARGV[1] = 'delete' the queue too.
 -- KEYS: queue state. Large structures are freed in the background (UNLINK).
+-- The outbox ('o') stays: moves a claim put there since the driver last emptied it are
+-- completed afterwards, not lost. So do the move markers ('mv', which expire on their
+-- own): a move arriving again after a purge must still be recognised.
+-- Returns the outbox size.
 local P = string.sub(KEYS[1], 1, -2)
 for _, bucket in ipairs(redis.call('ZRANGE', P .. 'bi', 0, -1)) do
   redis.call('UNLINK', bucket_key(P, bucket))
 end
 redis.call('UNLINK', P .. 'r', P .. 'd', P .. 'c', P .. 'bi', P .. 'xb', P .. 'cl',
-           P .. 'ce', P .. 'a', P .. 'o', P .. 'mv')
+           P .. 'ce', P .. 'a')
 if ARGV[1] == 'delete' then
   redis.call('UNLINK', P .. 's')
 end
-return 0
+return redis.call('HLEN', P .. 'o')
