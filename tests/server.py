@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,8 +95,13 @@ class RunningServer:
             return None
 
 
-def wait_until_serving(server: RunningServer, timeout: float = START_TIMEOUT) -> None:
-    """Poll GET /v2/ping until 204; fail with the server's stderr if it dies or hangs."""
+def wait_until_serving(server: RunningServer, timeout: float = START_TIMEOUT,
+                       statuses: Collection[int] = (204,)) -> None:
+    """Poll GET /v2/ping until it answers one of *statuses* (204: serving, storage up);
+    fail with the server's stderr if it dies or hangs.
+
+    ``statuses=(503,)`` waits for a server that serves HTTP while its storage is down.
+    """
     deadline = time.monotonic() + timeout
     last_error: object = None
     while time.monotonic() < deadline:
@@ -104,14 +109,15 @@ def wait_until_serving(server: RunningServer, timeout: float = START_TIMEOUT) ->
             raise RuntimeError(f"delayq-server exited with {server.proc.returncode} before "
                                f"serving; stderr:\n{server.stderr()}")
         try:
-            response = httpx.get(f"{server.url}/v2/ping", timeout=5)
-            if response.status_code == 204:
+            response = httpx.get(f"{server.url}/v2/ping", timeout=15)
+            if response.status_code in statuses:
                 return
             last_error = f"HTTP {response.status_code}: {response.text[:200]}"
         except httpx.HTTPError as exc:
             last_error = exc
         time.sleep(0.1)
-    raise RuntimeError(f"delayq-server did not answer /v2/ping with 204 within {timeout} s "
+    wanted = " or ".join(map(str, statuses))
+    raise RuntimeError(f"delayq-server did not answer /v2/ping with {wanted} within {timeout} s "
                        f"(last: {last_error!r}); stderr:\n{server.stderr()}")
 
 
