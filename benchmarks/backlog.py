@@ -148,12 +148,13 @@ def fill_backlog(driver: Any, spec: BacklogSpec, progress: Progress) -> None:
     """Store *spec*'s claimed, then delayed, messages through *driver*, batch by batch."""
     from delayq.message import NewMessage
 
+    # Tiny bodies ({"n": 123456}): the memory figure is the one for a tiny message.
     # Claimed backlog: post ready messages, then claim them right away, batch by batch
     # (the queue holds nothing claimable before the fill, so each claim takes exactly
     # the batch just posted).
     for start, count in batches(spec.claimed, spec.batch):
         driver.post_messages(spec.project, spec.queue, spec.client_id, [
-            NewMessage(body={"backlog": "claimed", "n": start + i}, ttl=spec.ttl,
+            NewMessage(body={"n": start + i}, ttl=spec.ttl,
                        delay=0) for i in range(count)])
         claim = driver.claim(spec.project, spec.queue, ttl=spec.claim_ttl,
                              grace=spec.claim_grace, limit=count, dead_letter=None)
@@ -163,7 +164,7 @@ def fill_backlog(driver: Any, spec: BacklogSpec, progress: Progress) -> None:
         progress(f"claimed {start + count}/{spec.claimed}")
     for start, count in batches(spec.delayed, spec.batch):
         driver.post_messages(spec.project, spec.queue, spec.client_id, [
-            NewMessage(body={"backlog": "delayed", "n": start + i}, ttl=spec.ttl,
+            NewMessage(body={"n": start + i}, ttl=spec.ttl,
                        delay=spec.delay) for i in range(count)])
         progress(f"delayed {start + count}/{spec.delayed}")
 

@@ -316,6 +316,10 @@ def test_a_driver_started_before_redis_works_once_redis_is_up(tmp_path):
     server = RedisServer(port, tmp_path / "late")
     server.start()
     try:
+        # Attempts to connect are spaced out (CONNECT_PAUSE): the next one succeeds.
+        deadline = time.monotonic() + 5
+        while not driver.ping() and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert driver.ping() is True
         post(driver, "q", 2)
         assert driver.queue_stats(PROJECT, "q").free == 2

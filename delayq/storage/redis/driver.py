@@ -59,6 +59,7 @@ CLAIM_BUDGET = 256  # expired or dead-lettered candidates a claim or pop skips p
 LIST_BUDGET = 1000  # records a listing reads per call
 WRITE_REAP_BUDGET = 2  # expiry buckets each write reaps on the side
 READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
+CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
@@ -136,9 +137,11 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
             max_connections: int) -> tuple[redis.Redis | RedisCluster, bool]:
     """A client for *uri* and whether it talks to a cluster (several seeds, or detected)."""
     tls, username, password, nodes, db = parse_uri(uri)
-    # A few quick retries ride out a failover; redis-py's default backs off for seconds,
-    # which would hold every request that long while Redis is down.
-    retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), 2)
+    # One quick retry on a dropped connection (Redis restarted, a failover). None on a
+    # timeout: the command may have run, and a silent Redis would hold every request for
+    # several socket_timeouts instead of one.
+    retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), 1,
+                  supported_errors=(redis.exceptions.ConnectionError,))
     common = dict(username=username, password=password, ssl=tls, retry=retry,
                   socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
     if len(nodes) > 1 and db:
@@ -194,6 +197,8 @@ class Driver(base.Driver):
         self._clock = clock
         self._link: tuple[redis.Redis | RedisCluster, bool, Scripts] | None = None
         self._link_lock = threading.Lock()
+        self._link_failed_at = 0.0
+        self._link_error = ""
         try:
             self._connected()
         except errors.StorageUnavailable as exc:
@@ -214,14 +219,34 @@ class Driver(base.Driver):
     # The connection: made at start, or at the first request after Redis came up.
 
     def _connected(self) -> tuple[redis.Redis | RedisCluster, bool, Scripts]:
-        if self._link is None:
-            with self._link_lock, unavailable_as_503():
-                if self._link is None:
-                    client, clustered = connect(self._uri, **self._connect_options)
-                    scripts = Scripts(client)
-                    scripts.load(client)
-                    self._link = (client, clustered, scripts)
-        return self._link
+        """The client, connecting first if needed.
+
+        While Redis is down, one request at a time tries to connect, at most once per
+        CONNECT_PAUSE seconds; every other request fails at once with the last error
+        instead of queueing behind the attempt.
+        """
+        link = self._link
+        if link is not None:
+            return link
+        if not self._link_lock.acquire(blocking=False):
+            raise errors.StorageUnavailable("Connecting to Redis; retry.")
+        try:
+            if self._link is None:
+                if time.monotonic() - self._link_failed_at < CONNECT_PAUSE:
+                    raise errors.StorageUnavailable(self._link_error)
+                try:
+                    with unavailable_as_503():
+                        client, clustered = connect(self._uri, **self._connect_options)
+                        scripts = Scripts(client)
+                        scripts.load(client)
+                except errors.StorageUnavailable as exc:
+                    self._link_failed_at = time.monotonic()
+                    self._link_error = exc.description
+                    raise
+                self._link = (client, clustered, scripts)
+            return self._link
+        finally:
+            self._link_lock.release()
 
     @property
     def _client(self) -> redis.Redis | RedisCluster:
