@@ -429,8 +429,13 @@ def test_command_line_workers_wins_over_config(cli_server):
 
 
 def test_concurrent_claims_across_workers_deliver_each_message_once(cli_server):
+    assert_claimed_once_by_concurrent_consumers(cli_server.url)
+
+
+def assert_claimed_once_by_concurrent_consumers(url: str, threads: int = 8) -> None:
+    """200 messages posted, *threads* clients claiming and deleting: each taken once."""
     name = unique("race")
-    producer = make_client(cli_server.url).queue(name)
+    producer = make_client(url).queue(name)
     posted = []
     for batch in range(10):
         posted += posted_ids(producer.post(
@@ -441,7 +446,7 @@ def test_concurrent_claims_across_workers_deliver_each_message_once(cli_server):
     lock = threading.Lock()
 
     def consume() -> int:
-        q = make_client(cli_server.url).queue(name, auto_create=False)
+        q = make_client(url).queue(name, auto_create=False)
         taken = 0
         while True:
             claim = q.claim(ttl=300, grace=60, limit=5)
@@ -456,14 +461,15 @@ def test_concurrent_claims_across_workers_deliver_each_message_once(cli_server):
                 seen.extend(m.id for m in messages)
             taken += len(messages)
 
-    with ThreadPoolExecutor(8) as pool:
-        taken = [f.result(timeout=150) for f in [pool.submit(consume) for _ in range(8)]]
+    with ThreadPoolExecutor(threads) as pool:
+        taken = [f.result(timeout=150) for f in [pool.submit(consume)
+                                                 for _ in range(threads)]]
 
     duplicates = [id_ for id_, n in collections.Counter(seen).items() if n > 1]
     assert duplicates == []
     assert set(seen) == set(posted)
     assert sum(taken) == 200
-    stats = make_client(cli_server.url).queue(name, auto_create=False).stats["messages"]
+    stats = make_client(url).queue(name, auto_create=False).stats["messages"]
     assert stats["total"] == 0
 
 

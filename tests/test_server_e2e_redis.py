@@ -8,10 +8,8 @@ never see each other's keys. The Redis servers come from ``tests/redis_servers.p
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,6 +34,7 @@ from tests.server import (
 )
 from tests.test_server_e2e import (
     PROJECT,
+    assert_claimed_once_by_concurrent_consumers,
     counts,
     http_headers,
     make_client,
@@ -353,41 +352,7 @@ def test_concurrent_claims_across_two_workers_deliver_each_message_once(serve):
     workers = child_pids(server.proc.pid)
     assert len(workers) == 2, server.stderr()
 
-    name = unique("race")
-    producer = make_client(server.url).queue(name)
-    posted = []
-    for batch in range(10):
-        posted += posted_ids(producer.post(
-            [{"body": {"batch": batch, "i": i}} for i in range(20)]))
-    assert len(set(posted)) == 200
-
-    seen: list[str] = []
-    lock = threading.Lock()
-
-    def consume() -> int:
-        q = make_client(server.url).queue(name, auto_create=False)
-        taken = 0
-        while True:
-            claim = q.claim(ttl=300, grace=60, limit=5)
-            messages = list(claim)
-            if not messages:
-                return taken
-            assert len(messages) <= 5
-            for m in messages:
-                assert m.claim_id == claim.id
-                m.delete()
-            with lock:
-                seen.extend(m.id for m in messages)
-            taken += len(messages)
-
-    with ThreadPoolExecutor(8) as pool:
-        taken = [f.result(timeout=90) for f in [pool.submit(consume) for _ in range(8)]]
-
-    duplicates = [id_ for id_, n in collections.Counter(seen).items() if n > 1]
-    assert duplicates == []
-    assert set(seen) == set(posted)
-    assert sum(taken) == 200
-    assert counts(make_client(server.url).queue(name, auto_create=False))["total"] == 0
+    assert_claimed_once_by_concurrent_consumers(server.url)
     assert child_pids(server.proc.pid) == workers, server.stderr()  # none crashed
 
 
