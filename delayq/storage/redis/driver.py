@@ -144,8 +144,6 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
                   supported_errors=(redis.exceptions.ConnectionError,))
     common = dict(username=username, password=password, ssl=tls, retry=retry,
                   socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
-    if len(nodes) > 1 and db:
-        raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
     if len(nodes) == 1:
         host, port = nodes[0]
         single = redis.Redis(host=host, port=port, db=db, max_connections=max_connections,
@@ -158,8 +156,8 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
         if not clustered:
             return single, False
         single.close()
-        if db:
-            raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
+    if db:
+        raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
     cluster = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],
                            max_connections=max_connections, **common)
     return cluster, True
@@ -266,6 +264,10 @@ class Driver(base.Driver):
     def queue_key(self, project: str, name: str) -> str:
         """The state hash of a queue; every other key of the queue extends its prefix."""
         return f"{self._ns}:{{{quote(project, safe='')}/{name}}}:s"
+
+    def outbox_key(self, project: str, name: str) -> str:
+        """The hash of a queue's dead-letter moves waiting to reach another slot."""
+        return self.queue_key(project, name)[:-1] + "o"
 
     def _catalogue_key(self, project: str) -> str:
         return f"{self._ns}:{{{quote(project, safe='')}}}:queues"
@@ -515,16 +517,18 @@ class Driver(base.Driver):
         key = self.queue_key(project, queue)
         keys = [key]
         policy = ["", "", ""]
+        target_nonce = ""  # only a dead-letter queue in this slot can be created here
         with unavailable_as_503():
             if dead_letter is not None:
                 target = self.queue_key(project, dead_letter.queue)
                 if self.same_slot(key, target):
                     keys.append(target)
+                    target_nonce = new_nonce()
                 ttl_arg = "" if dead_letter.messages_ttl is None else dead_letter.messages_ttl
                 policy = [dead_letter.max_claim_count, dead_letter.queue, ttl_arg]
             while True:
                 reply = self._scripts.claim(keys=keys, args=[
-                    self._now_arg(), ttl, grace, limit, *policy, new_nonce(), CLAIM_BUDGET,
+                    self._now_arg(), ttl, grace, limit, *policy, target_nonce, CLAIM_BUDGET,
                     queue, WRITE_REAP_BUDGET])
                 nonce, as_of, number, more, unlisted, outbox = reply[:6]
                 if unlisted:
@@ -571,7 +575,7 @@ class Driver(base.Driver):
         Each move is copied into its dead-letter queue once (``move_in`` remembers the
         token), then deleted from the outbox; any process may do it, any number of times.
         """
-        outbox = self.queue_key(project, queue)[:-1] + "o"
+        outbox = self.outbox_key(project, queue)
         for token, payload in self._client.hgetall(outbox).items():
             target, record = msgpack.unpackb(payload, raw=True)
             self._move_in(project, target.decode(), token, record)
