@@ -31,14 +31,16 @@ def make_conf(tmp_path) -> Callable[..., cfg.ConfigOpts]:
     return make
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "mongodb"])
 def client(request, make_conf) -> testing.TestClient:
     """An in-process HTTP client of the app on a fresh store of each driver.
 
     ``redis`` is a real redis-server (tests/redis_servers.py), its keys under a namespace
-    of this test's own.
+    of this test's own; ``mongodb`` is a database of this test's own on the MongoDB named
+    by DELAYQ_TEST_MONGODB_URI, or on mongomock without one (tests/mongo_backend.py).
     """
     conf = make_conf()
+    driver = None
     if request.param == "redis":
         from tests.redis_servers import SERVERS
 
@@ -47,7 +49,15 @@ def client(request, make_conf) -> testing.TestClient:
         conf.set_override("uri", SERVERS.single().uri, group=group)
         conf.set_override("namespace", f"t{uuid.uuid4().hex[:12]}", group=group)
         conf.set_override("reap_interval", 0, group=group)
-    app = create_app(conf)
+    if request.param == "mongodb":
+        from delayq.storage.mongo.driver import Driver as MongoDriver
+        from tests.mongo_backend import MONGO
+
+        conf.set_override("message_store", "mongodb", group="drivers")
+        real = MONGO.real_uri() is not None
+        driver = MongoDriver(MONGO.real_client() if real else MONGO.mock_client(),
+                             MONGO.new_database())
+    app = create_app(conf, driver=driver)
     yield testing.TestClient(app)
 
 
@@ -58,7 +68,9 @@ def headers() -> dict[str, str]:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    """Stop the Redis servers the tests started."""
+    """Stop the Redis servers the tests started; drop their MongoDB databases."""
+    from tests.mongo_backend import MONGO
     from tests.redis_servers import SERVERS
 
     SERVERS.stop_all()
+    MONGO.drop_all()

@@ -2,6 +2,9 @@
 
 Each driver lives in a package of its own with the same file names: ``options.py``
 declares its option group, ``driver.py`` its ``Driver`` class.
+
+``DRIVERS`` maps the name operators write in ``message_store`` (Zaqar's names) to the
+package.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from oslo_config import cfg
 from delayq.conf import DRIVERS_GROUP
 from delayq.storage.base import Driver
 
-DRIVERS = ("sqlite", "redis")
+DRIVERS = {"sqlite": "sqlite", "redis": "redis", "mongodb": "mongo"}
 
 
 def _options_module(name: str):
-    return importlib.import_module(f"delayq.storage.{name}.options")
+    return importlib.import_module(f"delayq.storage.{DRIVERS[name]}.options")
 
 
 def driver_opts() -> list[tuple[str, list[cfg.Opt]]]:
@@ -36,5 +39,5 @@ def load_driver(conf: cfg.ConfigOpts) -> Driver:
     if name not in DRIVERS:
         raise ValueError(f"[{DRIVERS_GROUP}] message_store = {name!r} is not one of "
                          f"{', '.join(DRIVERS)}.")
-    module = importlib.import_module(f"delayq.storage.{name}.driver")
+    module = importlib.import_module(f"delayq.storage.{DRIVERS[name]}.driver")
     return module.Driver.from_conf(conf)

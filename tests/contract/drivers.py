@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from delayq.storage.base import Driver
+from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.redis_servers import SERVERS
 
 
@@ -43,11 +46,31 @@ def _redis_cluster(tmp_path: Path) -> DriverSpec:
     return DriverSpec("redis", {"uri": SERVERS.cluster_uri(), "namespace": _namespace()})
 
 
+def _mongomock(tmp_path: Path) -> DriverSpec:
+    return DriverSpec("mongodb", {"database": MONGO.new_database(), "mongomock": True})
+
+
+def _mongodb(tmp_path: Path) -> DriverSpec:
+    if MONGO.real_uri() is None:
+        pytest.skip(f"no real MongoDB: set {URI_VARIABLE}=mongodb://host:port/?replicaSet=rs0 "
+                    "to run this against one (the mongodb-mock variant runs regardless)")
+    return DriverSpec("mongodb", {"database": MONGO.new_database()})
+
+
 DRIVERS: dict[str, Callable[[Path], DriverSpec]] = {
     "sqlite": _sqlite,
     "redis": _redis,
     "redis-cluster": _redis_cluster,
+    "mongodb-mock": _mongomock,
+    "mongodb": _mongodb,
 }
+
+
+def skip_unless_shared_across_processes(spec: DriverSpec) -> None:
+    """Skip a test that needs other processes to see the backend (mongomock lives in one)."""
+    if spec.options.get("mongomock"):
+        pytest.skip(f"mongomock lives inside one process; set {URI_VARIABLE} to run this "
+                    "against a real MongoDB")
 
 
 def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time) -> Driver:
@@ -62,6 +85,13 @@ def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time) -> Dri
         # The real clock is the Redis server's TIME, as in production; a fake clock is
         # handed to every script instead.
         return RedisDriver(spec.options["uri"], namespace=spec.options["namespace"],
+                           clock=None if clock is time.time else clock)
+    if spec.name == "mongodb":
+        from delayq.storage.mongo.driver import Driver as MongoDriver
+
+        client = MONGO.mock_client() if spec.options.get("mongomock") else MONGO.real_client()
+        # The real clock is the primary's clock, read through the driver as in production.
+        return MongoDriver(client, spec.options["database"],
                            clock=None if clock is time.time else clock)
     raise ValueError(f"unknown driver {spec.name}")
 

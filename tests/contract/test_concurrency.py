@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 
+from tests.contract.drivers import skip_unless_shared_across_processes
 from tests.contract.helpers import PROJECT, claim, create, post
 from tests.contract.workers import claim_and_release_forever, claim_until_empty
 
@@ -62,6 +63,7 @@ def test_concurrent_threads_never_share_a_message(live_broker):
 
 
 def test_concurrent_processes_never_share_a_message(live_broker, spec):
+    skip_unless_shared_across_processes(spec)
     posted = [mid for chunk in range(15) for mid in post(live_broker, "q", *range(20))]
     assert_each_exactly_once(claim_in_processes(spec, "q", processes=4), posted)
 
@@ -91,12 +93,14 @@ def test_dead_letter_move_under_concurrent_thread_claims_happens_once(live_broke
 
 
 def test_dead_letter_move_under_concurrent_process_claims_happens_once(live_broker, spec):
+    skip_unless_shared_across_processes(spec)
     posted = _worn_out_messages(live_broker, 200)
     assert claim_in_processes(spec, "q", processes=4) == []
     assert_all_moved_once(live_broker, posted)
 
 
 def test_killed_claimer_never_leaves_a_message_in_both_queues_or_neither(live_broker, spec):
+    skip_unless_shared_across_processes(spec)
     rng = random.Random(7)
     interrupted = 0
     for round_ in range(5):

@@ -1,0 +1,50 @@
+"""A clock that follows a backend server's clock, for drivers whose backend cannot compare
+times inside its own atomic operations.
+
+Every API process computes due times and claim expiries with the same server's clock, so
+hosts whose own clocks disagree (NTP off, a VM paused) still agree on when a message is
+due. The server is asked for its time once every ``interval`` seconds; in between, the
+process's monotonic clock advances the last answer, which a step of the host's wall clock
+does not disturb.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+MS = 1000
+
+
+class ServerClock:
+    """POSIX seconds, in whole milliseconds, on the server's clock.
+
+    *fetch* returns the server's time in POSIX milliseconds; it is called at the first
+    reading and again whenever the last answer is *interval* seconds old. The error of a
+    reading is at most half the round trip of the last fetch plus a millisecond.
+    """
+
+    def __init__(self, fetch: Callable[[], int], interval: float = 30.0) -> None:
+        self._fetch = fetch
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._base_ms: int | None = None  # server time at _base_mono
+        self._base_mono = 0.0
+
+    def sync(self) -> None:
+        """Ask the server for its time now."""
+        sent = time.monotonic()
+        server_ms = self._fetch()
+        received = time.monotonic()
+        with self._lock:
+            self._base_ms = server_ms
+            self._base_mono = (sent + received) / 2
+
+    def __call__(self) -> float:
+        if self._base_ms is None or time.monotonic() - self._base_mono >= self._interval:
+            self.sync()
+        with self._lock:
+            elapsed_ms = math.floor((time.monotonic() - self._base_mono) * MS)
+            return (self._base_ms + elapsed_ms) / MS

@@ -1,0 +1,557 @@
+"""The MongoDB driver.
+
+MongoDB updates one document atomically and re-checks an update's filter against the
+document it writes, so every transition here is a set of single-document updates whose
+filters pin the state the driver read:
+
+- A claim reads the head of the queue's claimable range (``schema.CLAIMABLE_INDEX``),
+  then writes one ``UpdateOne`` per candidate — in one ``bulk_write`` — filtered on the
+  candidate's queue, availability and claim count as read. Of two concurrent claimers the
+  second finds the document changed and updates nothing; the claim then reads the head
+  again until it has its limit or the range is empty. The claim-count increment is part of
+  the claiming update.
+- A dead-letter move is one such update that rewrites the message's queue (every queue of
+  every project lives in the one ``messages`` collection), keeping its claim count: the
+  message is in exactly one queue before and after, whatever dies when.
+- Every write is a retryable write (single-document updates, inserts, bulk writes of
+  them), so a failover in the middle of a claim is retried by pymongo, not doubled.
+
+Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own clocks are
+skewed agree on when a message is due.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pymongo
+import pymongo.errors
+from bson import ObjectId
+from oslo_config import cfg
+from pymongo import DeleteOne, ReturnDocument, UpdateOne
+from pymongo.collection import Collection
+from pymongo.read_preferences import ReadPreference
+from pymongo.write_concern import WriteConcern
+
+from delayq import errors
+from delayq.claim import Claim
+from delayq.message import Message, NewMessage
+from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.storage import base
+from delayq.storage.clock import ServerClock
+from delayq.storage.mongo import schema as s
+from delayq.storage.mongo.options import GROUP
+
+LOG = logging.getLogger(__name__)
+
+# Server error codes that mean "not now" (elections, shutdowns, timeouts), not a bug.
+UNAVAILABLE_CODES = frozenset({
+    6,  # HostUnreachable
+    7,  # HostNotFound
+    89,  # NetworkTimeout
+    91,  # ShutdownInProgress
+    189,  # PrimarySteppedDown
+    262,  # ExceededTimeLimit
+    9001,  # SocketException
+    10107,  # NotWritablePrimary
+    11600,  # InterruptedAtShutdown
+    11602,  # InterruptedDueToReplStateChange
+    13435,  # NotPrimaryNoSecondaryOk
+    13436,  # NotPrimaryOrSecondary
+    50,  # MaxTimeMSExpired
+    64,  # WriteConcernFailed
+})
+UNAVAILABLE = (pymongo.errors.ConnectionFailure, pymongo.errors.WriteConcernError,
+               pymongo.errors.ExecutionTimeout, pymongo.errors.WTimeoutError)
+
+# A pop marks its messages with a claim of this many milliseconds before deleting them: a
+# process dying in between leaves them claimable again after it, not lost.
+POP_LEASE_MS = 60_000
+
+T = TypeVar("T")
+
+
+def is_unavailable(exc: pymongo.errors.PyMongoError) -> bool:
+    """True when *exc* says MongoDB cannot serve now (as opposed to a bad request)."""
+    if isinstance(exc, UNAVAILABLE) or exc.has_error_label("RetryableWriteError"):
+        return True
+    if isinstance(exc, pymongo.errors.BulkWriteError):
+        details = exc.details or {}
+        return bool(details.get("writeConcernErrors")) or any(
+            err.get("code") in UNAVAILABLE_CODES for err in details.get("writeErrors", ()))
+    return isinstance(exc, pymongo.errors.OperationFailure) and exc.code in UNAVAILABLE_CODES
+
+
+@contextmanager
+def unavailable_as_503() -> Iterator[None]:
+    try:
+        yield
+    except pymongo.errors.PyMongoError as exc:
+        if not is_unavailable(exc):
+            raise
+        raise errors.StorageUnavailable(f"MongoDB is unavailable: {exc}") from exc
+
+
+def backend_call(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a driver method with its indexes in place and MongoDB outages as 503."""
+
+    @functools.wraps(method)
+    def call(self: Driver, *args: Any, **kwargs: Any) -> T:
+        with unavailable_as_503():
+            self._ensure_indexes()
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+def parse_write_concern(value: str) -> int | str:
+    """``w`` from the option text: a member count or a tag set name like 'majority'."""
+    return int(value) if value.isdigit() else value
+
+
+def make_client(uri: str, *, server_selection_timeout: float = 5.0,
+                connect_timeout: float = 5.0, socket_timeout: float = 10.0,
+                max_pool_size: int = 100) -> pymongo.MongoClient:
+    """A pymongo client for *uri*; raises ValueError (without the password) when the
+    connection string is malformed. It connects in the background: nothing here waits
+    for MongoDB."""
+    try:
+        return pymongo.MongoClient(
+            uri, serverSelectionTimeoutMS=int(server_selection_timeout * 1000),
+            connectTimeoutMS=int(connect_timeout * 1000),
+            socketTimeoutMS=int(socket_timeout * 1000), maxPoolSize=max_pool_size,
+            retryWrites=True, retryReads=True, tz_aware=False, appname="delayq")
+    except (pymongo.errors.ConfigurationError, ValueError, TypeError) as exc:
+        detail = str(exc)
+        userinfo = uri.partition("://")[2].rpartition("@")[0]
+        if userinfo:
+            detail = detail.replace(userinfo, "***")
+        raise ValueError(f"[{GROUP}] uri is not a valid MongoDB connection string: "
+                         f"{detail}") from None
+
+
+class Driver(base.Driver):
+    """Queues, messages and claims in a MongoDB replica set or sharded cluster."""
+
+    name = "mongodb"
+
+    def __init__(self, client: pymongo.MongoClient, database: str = "delayq", *,
+                 write_concern: int | str = "majority", journal: bool = True,
+                 write_timeout: float = 10.0, clock_sync_interval: float = 30.0,
+                 clock: Callable[[], float] | None = None, owns_client: bool = False) -> None:
+        """*clock* replaces the primary's clock (tests); *owns_client* closes *client*
+        with the driver."""
+        self._client = client
+        self._owns_client = owns_client
+        concern = WriteConcern(w=write_concern, j=journal,
+                               wtimeout=int(write_timeout * 1000) or None)
+        db = client.get_database(database, write_concern=concern,
+                                 read_preference=ReadPreference.PRIMARY)
+        self._db = db
+        self._queues: Collection = db[s.QUEUES]
+        self._messages: Collection = db[s.MESSAGES]
+        self._claims: Collection = db[s.CLAIMS]
+        # The clock's write needs no replication: waiting for it would skew the reading.
+        self._clock_collection = db.get_collection(s.CLOCK, write_concern=WriteConcern(w=1))
+        self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
+        self._indexed = False
+        self._index_lock = threading.Lock()
+        try:
+            with unavailable_as_503():
+                self._ensure_indexes()
+        except errors.StorageUnavailable as exc:
+            LOG.warning("%s; creating the indexes at the next request.", exc.description)
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+        group = conf[GROUP]
+        client = make_client(group.uri, server_selection_timeout=group.server_selection_timeout,
+                             connect_timeout=group.connect_timeout,
+                             socket_timeout=group.socket_timeout,
+                             max_pool_size=group.max_pool_size)
+        return cls(client, group.database, write_concern=parse_write_concern(group.write_concern),
+                   journal=group.journal, write_timeout=group.write_timeout,
+                   clock_sync_interval=group.clock_sync_interval, owns_client=True)
+
+    def _ensure_indexes(self) -> None:
+        """Create the indexes once per process; creating existing ones is a no-op."""
+        if self._indexed:
+            return
+        with self._index_lock:
+            if not self._indexed:
+                for name, indexes in s.INDEXES.items():
+                    self._db[name].create_indexes(indexes)
+                self._indexed = True
+
+    # Time
+
+    def _server_time_ms(self) -> int:
+        doc = self._clock_collection.find_one_and_update(
+            {s.ID: s.CLOCK}, {"$currentDate": {s.CLOCK_TIME: True}}, upsert=True,
+            return_document=ReturnDocument.AFTER)
+        return s.ms(doc[s.CLOCK_TIME])
+
+    def now(self) -> float:
+        with unavailable_as_503():
+            return s.to_ms(self._clock()) / 1000
+
+    def _now_ms(self) -> int:
+        return s.to_ms(self._clock())
+
+    def ping(self) -> bool:
+        try:
+            self._client.admin.command("ping")
+        except pymongo.errors.PyMongoError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    # Queues
+
+    @backend_call
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+        try:
+            self._queues.insert_one({
+                s.PROJECT: project, s.QUEUE: name, s.METADATA: s.encode_json(metadata),
+                s.SEQ: 0, s.CREATED: s.date(self._now_ms())})
+        except pymongo.errors.DuplicateKeyError:
+            return False
+        return True
+
+    @backend_call
+    def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+        doc = self._queues.find_one({s.PROJECT: project, s.QUEUE: name},
+                                    {s.METADATA: 1, s.ID: 0})
+        return json.loads(doc[s.METADATA]) if doc else None
+
+    @backend_call
+    def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
+        result = self._queues.update_one({s.PROJECT: project, s.QUEUE: name},
+                                         {"$set": {s.METADATA: s.encode_json(metadata)}})
+        if result.matched_count == 0:
+            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+
+    @backend_call
+    def delete_queue(self, project: str, name: str) -> None:
+        where = {s.PROJECT: project, s.QUEUE: name}
+        # Messages first: a crash part way leaves the queue, and deleting it again
+        # finishes the job. The second sweep takes what a post racing the delete stored.
+        self._messages.delete_many(where)
+        self._claims.delete_many(where)
+        self._queues.delete_one(where)
+        self._messages.delete_many(where)
+
+    @backend_call
+    def purge_queue(self, project: str, name: str) -> None:
+        where = {s.PROJECT: project, s.QUEUE: name}
+        self._messages.delete_many(where)
+        self._claims.delete_many(where)
+
+    @backend_call
+    def list_queues(self, project: str, marker: str | None, limit: int
+                    ) -> list[tuple[str, dict[str, Any]]]:
+        cursor = self._queues.find(
+            {s.PROJECT: project, s.QUEUE: {"$gt": marker or ""}},
+            {s.QUEUE: 1, s.METADATA: 1, s.ID: 0}).sort(s.QUEUE, pymongo.ASCENDING).limit(limit)
+        return [(doc[s.QUEUE], json.loads(doc[s.METADATA])) for doc in cursor]
+
+    @backend_call
+    def count_queues(self, project: str) -> int:
+        return self._queues.count_documents({s.PROJECT: project})
+
+    @backend_call
+    def queue_stats(self, project: str, name: str) -> QueueStats:
+        now = self._now_ms()
+        live = {s.PROJECT: project, s.QUEUE: name, s.EXPIRES: {"$gt": s.date(now)}}
+        total = self._messages.count_documents(live)
+        if not total:
+            return QueueStats(0, 0, 0, None, None)
+        delayed = self._messages.count_documents({**live, s.DUE: {"$gt": s.date(now)}})
+        claimed = self._messages.count_documents(
+            {**live, s.CLAIM_EXPIRES: {"$gt": s.date(now)}})
+        ends = []
+        for direction in (pymongo.ASCENDING, pymongo.DESCENDING):
+            doc = self._messages.find_one(live, sort=[(s.SEQ, direction)])
+            ends.append(s.message(doc, now) if doc else None)
+        return QueueStats(free=max(0, total - delayed - claimed), claimed=claimed,
+                          delayed=delayed, oldest=ends[0], newest=ends[1])
+
+    def _allocate(self, project: str, queue: str, count: int, now: int) -> int:
+        """Reserve *count* sequence numbers of the queue, creating it if needed; the first.
+
+        Two first posts to a new queue may both try to insert it; MongoDB retries such an
+        upsert itself, and so does this for servers that don't.
+        """
+        update = {"$inc": {s.SEQ: count},
+                  "$setOnInsert": {s.METADATA: "{}", s.CREATED: s.date(now)}}
+        for attempt in (1, 2):
+            try:
+                doc = self._queues.find_one_and_update(
+                    {s.PROJECT: project, s.QUEUE: queue}, update, {s.SEQ: 1}, upsert=True,
+                    return_document=ReturnDocument.AFTER)
+                return doc[s.SEQ] - count + 1
+            except pymongo.errors.DuplicateKeyError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    # Messages
+
+    @backend_call
+    def post_messages(self, project: str, queue: str, client_id: str,
+                      messages: list[NewMessage]) -> list[str]:
+        now = self._now_ms()
+        first = self._allocate(project, queue, len(messages), now)
+        docs = [s.new_message(project, queue, first + i, m.body, m.ttl, m.delay, client_id,
+                              now)
+                for i, m in enumerate(messages)]
+        self._messages.insert_many(docs, ordered=True)
+        return [str(doc[s.ID]) for doc in docs]
+
+    @backend_call
+    def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
+                      exclude_client: str | None, include_claimed: bool,
+                      include_delayed: bool) -> tuple[list[Message], str | None]:
+        try:
+            after = int(marker) if marker else 0
+        except ValueError:
+            after = -1
+        if not 0 <= after < 2**63:
+            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
+        now = self._now_ms()
+        query: dict[str, Any] = {s.PROJECT: project, s.QUEUE: queue, s.SEQ: {"$gt": after},
+                                 s.EXPIRES: {"$gt": s.date(now)}}
+        if exclude_client is not None:
+            query[s.CLIENT] = {"$ne": exclude_client}
+        if not include_claimed:
+            query[s.CLAIM_EXPIRES] = {"$not": {"$gt": s.date(now)}}
+        if not include_delayed:
+            query[s.DUE] = {"$not": {"$gt": s.date(now)}}
+        docs = list(self._messages.find(query).sort(s.POST_ORDER).limit(limit)
+                    .hint(s.LISTING_INDEX))
+        next_marker = str(docs[-1][s.SEQ]) if docs else None
+        return [s.message(doc, now) for doc in docs], next_marker
+
+    @backend_call
+    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
+        now = self._now_ms()
+        docs = self._messages.find(
+            {s.ID: {"$in": [s.object_id(i) for i in ids]}, s.PROJECT: project,
+             s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)}}).sort(s.POST_ORDER)
+        return [s.message(doc, now) for doc in docs]
+
+    @backend_call
+    def delete_message(self, project: str, queue: str, message_id: str,
+                       claim_id: str | None) -> None:
+        where = {s.ID: s.object_id(message_id), s.PROJECT: project, s.QUEUE: queue}
+        while True:
+            now = self._now_ms()
+            if claim_id is not None:
+                held = {**where, s.CLAIM: s.object_id(claim_id),
+                        s.CLAIM_EXPIRES: {"$gt": s.date(now)}}
+                if self._messages.delete_one(held).deleted_count:
+                    return
+            doc = self._messages.find_one({**where, s.EXPIRES: {"$gt": s.date(now)}},
+                                          {s.CLAIM: 1, s.CLAIM_EXPIRES: 1, s.AVAILABLE: 1})
+            if doc is None:
+                return
+            holder = doc.get(s.CLAIM)
+            claimed = holder is not None and s.ms(doc[s.CLAIM_EXPIRES]) > now
+            if claim_id is None and claimed:
+                raise errors.MessageIsClaimed(
+                    f"Message {message_id} is claimed; delete it with its claim_id.")
+            if claim_id is not None and not claimed:
+                raise errors.MessageNotClaimed(
+                    "A claim was specified, but the message is not currently claimed "
+                    "(the claim may have expired).")
+            if claim_id is not None and str(holder) != claim_id:
+                raise errors.ClaimMismatch(
+                    f"Message {message_id} is held by another claim, not {claim_id}.")
+            # Unclaimed as read: delete it unless a claim took it meanwhile (a claim
+            # always moves its availability), else look again.
+            if claim_id is None and self._messages.delete_one(
+                    {**where, s.AVAILABLE: doc[s.AVAILABLE]}).deleted_count:
+                return
+
+    @backend_call
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
+        self._messages.delete_many({s.ID: {"$in": [s.object_id(i) for i in ids]},
+                                    s.PROJECT: project, s.QUEUE: queue})
+
+    @backend_call
+    def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
+        now = self._now_ms()
+        pop_id = ObjectId()
+        taken = self._take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
+        if taken:
+            self._messages.delete_many({s.CLAIM: pop_id, s.PROJECT: project})
+        return [s.message(doc, now) for doc in taken]
+
+    # Claims
+
+    def _take(self, project: str, queue: str, now: int, limit: int, claim_id: ObjectId,
+              claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
+              ) -> list[dict[str, Any]]:
+        """Claim up to *limit* claimable messages under *claim_id*, oldest availability
+        first, dead-lettering by *dead_letter* on the way; their documents as they were
+        just before (each one's state pinned by its update's filter).
+        """
+        taken: list[dict[str, Any]] = []
+        while len(taken) < limit:
+            need = limit - len(taken)
+            candidates = list(
+                self._messages.find({s.PROJECT: project, s.QUEUE: queue,
+                                     s.AVAILABLE: {"$lte": s.date(now)}})
+                .sort(s.CLAIMABLE_ORDER).limit(need).hint(s.CLAIMABLE_INDEX))
+            if not candidates:
+                break
+            expired, worn_out, fresh = [], [], []
+            for doc in candidates:
+                if s.ms(doc[s.EXPIRES]) <= now:
+                    expired.append(doc)
+                elif dead_letter and doc.get(s.CLAIM_COUNT, 0) >= dead_letter.max_claim_count:
+                    worn_out.append(doc)
+                else:
+                    fresh.append(doc)
+            ops: list[UpdateOne | DeleteOne] = [
+                DeleteOne({s.ID: doc[s.ID], s.PROJECT: project,
+                           s.EXPIRES: {"$lte": s.date(now)}}) for doc in expired]
+            if worn_out:
+                ops += self._moves(project, queue, worn_out, dead_letter, now)
+            claim_update = {
+                "$set": {s.CLAIM: claim_id, s.CLAIM_EXPIRES: s.date(claim_expires),
+                         s.AVAILABLE: s.date(claim_expires)},
+                "$inc": {s.CLAIM_COUNT: 1},
+                "$max": {s.EXPIRES: s.date(claim_expires + grace * 1000)}}
+            ops += [UpdateOne(self._pinned(project, queue, doc), claim_update)
+                    for doc in fresh]
+            result = self._messages.bulk_write(ops, ordered=False)
+            if result.modified_count == len(ops) - len(expired):
+                taken += fresh
+                continue
+            # A concurrent claim, move or delete won some: keep those this claim got.
+            ours = {doc[s.ID] for doc in self._messages.find(
+                {s.ID: {"$in": [d[s.ID] for d in fresh]}, s.PROJECT: project,
+                 s.CLAIM: claim_id}, {s.ID: 1})}
+            taken += [doc for doc in fresh if doc[s.ID] in ours]
+        return taken
+
+    @staticmethod
+    def _pinned(project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """A filter that matches *doc* only while it is in the state it was read in.
+
+        Every claim changes availability and claim count, every move changes the queue:
+        a claimer that lost a race updates nothing.
+        """
+        return {s.ID: doc[s.ID], s.PROJECT: project, s.QUEUE: queue,
+                s.AVAILABLE: doc[s.AVAILABLE], s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT)}
+
+    def _moves(self, project: str, queue: str, docs: list[dict[str, Any]],
+               policy: DeadLetterPolicy, now: int) -> list[UpdateOne]:
+        """One single-document update per message moving to the dead-letter queue.
+
+        The dead-letter queue is created (and positions reserved in it) first, so a
+        moved message never lands in a queue that does not exist.
+        """
+        first = self._allocate(project, policy.queue, len(docs), now)
+        moves = []
+        for position, doc in enumerate(docs, start=first):
+            if policy.messages_ttl is None:
+                ttl, expires = doc[s.TTL], s.ms(doc[s.CREATED]) + doc[s.TTL] * 1000
+            else:
+                ttl, expires = policy.messages_ttl, now + policy.messages_ttl * 1000
+            moves.append(UpdateOne(self._pinned(project, queue, doc), {
+                "$set": {s.QUEUE: policy.queue, s.SEQ: position, s.AVAILABLE: s.date(now),
+                         s.SOURCE: queue, s.MOVED: s.date(now), s.TTL: ttl,
+                         s.EXPIRES: s.date(expires)},
+                "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}}))
+        return moves
+
+    @backend_call
+    def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+        now = self._now_ms()
+        claim_id = ObjectId()
+        expires = now + ttl * 1000
+        taken = self._take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
+        if not taken:
+            return None
+        self._claims.insert_one({s.ID: claim_id, s.PROJECT: project, s.QUEUE: queue,
+                                 s.TTL: ttl, s.GRACE: grace, s.CREATED: s.date(now),
+                                 s.EXPIRES: s.date(expires)})
+        claimed = []
+        for doc in taken:
+            doc = {**doc, s.CLAIM: claim_id, s.CLAIM_EXPIRES: s.date(expires),
+                   s.AVAILABLE: s.date(expires), s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT, 0) + 1,
+                   s.EXPIRES: max(doc[s.EXPIRES], s.date(expires + grace * 1000))}
+            claimed.append(s.message(doc, now))
+        return Claim(id=str(claim_id), ttl=ttl, grace=grace, created=now / 1000,
+                     expires=expires / 1000, as_of=now / 1000, messages=claimed)
+
+    def _live_claim(self, project: str, queue: str, claim_id: str, now: int
+                    ) -> dict[str, Any]:
+        doc = self._claims.find_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
+                                     s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)}})
+        if doc is None:
+            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        return doc
+
+    def _held(self, project: str, queue: str, claim_id: ObjectId | str, now: int
+              ) -> dict[str, Any]:
+        """The filter of the messages a claim holds now."""
+        return {s.CLAIM: claim_id, s.PROJECT: project, s.QUEUE: queue,
+                s.CLAIM_EXPIRES: {"$gt": s.date(now)}}
+
+    @backend_call
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+        now = self._now_ms()
+        doc = self._live_claim(project, queue, claim_id, now)
+        messages = self._messages.find(
+            {**self._held(project, queue, doc[s.ID], now), s.EXPIRES: {"$gt": s.date(now)}}
+        ).sort(s.POST_ORDER).hint(s.CLAIM_INDEX)
+        return Claim(id=str(doc[s.ID]), ttl=doc[s.TTL], grace=doc[s.GRACE],
+                     created=s.ms(doc[s.CREATED]) / 1000, expires=s.ms(doc[s.EXPIRES]) / 1000,
+                     as_of=now / 1000, messages=[s.message(m, now) for m in messages])
+
+    @backend_call
+    def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
+                    grace: int) -> None:
+        now = self._now_ms()
+        expires = now + ttl * 1000
+        doc = self._claims.find_one_and_update(
+            {s.ID: s.object_id(claim_id), s.PROJECT: project, s.QUEUE: queue,
+             s.EXPIRES: {"$gt": s.date(now)}},
+            {"$set": {s.TTL: ttl, s.GRACE: grace, s.EXPIRES: s.date(expires)}},
+            {s.ID: 1})
+        if doc is None:
+            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        self._messages.update_many(
+            self._held(project, queue, doc[s.ID], now),
+            {"$set": {s.CLAIM_EXPIRES: s.date(expires), s.AVAILABLE: s.date(expires)},
+             "$max": {s.EXPIRES: s.date(expires + grace * 1000)}})
+
+    @backend_call
+    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+        now = self._now_ms()
+        held = self._held(project, queue, s.object_id(claim_id), now)
+        # Each message goes back to its place in the queue: available from its due time.
+        releases = [
+            UpdateOne({s.ID: doc[s.ID], s.PROJECT: project, s.CLAIM: doc[s.CLAIM],
+                       s.CLAIM_EXPIRES: doc[s.CLAIM_EXPIRES]},
+                      {"$set": {s.AVAILABLE: s.date(s.due_ms(doc))},
+                       "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}})
+            for doc in self._messages.find(held, {s.CREATED: 1, s.DUE: 1, s.CLAIM: 1,
+                                                  s.CLAIM_EXPIRES: 1}).hint(s.CLAIM_INDEX)]
+        if releases:
+            self._messages.bulk_write(releases, ordered=False)
+        self._claims.delete_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
+                                 s.QUEUE: queue})

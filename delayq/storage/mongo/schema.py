@@ -1,0 +1,159 @@
+"""The MongoDB driver's documents and indexes: every field name and index lives here.
+
+Three collections hold everything, for every project:
+
+``queues``
+    One document per queue: project ``p``, name ``q``, metadata ``md`` (JSON text, so any
+    user key survives, dots and dollars included), the last message sequence number
+    handed out ``k``, creation time ``cr``.
+
+``messages``
+    One document per message, all queues of all projects together, so a dead-letter move
+    is one single-document update (``q`` changes). ``_id`` is the message id. Times are
+    BSON dates (milliseconds). ``a`` ("available") is when the message next becomes
+    claimable, ``max(d, ce)``; the ``claimable`` index on ``(p, q, a, k)`` therefore holds
+    a queue's claimable messages as one range ahead of every delayed or claimed one, and a
+    claim reads only what it takes. ``d`` (due) exists only on messages posted with a
+    delay, so normal queues store nothing for the feature; ``c``/``ce``/``cc`` (claim id,
+    claim expiry, claim count) appear with the first claim; ``s``/``m`` (source queue,
+    move time) only on dead-lettered messages.
+
+``claims``
+    One document per claim: ttl, grace, creation and expiry.
+
+``e`` (expiry) carries a TTL index in ``messages`` and ``claims``, so MongoDB deletes
+what has expired by itself (its TTL monitor runs once a minute); queries never rely on it
+and compare ``e`` with the current time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bson import ObjectId
+from pymongo import ASCENDING, IndexModel
+
+from delayq.message import Message
+
+# Collections
+QUEUES = "queues"
+MESSAGES = "messages"
+CLAIMS = "claims"
+CLOCK = "clock"
+
+# Fields (short: they are repeated in every document)
+ID = "_id"
+PROJECT = "p"
+QUEUE = "q"
+SEQ = "k"  # messages: position in its queue; queues: last position handed out
+METADATA = "md"
+CREATED = "cr"
+BODY = "b"
+TTL = "t"
+EXPIRES = "e"
+DUE = "d"
+AVAILABLE = "a"
+CLIENT = "u"
+CLAIM = "c"
+CLAIM_EXPIRES = "ce"
+CLAIM_COUNT = "cc"
+SOURCE = "s"
+MOVED = "m"
+GRACE = "g"
+CLOCK_TIME = "t"
+
+# Index names, used as query hints so each hot query keeps its index whatever the planner
+# would pick from statistics.
+CLAIMABLE_INDEX = "claimable"
+LISTING_INDEX = "listing"
+CLAIM_INDEX = "claim"
+
+INDEXES: dict[str, list[IndexModel]] = {
+    QUEUES: [
+        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING)], name="queue", unique=True),
+    ],
+    MESSAGES: [
+        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (AVAILABLE, ASCENDING),
+                    (SEQ, ASCENDING)], name=CLAIMABLE_INDEX),
+        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (SEQ, ASCENDING)],
+                   name=LISTING_INDEX),
+        IndexModel([(CLAIM, ASCENDING)], name=CLAIM_INDEX,
+                   partialFilterExpression={CLAIM: {"$exists": True}}),
+        IndexModel([(EXPIRES, ASCENDING)], name="expiry", expireAfterSeconds=0),
+    ],
+    CLAIMS: [
+        IndexModel([(EXPIRES, ASCENDING)], name="expiry", expireAfterSeconds=0),
+    ],
+}
+
+CLAIMABLE_ORDER = [(AVAILABLE, ASCENDING), (SEQ, ASCENDING)]
+POST_ORDER = [(SEQ, ASCENDING)]
+
+EPOCH = datetime(1970, 1, 1)
+ONE_MS = timedelta(milliseconds=1)
+
+
+def to_ms(seconds: float) -> int:
+    """POSIX seconds as whole milliseconds, rounded down (never later than *seconds*).
+
+    Rounding to microseconds first keeps float noise from taking a millisecond off
+    (1800000004.9999998 is 1800000005.000000).
+    """
+    return math.floor(round(seconds * 1_000_000) / 1000)
+
+
+def date(ms: int) -> datetime:
+    """A BSON date (naive UTC, as pymongo stores it) from POSIX milliseconds."""
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def ms(value: datetime) -> int:
+    """POSIX milliseconds of a BSON date."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return (value - EPOCH) // ONE_MS
+
+
+def object_id(text: str) -> ObjectId | str:
+    """The ObjectId an id string names; a malformed one stays a string, which no stored
+    id equals, so it finds nothing."""
+    return ObjectId(text) if ObjectId.is_valid(text) else text
+
+
+def encode_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: int,
+                client_id: str, now: int) -> dict[str, Any]:
+    """A message document posted at *now* (ms)."""
+    due = now + delay * 1000
+    doc = {ID: ObjectId(), PROJECT: project, QUEUE: queue, SEQ: seq,
+           BODY: encode_json(body), TTL: ttl, CREATED: date(now),
+           EXPIRES: date(now + ttl * 1000), AVAILABLE: date(due), CLIENT: client_id}
+    if delay:
+        doc[DUE] = date(due)
+    return doc
+
+
+def due_ms(doc: dict[str, Any]) -> int:
+    """When the message was or is due: its ``d``, or its creation without a delay."""
+    return ms(doc.get(DUE) or doc[CREATED])
+
+
+def message(doc: dict[str, Any], now: int) -> Message:
+    """The Message a document stores, read at *now* (ms)."""
+    claim = doc.get(CLAIM)
+    claim_expires = doc.get(CLAIM_EXPIRES)
+    moved = doc.get(MOVED)
+    return Message(
+        id=str(doc[ID]), body=json.loads(doc[BODY]), ttl=doc[TTL],
+        created=ms(doc[CREATED]) / 1000, expires=ms(doc[EXPIRES]) / 1000,
+        due=due_ms(doc) / 1000, client_id=doc[CLIENT],
+        claim_id=str(claim) if claim is not None else None,
+        claim_expires=ms(claim_expires) / 1000 if claim_expires is not None else 0.0,
+        claim_count=doc.get(CLAIM_COUNT, 0), as_of=now / 1000,
+        source_queue=doc.get(SOURCE), moved_at=ms(moved) / 1000 if moved else None)
