@@ -68,9 +68,11 @@ def headers() -> dict[str, str]:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    """Stop the Redis servers the tests started; drop their MongoDB databases."""
+    """Stop the Redis servers and the Swift the tests started; drop their MongoDB databases."""
     from tests.mongo_backend import MONGO
     from tests.redis_servers import SERVERS
+    from tests.swift_server import SWIFT
 
     SERVERS.stop_all()
+    SWIFT.stop_all()
     MONGO.drop_all()
