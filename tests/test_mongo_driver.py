@@ -1,0 +1,830 @@
+"""What only the MongoDB driver promises, beyond the shared contract suite.
+
+The contract suite shows that the driver behaves like every other one; this module checks
+how it uses MongoDB, because that is what keeps it correct and fast on a real server:
+
+- the indexes it creates (the claimable range, the listing order, the partial claim
+  index, TTL expiry), idempotently;
+- the operations that reach MongoDB: a claim reads the claimable range by its index with
+  no delay condition, claims and dead-letter moves are single-document updates filtered
+  on the state read, the claim-count increment is part of the claiming update;
+- the documents it stores (no field for a feature a message does not use) and bodies
+  that BSON could not hold as they are;
+- expiry without MongoDB's TTL monitor, the primary's clock, an unreachable server
+  (503, never a hang) and malformed connection strings;
+- on a real server only (DELAYQ_TEST_MONGODB_URI), the query plan of a claim in a queue
+  full of delayed and claimed messages.
+
+Operations are observed where they reach MongoDB, never inside delayq: a
+``pymongo.monitoring.CommandListener`` on a real server, and on mongomock wrappers of
+its collection methods (installed only while a test records). Tests run on mongomock and,
+when DELAYQ_TEST_MONGODB_URI is set, on the real server too, each in a database of its
+own.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import mongomock.collection
+import pymongo
+import pytest
+from bson import ObjectId
+from falcon import testing
+from pymongo import monitoring
+
+from delayq import errors
+from delayq.api.app import create_app
+from delayq.message import NewMessage
+from delayq.queue import DeadLetterPolicy
+from delayq.storage.clock import ServerClock
+from delayq.storage.mongo.driver import Driver, make_client
+from tests.contract.drivers import FakeClock
+from tests.mongo_backend import MONGO, URI_VARIABLE
+
+PROJECT = "proj"
+CLIENT = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
+# A fake clock far ahead of the real one: neither a real server's TTL monitor nor
+# mongomock's imitation of it (both compare with the real time) deletes what a test stores.
+FAR_FUTURE = 4_000_000_000.0  # 2096
+NO_REAL_SERVER = (f"no real MongoDB: set {URI_VARIABLE}=mongodb://host:port/?replicaSet=rs0 "
+                  "to run this against one (the mongomock variant runs regardless)")
+REAL_SERVER_ONLY = (f"no real MongoDB: set {URI_VARIABLE}=mongodb://host:port/?replicaSet=rs0 "
+                    "to run this against one (query plans need a real server's planner)")
+# An operation on an unreachable MongoDB fails after one server selection timeout (0.3 s
+# here, answered on pymongo's 0.5 s heartbeat), not a multiple of it.
+UNAVAILABLE_WITHIN = 1.0
+EPOCH = datetime(1970, 1, 1)
+
+
+def bson_date(seconds: float) -> datetime:
+    """The BSON date (naive UTC, whole milliseconds) of POSIX *seconds*."""
+    return EPOCH + timedelta(milliseconds=round(seconds * 1000))
+
+
+def post(driver: Driver, queue: str, count: int = 1, *, ttl: int = 3600, delay: int = 0,
+         body: Any = 1) -> list[str]:
+    ids = []
+    for start in range(0, count, 1000):
+        batch = [NewMessage(body, ttl, delay) for _ in range(min(1000, count - start))]
+        ids += driver.post_messages(PROJECT, queue, CLIENT, batch)
+    return ids
+
+
+def claim(driver: Driver, queue: str, limit: int = 10, *, ttl: int = 60, grace: int = 60,
+          dead_letter: DeadLetterPolicy | None = None):
+    return driver.claim(PROJECT, queue, ttl=ttl, grace=grace, limit=limit,
+                        dead_letter=dead_letter)
+
+
+def field_names(query: Any) -> set[str]:
+    """Every field a query or update document names, through $and/$or/$not nesting."""
+    names: set[str] = set()
+    if isinstance(query, dict):
+        for key, value in query.items():
+            if not key.startswith("$"):
+                names.add(key)
+            names |= field_names(value)
+    elif isinstance(query, list):
+        for item in query:
+            names |= field_names(item)
+    return names
+
+
+# Recording what reaches MongoDB
+
+
+@dataclass
+class Op:
+    """One statement as MongoDB receives it: a read, or one write of a command or bulk."""
+
+    kind: str  # find, count, update, delete, insert, findAndModify, createIndexes
+    collection: str
+    filter: dict[str, Any] | None = None
+    update: dict[str, Any] | None = None
+    multi: bool = False
+    sort: list[tuple[str, int]] | None = None
+    limit: int | None = None
+    hint: str | None = None
+    indexes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def ops_of_command(name: str, command: dict[str, Any]) -> list[Op]:
+    """The statements of a command a CommandListener saw."""
+    collection = command.get(name)
+    if name == "find":
+        sort = command.get("sort")
+        return [Op("find", collection, filter=command.get("filter", {}),
+                   sort=list(sort.items()) if sort else None, limit=command.get("limit"),
+                   hint=command.get("hint"))]
+    if name == "update":
+        return [Op("update", collection, filter=u["q"], update=u["u"],
+                   multi=u.get("multi", False)) for u in command["updates"]]
+    if name == "delete":
+        return [Op("delete", collection, filter=d["q"], multi=d["limit"] == 0)
+                for d in command["deletes"]]
+    if name == "findAndModify":
+        return [Op("findAndModify", collection, filter=command.get("query"),
+                   update=command.get("update"))]
+    if name == "insert":
+        return [Op("insert", collection)]
+    if name == "aggregate" and command.get("pipeline"):
+        return [Op("count", collection, filter=command["pipeline"][0].get("$match"))]
+    if name == "createIndexes":
+        return [Op("createIndexes", collection, indexes=list(command["indexes"]))]
+    return []
+
+
+class CommandSpy(monitoring.CommandListener):
+    """Records the commands a real client sends to one database, while recording."""
+
+    def __init__(self) -> None:
+        self.database: str | None = None
+        self.ops: list[Op] | None = None
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.ops is not None and event.database_name == self.database:
+            self.ops += ops_of_command(event.command_name, copy.deepcopy(event.command))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    @contextmanager
+    def record(self, database: str) -> Iterator[list[Op]]:
+        self.database, self.ops = database, []
+        try:
+            yield self.ops
+        finally:
+            self.ops = None
+
+
+def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+def _sort(key_or_list: Any, direction: Any = None) -> list[tuple[str, int]] | None:
+    """A sort as a server receives it: (field, direction) pairs."""
+    if not key_or_list:
+        return None
+    if isinstance(key_or_list, str):
+        return [(key_or_list, direction or 1)]
+    return [tuple(pair) for pair in key_or_list]
+
+
+# How each mongomock collection method appears to a server: (args, kwargs) -> Op.
+_MOCK_CALLS: dict[str, Callable[[str, tuple, dict], Op | None]] = {
+    "find": lambda c, a, k: Op("find", c, filter=_arg(a, k, 0, "filter") or {},
+                               limit=_arg(a, k, 3, "limit") or None,
+                               sort=_sort(_arg(a, k, 6, "sort"))),
+    "count_documents": lambda c, a, k: Op("count", c, filter=_arg(a, k, 0, "filter")),
+    "update_one": lambda c, a, k: Op("update", c, filter=_arg(a, k, 0, "filter"),
+                                     update=_arg(a, k, 1, "update")),
+    "update_many": lambda c, a, k: Op("update", c, filter=_arg(a, k, 0, "filter"),
+                                      update=_arg(a, k, 1, "update"), multi=True),
+    "find_one_and_update": lambda c, a, k: Op("findAndModify", c,
+                                              filter=_arg(a, k, 0, "filter"),
+                                              update=_arg(a, k, 1, "update")),
+    "delete_one": lambda c, a, k: Op("delete", c, filter=_arg(a, k, 0, "filter")),
+    "delete_many": lambda c, a, k: Op("delete", c, filter=_arg(a, k, 0, "filter"),
+                                      multi=True),
+    "insert_one": lambda c, a, k: Op("insert", c),
+    "insert_many": lambda c, a, k: Op("insert", c),
+    "create_indexes": lambda c, a, k: Op("createIndexes", c, indexes=[
+        m.document for m in _arg(a, k, 0, "indexes")]),
+    # Its statements are recorded one by one as they join the bulk (below).
+    "bulk_write": lambda c, a, k: None,
+}
+
+
+class MockSpy:
+    """Records what the driver asks of mongomock, in a server's terms.
+
+    Only the outermost call is recorded: mongomock implements some methods with others
+    (find_one_and_update reads with find), which a server does not see.
+    """
+
+    def __init__(self) -> None:
+        self._inside = threading.local()
+
+    @contextmanager
+    def record(self, database: str) -> Iterator[list[Op]]:
+        ops: list[Op] = []
+        collection = mongomock.collection.Collection
+        cursor = mongomock.collection.Cursor
+        bulk = mongomock.collection.BulkOperationBuilder
+        with pytest.MonkeyPatch.context() as patch:
+            for name, describe in _MOCK_CALLS.items():
+                patch.setattr(collection, name, self._spied(
+                    getattr(collection, name), describe, database, ops))
+            for name, attribute, normal in (
+                    ("sort", "sort", lambda a, k: _sort(_arg(a, k, 0, "key_or_list"),
+                                                        _arg(a, k, 1, "direction"))),
+                    ("limit", "limit", lambda a, k: _arg(a, k, 0, "count")),
+                    ("hint", "hint", lambda a, k: _arg(a, k, 0, "hint"))):
+                patch.setattr(cursor, name, self._cursor_option(
+                    getattr(cursor, name), attribute, normal))
+            patch.setattr(bulk, "add_update", self._bulk_statement(
+                bulk.add_update, database, ops,
+                lambda c, a, k: Op("update", c, filter=a[0], update=a[1],
+                                   multi=_arg(a, k, 2, "multi", False))))
+            patch.setattr(bulk, "add_delete", self._bulk_statement(
+                bulk.add_delete, database, ops,
+                lambda c, a, k: Op("delete", c, filter=a[0], multi=not a[1])))
+            yield ops
+
+    def _spied(self, method, describe, database, ops):
+        inside = self._inside
+
+        @functools.wraps(method)
+        def spied(coll, *args, **kwargs):
+            if getattr(inside, "busy", False) or coll.database.name != database:
+                return method(coll, *args, **kwargs)
+            op = describe(coll.name, copy.deepcopy(args), copy.deepcopy(kwargs))
+            if op is not None:
+                ops.append(op)
+            inside.busy = True
+            try:
+                result = method(coll, *args, **kwargs)
+            finally:
+                inside.busy = False
+            if op is not None and op.kind == "find":
+                result._delayq_spy_op = op  # its sort, limit and hint come next
+            return result
+
+        return spied
+
+    @staticmethod
+    def _cursor_option(method, attribute, normal):
+        @functools.wraps(method)
+        def option(cur, *args, **kwargs):
+            op = getattr(cur, "_delayq_spy_op", None)
+            if op is not None:
+                setattr(op, attribute, normal(args, kwargs))
+            return method(cur, *args, **kwargs)
+
+        return option
+
+    @staticmethod
+    def _bulk_statement(method, database, ops, describe):
+        @functools.wraps(method)
+        def statement(builder, *args, **kwargs):
+            if builder.collection.database.name == database:
+                ops.append(describe(builder.collection.name, copy.deepcopy(args), kwargs))
+            return method(builder, *args, **kwargs)
+
+        return statement
+
+
+# Backends
+
+
+@pytest.fixture(scope="module")
+def command_spy() -> Iterator[tuple[pymongo.MongoClient | None, CommandSpy]]:
+    """A client of the real server (None without one) whose commands can be recorded."""
+    spy = CommandSpy()
+    uri = MONGO.real_uri()
+    client = (pymongo.MongoClient(uri, event_listeners=[spy], tz_aware=False,
+                                  serverSelectionTimeoutMS=10_000) if uri else None)
+    yield client, spy
+    if client is not None:
+        client.close()
+
+
+@dataclass
+class Backend:
+    """One database of mongomock or of the real server, for one test."""
+
+    name: str
+    client: Any
+    database: str
+    spy: CommandSpy | MockSpy
+    drivers: list[Driver] = field(default_factory=list)
+
+    @property
+    def db(self):
+        return self.client[self.database]
+
+    def driver(self, clock: Callable[[], float] | None = None, **options: Any) -> Driver:
+        driver = Driver(self.client, self.database, clock=clock, **options)
+        self.drivers.append(driver)
+        return driver
+
+    def record(self) -> Any:
+        """A context whose value lists the operations the block sent to this database."""
+        return self.spy.record(self.database)
+
+    def raw(self, message_id: str) -> dict[str, Any] | None:
+        return self.db.messages.find_one({"_id": ObjectId(message_id)})
+
+
+def _backend(name: str, command_spy, skip_reason: str = NO_REAL_SERVER) -> Iterator[Backend]:
+    real_client, spy = command_spy
+    if name == "mongodb":
+        if real_client is None:
+            pytest.skip(skip_reason)
+        backend = Backend(name, real_client, MONGO.new_database(), spy)
+    else:
+        backend = Backend(name, MONGO.mock_client(), MONGO.new_database(), MockSpy())
+    yield backend
+    for driver in backend.drivers:
+        driver.close()
+    backend.client.drop_database(backend.database)
+
+
+@pytest.fixture(params=["mongomock", "mongodb"])
+def backend(request, command_spy) -> Iterator[Backend]:
+    yield from _backend(request.param, command_spy)
+
+
+@pytest.fixture
+def real_backend(command_spy) -> Iterator[Backend]:
+    yield from _backend("mongodb", command_spy, REAL_SERVER_ONLY)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(FAR_FUTURE)
+
+
+# Indexes
+
+
+def index_keys(collection) -> dict[str, dict[str, Any]]:
+    """Name -> index information, with its key as a list of (field, direction)."""
+    return {name: {**info, "key": list(info["key"])}
+            for name, info in collection.index_information().items()}
+
+
+def test_the_indexes_exist_once_the_driver_has_started(backend):
+    with backend.record() as ops:
+        backend.driver()
+    messages = index_keys(backend.db.messages)
+    assert messages["claimable"]["key"] == [("p", 1), ("q", 1), ("a", 1), ("k", 1)]
+    assert messages["listing"]["key"] == [("p", 1), ("q", 1), ("k", 1)]
+    assert messages["claim"]["key"] == [("c", 1)]
+    expiry = [info for info in messages.values() if info["key"] == [("e", 1)]]
+    assert [info.get("expireAfterSeconds") for info in expiry] == [0]
+    claims = [info for info in index_keys(backend.db.claims).values()
+              if info["key"] == [("e", 1)]]
+    assert [info.get("expireAfterSeconds") for info in claims] == [0]
+    queues = [info for info in index_keys(backend.db.queues).values()
+              if info["key"] == [("p", 1), ("q", 1)]]
+    assert [info.get("unique") for info in queues] == [True]
+
+    # The claim index holds only claimed messages. mongomock keeps no partial filter in
+    # its index information, so the request that created the index is checked too.
+    [claim_index] = [index for op in ops if op.kind == "createIndexes"
+                     for index in op.indexes if index["name"] == "claim"]
+    assert claim_index["partialFilterExpression"] == {"c": {"$exists": True}}
+    if backend.name == "mongodb":
+        assert messages["claim"]["partialFilterExpression"] == {"c": {"$exists": True}}
+
+
+def test_a_second_driver_starts_on_the_same_database(backend):
+    first = backend.driver()
+    ids = post(first, "q", 2)
+    before = {name: index_keys(backend.db[name]) for name in ("messages", "claims", "queues")}
+    second = backend.driver()
+    after = {name: index_keys(backend.db[name]) for name in ("messages", "claims", "queues")}
+    assert after == before
+    assert [m.id for m in second.get_messages(PROJECT, "q", ids)] == ids
+    assert len(claim(second, "q").messages) == 2
+
+
+# The claim's operations
+
+
+def find_claimable(ops: list[Op]) -> list[Op]:
+    return [op for op in ops if op.kind == "find" and op.collection == "messages"
+            and op.hint == "claimable"]
+
+
+def message_updates(ops: list[Op]) -> list[Op]:
+    return [op for op in ops if op.kind in ("update", "findAndModify")
+            and op.collection == "messages"]
+
+
+@pytest.mark.parametrize("queue_kind", ["normal", "delayed"])
+def test_a_claim_reads_the_claimable_range_by_its_index_without_a_delay_condition(
+        backend, clock, queue_kind):
+    driver = backend.driver(clock)
+    if queue_kind == "delayed":
+        post(driver, "q", 2, delay=30)  # due before the claim
+        clock.advance(31)
+        post(driver, "q", 3, delay=600)  # not due at the claim
+    else:
+        post(driver, "q", 2)
+    with backend.record() as ops:
+        taken = claim(driver, "q", limit=5)
+
+    assert len(taken.messages) == 2  # the messages not yet due stay where they are
+    # A claim that got fewer than it asked for may look again: the same range each time.
+    queries = find_claimable(ops)
+    assert queries and queries[0].limit == 5
+    for query in queries:
+        assert query.filter == {"p": PROJECT, "q": "q", "a": {"$lte": bson_date(clock.now)}}
+        assert query.sort == [("a", 1), ("k", 1)]
+    # Availability alone decides: the delay ("d") costs a claim nothing.
+    reads = [op for op in ops if op.collection == "messages" and op.filter is not None]
+    assert all("d" not in field_names(op.filter) for op in reads), reads
+
+
+def test_the_claim_count_increment_is_part_of_the_claiming_update(backend, clock):
+    driver = backend.driver(clock)
+    ids = post(driver, "q", 3)
+    with backend.record() as ops:
+        taken = claim(driver, "q", limit=2, ttl=60)
+
+    claim_id = ObjectId(taken.id)
+    claiming = [op for op in message_updates(ops)
+                if op.update.get("$set", {}).get("c") == claim_id]
+    assert sorted(op.filter["_id"] for op in claiming) == [ObjectId(i) for i in ids[:2]]
+    expires = bson_date(clock.now + 60)
+    for op in claiming:
+        assert not op.multi and op.kind == "update"
+        assert op.update["$set"] == {"c": claim_id, "ce": expires, "a": expires}
+        assert op.update["$inc"] == {"cc": 1}
+        # Pinned on the state read: a concurrent claimer's update would match nothing.
+        assert op.filter["q"] == "q" and "a" in op.filter and "cc" in op.filter
+    others = [op for op in message_updates(ops) if op not in claiming]
+    assert all("cc" not in field_names(op.update) for op in others), others
+    assert [backend.raw(i).get("cc") for i in ids] == [1, 1, None]
+
+
+def test_a_dead_letter_move_is_one_update_per_message_keeping_its_claim_count(
+        backend, clock):
+    driver = backend.driver(clock)
+    ids = post(driver, "q", 3)
+    driver.release_claim(PROJECT, "q", claim(driver, "q").id)
+    before = {ObjectId(i): backend.raw(i) for i in ids}
+    with backend.record() as ops:
+        taken = claim(driver, "q", dead_letter=DeadLetterPolicy(1, "dlq"))
+
+    assert taken is None  # every message was worn out: moved, none claimed
+    moves = [op for op in message_updates(ops) if "q" in op.update.get("$set", {})]
+    assert sorted(op.filter["_id"] for op in moves) == sorted(before)
+    for op in moves:
+        read = before[op.filter["_id"]]
+        assert not op.multi and op.kind == "update"
+        assert op.update["$set"]["q"] == "dlq"
+        assert "$inc" not in op.update and "cc" not in field_names(op.update)
+        assert (op.filter["q"], op.filter["a"], op.filter["cc"]) == ("q", read["a"], 1)
+    assert [backend.raw(i)["cc"] for i in ids] == [1, 1, 1]
+
+
+# Stored documents
+
+
+CLAIM_FIELDS = {"c", "ce", "cc"}
+MOVE_FIELDS = {"s", "m"}
+
+
+def test_a_message_stores_fields_only_for_what_it_uses(backend, clock):
+    driver = backend.driver(clock)
+    [plain] = post(driver, "q")
+    [delayed] = post(driver, "q", delay=30)
+    plain_doc, delayed_doc = backend.raw(plain), backend.raw(delayed)
+    assert "d" not in plain_doc
+    assert delayed_doc["d"] == delayed_doc["cr"] + timedelta(seconds=30)
+    assert delayed_doc["d"] == bson_date(clock.now + 30)
+    for doc in (plain_doc, delayed_doc):
+        assert not (CLAIM_FIELDS | MOVE_FIELDS) & doc.keys(), doc
+
+    taken = claim(driver, "q")
+    assert {"c", "ce", "cc"} <= backend.raw(plain).keys()
+    driver.release_claim(PROJECT, "q", taken.id)
+    released = backend.raw(plain)
+    assert not {"c", "ce"} & released.keys() and released["cc"] == 1
+    assert not CLAIM_FIELDS & backend.raw(delayed).keys()  # not due: never claimed
+
+
+def test_a_moved_message_keeps_its_id_and_claim_count_and_records_where_from(
+        backend, clock):
+    driver = backend.driver(clock)
+    [message_id] = post(driver, "q")
+    driver.release_claim(PROJECT, "q", claim(driver, "q").id)
+    clock.advance(5)
+    assert claim(driver, "q", dead_letter=DeadLetterPolicy(1, "dlq")) is None
+
+    doc = backend.raw(message_id)
+    assert (doc["q"], doc["cc"], doc["s"], doc["m"]) == ("dlq", 1, "q", bson_date(clock.now))
+    assert not {"c", "ce"} & doc.keys()
+    [moved] = driver.get_messages(PROJECT, "dlq", [message_id])
+    assert (moved.claim_count, moved.source_queue, moved.moved_at) == (1, "q", clock.now)
+    assert driver.get_messages(PROJECT, "q", [message_id]) == []
+
+
+def nested(depth: int) -> Any:
+    body: Any = "bottom"
+    for n in range(depth):
+        body = {"level": n, "next": [body]}
+    return body
+
+
+AWKWARD_BODIES = {
+    "dotted-and-dollar-keys": {"a.b": 1, "$set": {"$inc": 2}, "": None, "_id": "x"},
+    "beyond-int64": [2**63, -(2**63) - 1, 10**40],
+    "deeper-than-bson-allows": nested(150),  # BSON documents nest 100 deep at most
+    "unicode": {"ключ": "日本語 🎉", "nul": "a\u0000b", "rtl": "\u202eabc"},
+    "lone-surrogates": json.loads('{"\\ud800": "\\udfff", "pair": "\\ud83c\\udf89"}'),
+    "types-equal-in-python": [1, 1.0, True, 0, 0.0, False, -0.0, 1e308],
+}
+
+
+@pytest.mark.parametrize("body", AWKWARD_BODIES.values(), ids=AWKWARD_BODIES.keys())
+def test_awkward_bodies_round_trip_exactly(backend, body):
+    driver = backend.driver()
+    [message_id] = post(driver, "q", body=body)
+    [message] = driver.get_messages(PROJECT, "q", [message_id])
+    # JSON text tells 1, 1.0 and True apart and keeps key order, unlike ==.
+    assert json.dumps(message.body) == json.dumps(body)
+
+
+# Expiry without the TTL monitor
+
+
+def test_what_the_ttl_monitor_would_delete_is_invisible_before_it_runs(backend, clock):
+    driver = backend.driver(clock)
+    ids = post(driver, "q", 3, ttl=60)
+    held = claim(driver, "q", limit=1, ttl=30, grace=10)
+    clock.advance(59.999)
+    assert len(driver.get_messages(PROJECT, "q", ids)) == 3
+    # The claim's document expired at 30 s: gone for every read of it.
+    with pytest.raises(errors.ClaimNotFound):
+        driver.get_claim(PROJECT, "q", held.id)
+    with pytest.raises(errors.ClaimNotFound):
+        driver.renew_claim(PROJECT, "q", held.id, 60, 60)
+
+    clock.advance(0.001)  # the messages' expiry
+    assert backend.db.messages.count_documents({"p": PROJECT}) == 3  # still stored
+    assert driver.get_messages(PROJECT, "q", ids) == []
+    assert driver.list_messages(PROJECT, "q", marker=None, limit=10, exclude_client=None,
+                                include_claimed=True, include_delayed=True) == ([], None)
+    stats = driver.queue_stats(PROJECT, "q")
+    assert (stats.total, stats.oldest, stats.newest) == (0, None, None)
+    driver.delete_message(PROJECT, "q", ids[0], held.id)  # absent: not an error
+    assert claim(driver, "q") is None
+    assert driver.pop_messages(PROJECT, "q", 10) == []
+
+
+# The primary's clock
+
+
+def clock_reading(backend: Backend) -> float:
+    """The time the driver last read from the server, in POSIX seconds."""
+    doc = backend.db.clock.find_one({"_id": "clock"})
+    return (doc["t"] - EPOCH).total_seconds()
+
+
+def test_time_is_the_primarys_clock(backend, monkeypatch):
+    driver = backend.driver()
+    now, read_at = driver.now(), time.monotonic()
+    # A real server answers over the network; mongomock at once.
+    slack = 0.05 if backend.name == "mongomock" else 0.5
+    if backend.name == "mongomock":
+        # mongomock's $currentDate is this host's clock.
+        assert abs(now - time.time()) < slack
+    else:
+        server = backend.db.command("hello")["localTime"]
+        assert abs(now - (server - EPOCH).total_seconds()) < slack
+    assert 0 <= now - clock_reading(backend) < slack
+
+    # This host's clock stepping an hour ahead changes nothing: time goes on from the
+    # last reading.
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    elapsed = time.monotonic() - read_at
+    assert driver.now() - now == pytest.approx(elapsed, abs=0.05)
+
+
+def test_the_primarys_clock_is_read_again_after_the_interval(backend):
+    driver = backend.driver(clock_sync_interval=0.2)
+    driver.now()
+    first = clock_reading(backend)
+    driver.now()
+    assert clock_reading(backend) == first  # within the interval: no new reading
+    time.sleep(0.25)
+    driver.now()
+    assert clock_reading(backend) >= first + 0.2
+
+
+class FixedServer:
+    """A server time source whose answers are given in advance."""
+
+    def __init__(self, *answers_ms: int, delay: float = 0.0) -> None:
+        self.answers = list(answers_ms)
+        self.delay = delay
+        self.calls = 0
+
+    def __call__(self) -> int:
+        time.sleep(self.delay)
+        self.calls += 1
+        return self.answers[min(self.calls, len(self.answers)) - 1]
+
+
+def test_the_server_clock_ignores_a_step_of_the_hosts_wall_clock(monkeypatch):
+    server = FixedServer(1_000_000_000_000)
+    server_clock = ServerClock(server, interval=30)
+    assert server_clock() == pytest.approx(1_000_000_000, abs=0.01)
+    real = time.time
+    for step in (3600, -3600):
+        monkeypatch.setattr(time, "time", lambda step=step: real() + step)
+        assert server_clock() == pytest.approx(1_000_000_000, abs=0.05)
+    assert server.calls == 1
+
+
+def test_the_server_clock_fetches_again_after_the_interval():
+    server = FixedServer(1_000_000_000_000, 2_000_000_000_000)
+    server_clock = ServerClock(server, interval=0.1)
+    assert server_clock() == pytest.approx(1_000_000_000, abs=0.01)
+    assert server.calls == 1
+    time.sleep(0.12)
+    assert server_clock() == pytest.approx(2_000_000_000, abs=0.01)
+    assert server.calls == 2
+
+
+def test_a_server_clock_reading_is_taken_at_the_middle_of_the_round_trip():
+    # The server answered at some instant of a 0.2 s round trip: the middle is the best
+    # guess, so the reading just after the fetch is its answer plus about 0.1 s.
+    server_clock = ServerClock(FixedServer(1_000_000_000_000, delay=0.2), interval=30)
+    assert server_clock() == pytest.approx(1_000_000_000.1, abs=0.03)
+
+
+# An unavailable MongoDB
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def unreachable(caplog) -> Iterator[Driver]:
+    """A driver of a production client whose server does not answer."""
+    client = make_client(f"mongodb://127.0.0.1:{closed_port()}/",
+                         server_selection_timeout=0.3, connect_timeout=0.3)
+    with caplog.at_level(logging.WARNING, logger="delayq.storage.mongo.driver"):
+        driver = Driver(client, "delayq_unreachable")
+    yield driver
+    client.close()
+
+
+MID = "5f0c6a1e2b3c4d5e6f708192"  # a well-formed id of nothing
+OPERATIONS: dict[str, Callable[[Driver], Any]] = {
+    "now": lambda d: d.now(),
+    "create_queue": lambda d: d.create_queue(PROJECT, "q", {}),
+    "get_queue": lambda d: d.get_queue(PROJECT, "q"),
+    "set_queue_metadata": lambda d: d.set_queue_metadata(PROJECT, "q", {}),
+    "delete_queue": lambda d: d.delete_queue(PROJECT, "q"),
+    "purge_queue": lambda d: d.purge_queue(PROJECT, "q"),
+    "list_queues": lambda d: d.list_queues(PROJECT, None, 10),
+    "count_queues": lambda d: d.count_queues(PROJECT),
+    "queue_stats": lambda d: d.queue_stats(PROJECT, "q"),
+    "post_messages": lambda d: post(d, "q"),
+    "list_messages": lambda d: d.list_messages(
+        PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=True,
+        include_delayed=True),
+    "get_messages": lambda d: d.get_messages(PROJECT, "q", [MID]),
+    "delete_message": lambda d: d.delete_message(PROJECT, "q", MID, None),
+    "delete_messages": lambda d: d.delete_messages(PROJECT, "q", [MID]),
+    "pop_messages": lambda d: d.pop_messages(PROJECT, "q", 1),
+    "claim": lambda d: claim(d, "q"),
+    "get_claim": lambda d: d.get_claim(PROJECT, "q", MID),
+    "renew_claim": lambda d: d.renew_claim(PROJECT, "q", MID, 60, 60),
+    "release_claim": lambda d: d.release_claim(PROJECT, "q", MID),
+}
+
+
+def test_an_unreachable_mongodb_lets_the_driver_start_with_a_warning(unreachable, caplog):
+    warnings = [r for r in caplog.get_records("setup") if r.levelno == logging.WARNING]
+    assert any("MongoDB is unavailable" in r.getMessage() for r in warnings), warnings
+    started = time.monotonic()
+    assert unreachable.ping() is False
+    assert time.monotonic() - started < UNAVAILABLE_WITHIN
+
+
+def attempt(driver: Driver, operation: Callable[[Driver], Any]) -> tuple[str, float]:
+    """What *operation* raised (or "returned"), and how long it took."""
+    started = time.monotonic()
+    try:
+        operation(driver)
+        outcome = "returned"
+    except Exception as exc:  # noqa: BLE001 - the outcome is what is checked
+        outcome = type(exc).__name__
+    return outcome, time.monotonic() - started
+
+
+def slow_or_wrong(outcomes: dict[str, tuple[str, float]]) -> dict[str, tuple[str, float]]:
+    return {name: (outcome, round(elapsed, 2)) for name, (outcome, elapsed)
+            in outcomes.items() if outcome != "StorageUnavailable" or elapsed > UNAVAILABLE_WITHIN}
+
+
+def test_every_operation_on_an_unreachable_mongodb_is_unavailable_within_a_second(
+        unreachable):
+    outcomes = {name: attempt(unreachable, op) for name, op in OPERATIONS.items()}
+    assert not slow_or_wrong(outcomes)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "driver bug: _ensure_indexes holds _index_lock while create_indexes waits for a "
+    "server, so concurrent requests during an outage fail one server selection timeout "
+    "after another"))
+def test_concurrent_requests_to_an_unreachable_mongodb_are_each_unavailable_within_a_second(
+        unreachable):
+    # API requests run on a thread pool: each should fail as fast as a lone request.
+    with ThreadPoolExecutor(5) as pool:
+        futures = {n: pool.submit(attempt, unreachable, OPERATIONS["get_queue"])
+                   for n in range(5)}
+        outcomes = {str(n): future.result(timeout=30) for n, future in futures.items()}
+    assert not slow_or_wrong(outcomes)
+
+
+def test_the_api_answers_503_while_mongodb_is_unreachable(unreachable, make_conf):
+    client = testing.TestClient(create_app(make_conf(), driver=unreachable))
+    headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}
+    responses = {
+        "post": client.simulate_post("/v2/queues/q/messages", headers=headers,
+                                     json={"messages": [{"body": 1}]}),
+        "claim": client.simulate_post("/v2/queues/q/claims", headers=headers,
+                                      json={"ttl": 60, "grace": 60}),
+        "get": client.simulate_get(f"/v2/queues/q/messages/{MID}", headers=headers),
+    }
+    for name, resp in responses.items():
+        assert resp.status_code == 503, (name, resp.text)
+        assert resp.headers["content-type"].startswith("application/json"), name
+        assert set(resp.json) == {"title", "description"}, name
+
+
+@pytest.mark.parametrize("uri", [
+    "mongodb://user:s3cret@host:notaport/",
+    "mongodb://user:s3cret@host:99999/",
+    "mongodb://user:s3cret@/",
+    "mongodb+srv://user:s3cret@host:27017/",
+    "http://user:s3cret@host/",
+])
+def test_a_malformed_uri_is_refused_without_repeating_the_password(uri):
+    with pytest.raises(ValueError) as raised:
+        make_client(uri)
+    assert "uri" in str(raised.value)
+    assert "s3cret" not in "".join(traceback.format_exception(raised.value))
+
+
+# Query plans on a real server
+
+
+def stages(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every stage of an explain plan, whatever the engine or sharding nests it in."""
+    if isinstance(plan, dict):
+        if "stage" in plan:
+            yield plan
+        for value in plan.values():
+            yield from stages(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            yield from stages(item)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("free", [30, 0], ids=["some-claimable", "none-claimable"])
+def test_a_claim_examines_only_what_it_takes_behind_many_delayed_and_claimed(
+        real_backend, free):
+    driver = real_backend.driver()
+    post(driver, "q", 20_000, delay=3600)
+    post(driver, "q", 20_000)
+    assert len(claim(driver, "q", limit=20_000, ttl=3600).messages) == 20_000
+    post(driver, "q", free)
+    limit = 10
+    with real_backend.record() as ops:
+        claim(driver, "q", limit=limit)
+    query = find_claimable(ops)[0]
+
+    explained = real_backend.db.command("explain", {
+        "find": "messages", "filter": query.filter, "sort": dict(query.sort),
+        "limit": query.limit, "hint": query.hint}, verbosity="executionStats")
+    plan = list(stages(explained["queryPlanner"]["winningPlan"]))
+    assert any(s["stage"] == "IXSCAN" and s.get("indexName") == "claimable"
+               for s in plan), plan
+    assert not any(s["stage"] == "SORT" for s in plan), plan  # the index is the order
+    examined = explained["executionStats"]["totalDocsExamined"]
+    if free:
+        assert examined <= limit + 2
+    else:
+        assert examined == 0
