@@ -13,8 +13,11 @@ filters pin the state the driver read:
 - A dead-letter move is one such update that rewrites the message's queue (every queue of
   every project lives in the one ``messages`` collection), keeping its claim count: the
   message is in exactly one queue before and after, whatever dies when.
-- Every write is a retryable write (single-document updates, inserts, bulk writes of
-  them), so a failover in the middle of a claim is retried by pymongo, not doubled.
+- Posts, claims, dead-letter moves and releases are retryable writes (inserts,
+  single-document updates and bulk writes of them), so a failover in the middle of a
+  claim is retried by pymongo, not doubled. Multi-document deletes and the renewal of a
+  claim's messages are not retryable: interrupted, they answer 503, and repeating the
+  request completes them.
 
 Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own clocks are
 skewed agree on when a message is due.
@@ -66,6 +69,7 @@ UNAVAILABLE_CODES = frozenset({
     13436,  # NotPrimaryOrSecondary
     50,  # MaxTimeMSExpired
     64,  # WriteConcernFailed
+    18,  # AuthenticationFailed: a changed password is an outage for clients, not a bug
 })
 UNAVAILABLE = (pymongo.errors.ConnectionFailure, pymongo.errors.WriteConcernError,
                pymongo.errors.ExecutionTimeout, pymongo.errors.WTimeoutError)
@@ -88,6 +92,12 @@ def is_unavailable(exc: pymongo.errors.PyMongoError) -> bool:
     return isinstance(exc, pymongo.errors.OperationFailure) and exc.code in UNAVAILABLE_CODES
 
 
+def is_missing_index(exc: pymongo.errors.PyMongoError) -> bool:
+    """True when a query's hint names an index that is not there (dropped by hand)."""
+    return (isinstance(exc, pymongo.errors.OperationFailure) and exc.code == 2
+            and "hint" in str(exc))
+
+
 @contextmanager
 def unavailable_as_503() -> Iterator[None]:
     try:
@@ -105,14 +115,31 @@ def backend_call(method: Callable[..., T]) -> Callable[..., T]:
     def call(self: Driver, *args: Any, **kwargs: Any) -> T:
         with unavailable_as_503():
             self._ensure_indexes()
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except pymongo.errors.OperationFailure as exc:
+                if not is_missing_index(exc):
+                    raise
+                self._indexed = False  # the next request creates it again
+                raise errors.StorageUnavailable(
+                    f"A MongoDB index of delayq is missing; creating it again: {exc}"
+                ) from exc
 
     return call
 
 
 def parse_write_concern(value: str) -> int | str:
-    """``w`` from the option text: a member count or a tag set name like 'majority'."""
-    return int(value) if value.isdigit() else value
+    """``w`` from the option text: a member count or a tag set name like 'majority'.
+
+    0 (unacknowledged writes) is refused: a claim must know what it wrote.
+    """
+    if value.isdigit():
+        if int(value) == 0:
+            raise ValueError(f"[{GROUP}] write_concern = 0 (unacknowledged writes) cannot "
+                             "work: claims need to know which updates applied. Use "
+                             "majority or a member count.")
+        return int(value)
+    return value
 
 
 def make_client(uri: str, *, server_selection_timeout: float = 5.0,
@@ -180,14 +207,22 @@ class Driver(base.Driver):
                    clock_sync_interval=group.clock_sync_interval, owns_client=True)
 
     def _ensure_indexes(self) -> None:
-        """Create the indexes once per process; creating existing ones is a no-op."""
+        """Create the indexes once per process; creating existing ones is a no-op.
+
+        One request at a time tries; the others fail at once with 503 rather than queue
+        behind it while MongoDB is unreachable.
+        """
         if self._indexed:
             return
-        with self._index_lock:
+        if not self._index_lock.acquire(blocking=False):
+            raise errors.StorageUnavailable("Creating delayq's MongoDB indexes; retry.")
+        try:
             if not self._indexed:
                 for name, indexes in s.INDEXES.items():
                     self._db[name].create_indexes(indexes)
                 self._indexed = True
+        finally:
+            self._index_lock.release()
 
     # Time
 
