@@ -52,8 +52,8 @@ drivers_opts = [
     cfg.StrOpt("transport", default="wsgi", choices=["wsgi"],
                help="Transport driver; only the HTTP (wsgi) transport exists."),
     cfg.StrOpt("message_store", default="sqlite",
-               help="Storage driver for queues and messages: sqlite (embedded), redis or "
-                    "mongodb."),
+               help="Storage driver for queues and messages: sqlite (embedded), redis, "
+                    "mongodb or swift."),
 ]
 
 wsgi_opts = [

@@ -16,7 +16,7 @@ from oslo_config import cfg
 from delayq.conf import DRIVERS_GROUP
 from delayq.storage.base import Driver
 
-DRIVERS = {"sqlite": "sqlite", "redis": "redis", "mongodb": "mongo"}
+DRIVERS = {"sqlite": "sqlite", "redis": "redis", "mongodb": "mongo", "swift": "swift"}
 
 
 def _options_module(name: str):

@@ -19,6 +19,7 @@ import pytest
 from delayq.storage.base import Driver
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.redis_servers import SERVERS
+from tests.swift_server import SWIFT
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,19 @@ def _mongodb(tmp_path: Path) -> DriverSpec:
     return DriverSpec("mongodb", {"database": MONGO.new_database()})
 
 
+def _swift(tmp_path: Path) -> DriverSpec:
+    auth = SWIFT.auth()
+    return DriverSpec("swift", {"auth_url": auth.auth_url, "user": auth.user, "key": auth.key,
+                                "prefix": _namespace()})
+
+
 DRIVERS: dict[str, Callable[[Path], DriverSpec]] = {
     "sqlite": _sqlite,
     "redis": _redis,
     "redis-cluster": _redis_cluster,
     "mongodb-mock": _mongomock,
     "mongodb": _mongodb,
+    "swift": _swift,
 }
 
 
@@ -93,13 +101,29 @@ def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time) -> Dri
         # The real clock is the primary's clock, read through the driver as in production.
         return MongoDriver(client, spec.options["database"],
                            clock=None if clock is time.time else clock)
+    if spec.name == "swift":
+        from swiftclient.client import Connection
+
+        from delayq.storage.swift.driver import Driver as SwiftDriver
+
+        options = spec.options
+
+        def connect() -> Connection:
+            return Connection(authurl=options["auth_url"], user=options["user"],
+                              key=options["key"], retries=0, timeout=30)
+
+        # The real clock is the Swift proxy's, read through the driver as in production.
+        return SwiftDriver(connect, prefix=options["prefix"],
+                           clock=None if clock is time.time else clock)
     raise ValueError(f"unknown driver {spec.name}")
 
 
 class FakeClock:
     """A clock that only moves when told to, so time rules are tested to the instant."""
 
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
+    # Far ahead of the real clock: backends that expire by the real clock (MongoDB's TTL
+    # monitor, Swift's X-Delete-At) must never see a test's messages as expired.
+    def __init__(self, start: float = 4_000_000_000.0) -> None:
         self.now = start
 
     def __call__(self) -> float:

@@ -106,11 +106,17 @@ def test_killed_claimer_never_leaves_a_message_in_both_queues_or_neither(live_br
     for round_ in range(5):
         source = f"q{round_}"
         create(live_broker, source, _max_claim_count=1, _dead_letter_queue="dlq")
+        moved_before = live_broker.stats(PROJECT, "dlq").total
         posted = [mid for _ in range(30) for mid in post(live_broker, source, *range(20))]
         working = SPAWN.Event()
         child = SPAWN.Process(target=claim_and_release_forever, args=(spec, source, working))
         child.start()
         assert working.wait(timeout=60)
+        # Kill once moves are under way (slower drivers take a while to get there).
+        deadline = time.monotonic() + 60
+        while (live_broker.stats(PROJECT, "dlq").total <= moved_before
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.1))
         os.kill(child.pid, signal.SIGKILL)
         child.join(timeout=30)

@@ -1,0 +1,777 @@
+"""The Swift driver.
+
+Swift has no transactions and no compare-and-swap. ``PUT`` with ``If-None-Match: *``
+creates an object only if it does not exist — but the object server checks and then
+writes without a lock, so racing PUTs may all get 201; the write with the latest
+timestamp (set by the proxy) is the one that stays. The driver therefore *bids*: it
+creates the marker conditionally with a nonce, waits ``claim_settle_time`` (longer than
+any racer's check-to-write window, after which every racing write has landed), then reads
+the marker back (``X-Newest``) and has won only if its nonce is there. Every racer reads
+the same final object, so exactly one wins. ``layout.py`` describes the objects; the
+protocol is:
+
+Claim
+    List the queue's availability index (``a/``) up to now: the claimable messages, oldest
+    first. For each, create its next generation marker ``c/<id>/<n+1>`` conditionally:
+    of concurrent claimers exactly one wins the bid, and that marker *is* the claim, claim
+    count included. The winner then rewrites the message's state headers and moves its
+    index entry to the claim's expiry (new entry first, old one deleted after). A claimer
+    that loses (412) looks at the markers and repairs a stale entry left by a process that
+    died half way, so nothing stays stuck.
+Dead-letter move
+    The n+1-th marker says "move" instead. The winner first marks the source message as
+    moving (a header), then copies it into the dead-letter queue's container
+    (``If-None-Match: *``, same id), writes its index entry there, and only then deletes
+    it from the source. Every read of the source that meets a message marked moving
+    completes the move first and does not report it; a claim that meets the stale index
+    entry of a move whose mover died completes it too. Every step can be repeated, so a
+    process dying anywhere loses nothing, and a message is never read in both queues.
+Expiry
+    Every object carries ``X-Delete-At``: Swift hides an expired message by itself (and its
+    object expirer removes it); reads also compare expiry with now.
+Time
+    The Swift proxy's clock (``delayq.storage.clock``), so API hosts whose own clocks are
+    skewed agree on when a message is due.
+
+Per-message requests of one API request run in parallel (``concurrency``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import requests
+from oslo_config import cfg
+from swiftclient import client as swift
+from swiftclient.exceptions import ClientException
+
+from delayq import errors
+from delayq.claim import Claim
+from delayq.message import Message, NewMessage
+from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.storage import base
+from delayq.storage.clock import ServerClock
+from delayq.storage.swift import layout as lay
+from delayq.storage.swift.layout import Entry, Record
+from delayq.storage.swift.options import GROUP
+
+LOG = logging.getLogger(__name__)
+
+US = 1_000_000
+LISTING_PAGE = 10_000  # Swift's largest listing page
+CLAIM_BATCH = 32  # index entries read per listing while claiming
+# Markers outlive their message by this much, so a late claimer still finds them.
+MARKER_MARGIN = 86_400
+POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
+DELETE_ROUNDS = 5  # attempts to delete a queue container that racing posts refill
+
+T = TypeVar("T")
+
+
+@contextmanager
+def unavailable_as_503() -> Iterator[None]:
+    try:
+        yield
+    except ClientException as exc:
+        if exc.http_status is not None and exc.http_status < 500 and exc.http_status not in (
+                401, 403, 408, 429):
+            raise
+        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}") from exc
+    except (requests.exceptions.RequestException, OSError) as exc:
+        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}") from exc
+
+
+def is_status(exc: ClientException, *statuses: int) -> bool:
+    return exc.http_status in statuses
+
+
+def delete_at(expires_us: int, margin: int = 0) -> str:
+    """``X-Delete-At`` (whole seconds, rounded up: Swift must never drop a live object)."""
+    return str(-(-expires_us // US) + margin)
+
+
+class Driver(base.Driver):
+    """Queues, messages and claims in an OpenStack Swift account."""
+
+    name = "swift"
+
+    def __init__(self, connect: Callable[[], swift.Connection], *, prefix: str = "dq",
+                 concurrency: int = 16, claim_settle_time: float = 0.1,
+                 clock_sync_interval: float = 30.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        """*connect* makes a connection (one per thread: swiftclient's are not shared);
+        *clock* replaces the proxy's clock (tests)."""
+        self._connect = connect
+        self._prefix = prefix
+        self._settle = claim_settle_time
+        self._last_id_us = 0
+        self._local = threading.local()
+        self._connections: list[swift.Connection] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=concurrency,
+                                        thread_name_prefix="delayq-swift")
+        self._clock = clock or ServerClock(self._proxy_time_ms, clock_sync_interval)
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+        group = conf[GROUP]
+        os_options = {}
+        if group.auth_version == "3":
+            os_options = {"project_name": group.project_name,
+                          "project_domain_name": group.project_domain_name,
+                          "user_domain_name": group.user_domain_name,
+                          "region_name": group.region_name,
+                          "interface": group.interface, "endpoint_type": group.interface}
+
+        def connect() -> swift.Connection:
+            # No retries inside swiftclient: a conditional PUT retried after a lost reply
+            # would read its own success as a lost race.
+            return swift.Connection(authurl=group.auth_url, user=group.user, key=group.key,
+                                    auth_version=group.auth_version, os_options=os_options,
+                                    insecure=group.insecure, cacert=group.cacert,
+                                    timeout=group.timeout, retries=0)
+
+        return cls(connect, prefix=group.container_prefix, concurrency=group.concurrency,
+                   claim_settle_time=group.claim_settle_time,
+                   clock_sync_interval=group.clock_sync_interval)
+
+    # Connections, time
+
+    @property
+    def _swift(self) -> swift.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _parallel(self, work: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+        items = list(items)
+        if len(items) <= 1:
+            return [work(item) for item in items]
+        return list(self._pool.map(work, items))
+
+    def _proxy_time_ms(self) -> int:
+        """The proxy's clock: the timestamp it gives an object it stores now."""
+        container = lay.clock_container(self._prefix)
+        try:
+            self._swift.put_object(container, "now", b"")
+        except ClientException as exc:
+            if not is_status(exc, 404):
+                raise
+            self._swift.put_container(container)
+            self._swift.put_object(container, "now", b"")
+        headers = self._swift.head_object(container, "now")
+        return int(float(headers["x-timestamp"]) * 1000)
+
+    def now(self) -> float:
+        with unavailable_as_503():
+            return self._now_us() / US
+
+    def _now_us(self) -> int:
+        return round(self._clock() * US)
+
+    def ping(self) -> bool:
+        try:
+            with unavailable_as_503():
+                self._swift.head_account()
+        except errors.StorageUnavailable:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # Objects
+
+    def _get(self, container: str, name: str, *, newest: bool = False
+             ) -> tuple[dict[str, str], bytes] | None:
+        try:
+            return self._swift.get_object(container, name,
+                                          headers={"X-Newest": "true"} if newest else None)
+        except ClientException as exc:
+            if is_status(exc, 404):
+                return None
+            raise
+
+    def _delete(self, container: str, name: str) -> None:
+        try:
+            self._swift.delete_object(container, name)
+        except ClientException as exc:
+            if not is_status(exc, 404):
+                raise
+
+    def _create(self, container: str, name: str, body: bytes, headers: dict[str, str]
+                ) -> bool:
+        """Create the object unless it exists; False when it did."""
+        try:
+            self._swift.put_object(container, name, body,
+                                   headers={**headers, "If-None-Match": "*"})
+        except ClientException as exc:
+            if is_status(exc, 412):
+                return False
+            raise
+        return True
+
+    def _bid(self, container: str, name: str, marker: dict[str, Any], headers: dict[str, str]
+             ) -> bool:
+        """Create marker *name* if nobody else does; True for the one winner of a race."""
+        nonce = secrets.token_hex(8)
+        if not self._create(container, name, lay.encode({**marker, "nonce": nonce}), headers):
+            return False
+        time.sleep(self._settle)
+        found = self._get(container, name, newest=True)
+        return found is not None and json.loads(found[1]).get("nonce") == nonce
+
+    def _list(self, container: str, prefix: str, *, marker: str = "", end: str | None = None,
+              limit: int | None = None) -> list[str]:
+        """Object names under *prefix* after *marker* (before *end*); [] for no container."""
+        names: list[str] = []
+        while True:
+            page = LISTING_PAGE if limit is None else min(LISTING_PAGE, limit - len(names))
+            try:
+                _, listing = self._swift.get_container(container, prefix=prefix,
+                                                       marker=marker, end_marker=end,
+                                                       limit=page)
+            except ClientException as exc:
+                if is_status(exc, 404):
+                    return names
+                raise
+            names += [item["name"] for item in listing]
+            if len(listing) < page or (limit is not None and len(names) >= limit):
+                return names
+            marker = names[-1]
+
+    def _put_entry(self, container: str, entry: Entry) -> None:
+        try:
+            self._swift.put_object(container, entry.name, b"",
+                                   headers={"X-Delete-At": delete_at(entry.expires)})
+        except ClientException as exc:
+            if not is_status(exc, 409):  # the same entry, written a moment later
+                raise
+
+    def _write_record(self, container: str, message_id: str, record: Record) -> None:
+        try:
+            self._swift.post_object(container, lay.message_name(message_id), headers={
+                **record.headers(), "X-Delete-At": delete_at(record.expires)})
+        except ClientException as exc:
+            # 409: a newer write of the record landed first (a repairer and the claimer
+            # it repairs for write the same state); 404: deleted meanwhile.
+            if not is_status(exc, 409, 404):
+                raise
+
+    def _read(self, container: str, message_id: str) -> tuple[Record, bytes] | None:
+        found = self._get(container, lay.message_name(message_id))
+        if found is None:
+            return None
+        headers, body = found
+        return Record.from_headers(headers), body
+
+    @staticmethod
+    def _message(message_id: str, record: Record, body: bytes, now: int) -> Message:
+        return Message(
+            id=message_id, body=json.loads(body), ttl=record.ttl, created=record.created / US,
+            expires=record.expires / US, due=record.due / US, client_id=record.client,
+            claim_id=record.claim or None, claim_expires=record.claim_expires / US,
+            claim_count=record.count, as_of=now / US, source_queue=record.source or None,
+            moved_at=record.moved / US if record.moved else None)
+
+    # Queues
+
+    def _container(self, project: str, queue: str) -> str:
+        return lay.container(self._prefix, project, queue)
+
+    def _ensure_queue(self, project: str, queue: str, metadata: dict[str, Any]) -> bool:
+        """Create the queue's container and metadata; False if the queue existed."""
+        container = self._container(project, queue)
+        self._swift.put_container(container)
+        # The metadata object is what makes a queue exist for readers; a creation
+        # interrupted before it is completed by the next one.
+        return self._create(container, lay.META, lay.encode(metadata), {})
+
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+        with unavailable_as_503():
+            return self._ensure_queue(project, name, metadata)
+
+    def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+        with unavailable_as_503():
+            found = self._get(self._container(project, name), lay.META)
+        return json.loads(found[1]) if found else None
+
+    def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
+        container = self._container(project, name)
+        with unavailable_as_503():
+            if self._get(container, lay.META) is None:
+                raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+            self._swift.put_object(container, lay.META, lay.encode(metadata))
+
+    def delete_queue(self, project: str, name: str) -> None:
+        container = self._container(project, name)
+        with unavailable_as_503():
+            for _ in range(DELETE_ROUNDS):
+                self._delete_objects(container, self._list(container, ""))
+                try:
+                    self._swift.delete_container(container)
+                    return
+                except ClientException as exc:
+                    if is_status(exc, 404):
+                        return
+                    if not is_status(exc, 409):  # 409: a racing post added an object
+                        raise
+            raise errors.StorageUnavailable(f"Queue {name!r} keeps receiving messages "
+                                            "while being deleted; retry.")
+
+    def purge_queue(self, project: str, name: str) -> None:
+        container = self._container(project, name)
+        with unavailable_as_503():
+            names = [n for n in self._list(container, "") if n != lay.META]
+            self._delete_objects(container, names)
+
+    def _delete_objects(self, container: str, names: list[str]) -> None:
+        self._parallel(lambda name: self._delete(container, name), names)
+
+    def list_queues(self, project: str, marker: str | None, limit: int
+                    ) -> list[tuple[str, dict[str, Any]]]:
+        start = lay.queue_prefix(self._prefix, project)
+        with unavailable_as_503():
+            _, listing = self._swift.get_account(prefix=start, marker=start + (marker or ""),
+                                                 limit=limit)
+            names = [item["name"][len(start):] for item in listing]
+            metadata = self._parallel(lambda n: self._get(self._container(project, n),
+                                                          lay.META), names)
+        return [(name, json.loads(found[1])) for name, found in zip(names, metadata,
+                                                                    strict=True) if found]
+
+    def count_queues(self, project: str) -> int:
+        start = lay.queue_prefix(self._prefix, project)
+        with unavailable_as_503():
+            _, listing = self._swift.get_account(prefix=start, full_listing=True)
+        return len(listing)
+
+    def queue_stats(self, project: str, name: str) -> QueueStats:
+        container = self._container(project, name)
+        with unavailable_as_503():
+            now = self._now_us()
+            free = claimed = delayed = 0
+            seen = set()
+            for entry_name in self._list(container, lay.INDEX_PREFIX):
+                entry = Entry.parse(entry_name)
+                # A message may briefly have two entries (a claim moves its entry by
+                # writing the new one first): count it once.
+                if entry is None or entry.expires <= now or entry.message_id in seen:
+                    continue
+                seen.add(entry.message_id)
+                if entry.available <= now:
+                    free += 1
+                elif entry.state == lay.CLAIMED:
+                    claimed += 1
+                else:
+                    delayed += 1
+            oldest = newest = None
+            if seen:
+                ids = sorted(seen)
+                oldest = self._first_live(project, name, ids, now)
+                newest = self._first_live(project, name, reversed(ids), now)
+        return QueueStats(free=free, claimed=claimed, delayed=delayed, oldest=oldest,
+                          newest=newest)
+
+    def _first_live(self, project: str, queue: str, ids: Iterable[str], now: int
+                    ) -> Message | None:
+        for message_id in ids:
+            found = self._live(project, queue, [message_id], now)
+            if found:
+                return found[0]
+        return None
+
+    # Messages
+
+    def post_messages(self, project: str, queue: str, client_id: str,
+                      messages: list[NewMessage]) -> list[str]:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            records = [(self._new_id(now), m,
+                        Record(ttl=m.ttl, created=now, due=now + m.delay * US,
+                               client=client_id, expires=now + m.ttl * US))
+                       for i, m in enumerate(messages)]
+
+            def store(item: tuple[str, NewMessage, Record]) -> None:
+                message_id, message, record = item
+                # The message first: an index entry never points at nothing yet.
+                self._swift.put_object(container, lay.message_name(message_id),
+                                       lay.encode(message.body),
+                                       content_type="application/json",
+                                       headers={**record.headers(),
+                                                "X-Delete-At": delete_at(record.expires)})
+                self._put_entry(container, record.entry(message_id))
+
+            try:
+                self._parallel(store, records)
+            except ClientException as exc:
+                if not is_status(exc, 404):
+                    raise
+                self._ensure_queue(project, queue, {})
+                self._parallel(store, records)
+        return [message_id for message_id, _, _ in records]
+
+    def _new_id(self, now: int) -> str:
+        """An id after every id this process made before, so its posts list in order."""
+        with self._lock:
+            self._last_id_us = max(now, self._last_id_us + 1)
+            return lay.new_message_id(self._last_id_us)
+
+    def _live(self, project: str, queue: str, ids: Iterable[str], now: int
+              ) -> list[Message]:
+        """The live messages among *ids*; moves under way are completed, not reported."""
+        container = self._container(project, queue)
+        found = self._parallel(lambda i: (i, self._read(container, i)), ids)
+        live = []
+        for message_id, read in found:
+            if read is None or read[0].expires <= now:
+                continue
+            if read[0].moving:
+                self._finish_move(project, queue, message_id, read[0], read[1],
+                                  json.loads(read[0].moving))
+                continue
+            live.append(self._message(message_id, *read, now))
+        return live
+
+    def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
+                      exclude_client: str | None, include_claimed: bool,
+                      include_delayed: bool) -> tuple[list[Message], str | None]:
+        container = self._container(project, queue)
+        after = lay.message_name(marker) if marker else lay.MESSAGE_PREFIX
+        page: list[Message] = []
+        last = None
+        with unavailable_as_503():
+            now = self._now_us()
+            while len(page) < limit:
+                names = self._list(container, lay.MESSAGE_PREFIX, marker=after,
+                                   limit=max(limit, 20))
+                if not names:
+                    break
+                after = names[-1]
+                ids = [n[len(lay.MESSAGE_PREFIX):] for n in names]
+                for message in self._live(project, queue, ids, now):
+                    if ((exclude_client is not None and message.client_id == exclude_client)
+                            or (not include_claimed and message.is_claimed)
+                            or (not include_delayed and message.is_delayed)):
+                        continue
+                    page.append(message)
+                    last = message.id
+                    if len(page) == limit:
+                        break
+        return page, last
+
+    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
+        with unavailable_as_503():
+            now = self._now_us()
+            wanted = sorted({i for i in ids if "/" not in i})
+            return self._live(project, queue, wanted, now)
+
+    def _forget(self, container: str, message_id: str, record: Record) -> None:
+        """Delete a message and its index entry."""
+        self._delete(container, lay.message_name(message_id))
+        self._delete(container, record.entry(message_id).name)
+
+    def delete_message(self, project: str, queue: str, message_id: str,
+                       claim_id: str | None) -> None:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            found = self._read(container, message_id) if "/" not in message_id else None
+            if found is None or found[0].expires <= now:
+                return
+            record = found[0]
+            claimed = record.is_claimed(now)
+            if claim_id is None and claimed:
+                raise errors.MessageIsClaimed(
+                    f"Message {message_id} is claimed; delete it with its claim_id.")
+            if claim_id is not None and not claimed:
+                raise errors.MessageNotClaimed(
+                    "A claim was specified, but the message is not currently claimed "
+                    "(the claim may have expired).")
+            if claim_id is not None and record.claim != claim_id:
+                raise errors.ClaimMismatch(
+                    f"Message {message_id} is held by another claim, not {claim_id}.")
+            self._forget(container, message_id, record)
+
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            def forget(message_id: str) -> None:
+                found = self._read(container, message_id) if "/" not in message_id else None
+                if found is not None:
+                    self._forget(container, message_id, found[0])
+
+            self._parallel(forget, set(ids))
+
+    def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            pop_id = uuid.uuid4().hex
+            taken = self._take(project, queue, now, limit, pop_id, now + POP_LEASE * US, 0,
+                               None)
+            self._parallel(lambda t: self._forget(container, t[0], t[1]), taken)
+            # A popped message is reported as it was before the pop marked it.
+            return [self._message(i, before, body, now) for i, _, body, before in taken]
+
+    # Claims
+
+    def _take(self, project: str, queue: str, now: int, limit: int, claim_id: str,
+              claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
+              ) -> list[tuple[str, Record, bytes, Record]]:
+        """Claim up to *limit* claimable messages; ``(id, new record, body, old record)``."""
+        container = self._container(project, queue)
+        taken: list[tuple[str, Record, bytes, Record]] = []
+        after = lay.INDEX_PREFIX
+        end = lay.index_end(now)
+        dlq_ready = False
+        entries: list[Entry] = []
+        while len(taken) < limit:
+            if not entries:
+                names = self._list(container, lay.INDEX_PREFIX, marker=after, end=end,
+                                   limit=CLAIM_BATCH)
+                if not names:
+                    break
+                after = names[-1]
+                entries = [e for e in map(Entry.parse, names) if e is not None]
+            if dead_letter and not dlq_ready and any(
+                    e.count >= dead_letter.max_claim_count for e in entries):
+                self._ensure_queue(project, dead_letter.queue, {})
+                dlq_ready = True
+            # No more attempts at once than messages still wanted: each success is a
+            # claim (and a claim count) that cannot be taken back.
+            attempt, entries = entries[:limit - len(taken)], entries[limit - len(taken):]
+            taken += [result for result in self._parallel(
+                lambda e: self._take_one(project, queue, e, now, claim_id, claim_expires,
+                                         grace, dead_letter), attempt) if result is not None]
+        return taken
+
+    def _take_one(self, project: str, queue: str, entry: Entry, now: int, claim_id: str,
+                  claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
+                  ) -> tuple[str, Record, bytes, Record] | None:
+        container = self._container(project, queue)
+        message_id = entry.message_id
+        if entry.expires <= now:
+            self._delete(container, lay.message_name(message_id))
+            self._delete(container, entry.name)
+            return None
+        move = dead_letter is not None and entry.count >= dead_letter.max_claim_count
+        marker = {"kind": lay.MOVE if move else lay.CLAIM, "claim": claim_id,
+                  "expires": claim_expires, "grace": grace, "at": now,
+                  "queue": dead_letter.queue if move else None,
+                  "ttl": dead_letter.messages_ttl if move else None}
+        won = self._bid(container, lay.marker_name(message_id, entry.generation + 1), marker,
+                        {"X-Delete-At": delete_at(entry.expires, MARKER_MARGIN)})
+        if not won:
+            self._repair(project, queue, entry, now)
+            return None
+        found = self._read(container, message_id)
+        if found is None:  # deleted (or expired) since the listing
+            self._delete(container, entry.name)
+            return None
+        before, body = found
+        if move:
+            moving = Record(**{**vars(before), "count": entry.count,
+                               "moving": json.dumps(marker)})
+            self._write_record(container, message_id, moving)
+            self._finish_move(project, queue, message_id, moving, body, marker)
+            return None
+        record = Record(**{**vars(before), "count": entry.count + 1,
+                           "generation": entry.generation + 1, "claim": claim_id,
+                           "claim_expires": claim_expires,
+                           "expires": max(before.expires, claim_expires + grace * US)})
+        self._write_record(container, message_id, record)
+        self._put_entry(container, record.entry(message_id))
+        self._delete(container, entry.name)
+        return message_id, record, body, before
+
+    def _finish_move(self, project: str, queue: str, message_id: str, record: Record,
+                     body: bytes, marker: dict[str, Any]) -> None:
+        """Copy the message into the dead-letter queue, then delete it from *queue*.
+
+        Every step can be repeated: the copy is conditional, the entry's name depends
+        only on the marker, deletes of absent objects are fine.
+        """
+        source = self._container(project, queue)
+        target = self._container(project, marker["queue"])
+        moved_at, messages_ttl = marker["at"], marker["ttl"]
+        if messages_ttl is None:
+            ttl, expires = record.ttl, record.created + record.ttl * US
+        else:
+            ttl, expires = messages_ttl, moved_at + messages_ttl * US
+        moved = Record(ttl=ttl, created=record.created, due=record.due, client=record.client,
+                       expires=expires, count=record.count, generation=0, source=queue,
+                       moved=moved_at)
+        entry = Entry(moved_at, message_id, moved.count, 0, lay.FREE, expires)
+        if expires > moved_at:
+            headers = {**moved.headers(), "X-Delete-At": delete_at(expires)}
+            try:
+                self._create(target, lay.message_name(message_id), body, headers)
+            except ClientException as exc:
+                if not is_status(exc, 404):
+                    raise
+                self._ensure_queue(project, marker["queue"], {})
+                self._create(target, lay.message_name(message_id), body, headers)
+            self._put_entry(target, entry)
+        self._forget(source, message_id, record)
+
+    def _repair(self, project: str, queue: str, entry: Entry, now: int) -> None:
+        """Bring a stale index entry (its message moved on) in line with the markers.
+
+        A process that died between creating a marker and updating the message leaves
+        the entry pointing at an old generation; this completes what the marker says.
+        """
+        container = self._container(project, queue)
+        message_id = entry.message_id
+        markers = self._list(container, lay.marker_prefix(message_id))
+        found = self._read(container, message_id)
+        if found is None or not markers:
+            if found is None:
+                self._delete(container, entry.name)
+            return
+        record, body = found
+        generation = int(markers[-1].rsplit("/", 1)[1])
+        latest = self._get(container, markers[-1], newest=True)
+        if latest is None or generation <= entry.generation:
+            return
+        marker = json.loads(latest[1])
+        if now - marker["at"] < self._settle * US:
+            return  # a bid still settling: its winner is alive and finishes the job
+        if marker["kind"] == lay.MOVE:
+            self._finish_move(project, queue, message_id,
+                              Record(**{**vars(record), "count": entry.count}), body, marker)
+            return
+        if record.generation < generation:
+            # The claimer died before writing the message's state: honour its claim.
+            record = Record(**{
+                **vars(record), "count": entry.count + 1, "generation": generation,
+                "claim": marker["claim"], "claim_expires": marker["expires"],
+                "expires": max(record.expires, marker["expires"] + marker["grace"] * US)})
+            self._write_record(container, message_id, record)
+        fresh = record.entry(message_id)
+        if fresh.name != entry.name:
+            self._put_entry(container, fresh)
+            self._delete(container, entry.name)
+
+    def _release_one(self, container: str, message_id: str, record: Record, now: int
+                     ) -> None:
+        """Put a claimed message back at its due time (claim count kept)."""
+        marker = lay.marker_name(message_id, record.generation)
+        found = self._get(container, marker)
+        if found is None:
+            return
+        state = json.loads(found[1])
+        if state.get("claim") != record.claim or state.get("expires", 0) <= now:
+            return
+        self._swift.put_object(container, marker, lay.encode({**state, "expires": 0}),
+                               headers={"X-Delete-At": delete_at(record.expires,
+                                                                 MARKER_MARGIN)})
+        released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
+        self._write_record(container, message_id, released)
+        self._put_entry(container, released.entry(message_id))
+        self._delete(container, record.entry(message_id).name)
+
+    def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            claim_id = uuid.uuid4().hex
+            expires = now + ttl * US
+            taken = self._take(project, queue, now, limit, claim_id, expires, grace,
+                               dead_letter)
+            if not taken:
+                return None
+            claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
+                     "messages": [[i, record.generation] for i, record, _, _ in taken]}
+            self._swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
+                                   headers={"X-Delete-At": delete_at(expires)})
+        return Claim(id=claim_id, ttl=ttl, grace=grace, created=now / US,
+                     expires=expires / US, as_of=now / US,
+                     messages=[self._message(i, record, body, now)
+                               for i, record, body, _ in taken])
+
+    def _live_claim(self, container: str, claim_id: str, now: int) -> dict[str, Any]:
+        found = None
+        if claim_id and "/" not in claim_id:
+            found = self._get(container, lay.claim_name(claim_id))
+        claim = json.loads(found[1]) if found else None
+        if claim is None or claim["expires"] <= now:
+            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        return claim
+
+    def _held(self, container: str, claim_id: str, claim: dict[str, Any], now: int
+              ) -> list[tuple[str, Record, bytes]]:
+        found = self._parallel(lambda pair: (pair[0], self._read(container, pair[0])),
+                               claim["messages"])
+        return [(i, read[0], read[1]) for i, read in found
+                if read is not None and read[0].claim == claim_id
+                and read[0].is_claimed(now) and read[0].expires > now]
+
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            claim = self._live_claim(container, claim_id, now)
+            held = self._held(container, claim_id, claim, now)
+        return Claim(id=claim_id, ttl=claim["ttl"], grace=claim["grace"],
+                     created=claim["created"] / US, expires=claim["expires"] / US,
+                     as_of=now / US,
+                     messages=[self._message(i, r, b, now) for i, r, b in sorted(held)])
+
+    def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
+                    grace: int) -> None:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            claim = self._live_claim(container, claim_id, now)
+            expires = now + ttl * US
+
+            def renew(item: tuple[str, Record, bytes]) -> None:
+                message_id, record, _ = item
+                marker = lay.marker_name(message_id, record.generation)
+                renewed = Record(**{**vars(record), "claim_expires": expires,
+                                    "expires": max(record.expires, expires + grace * US)})
+                self._swift.put_object(
+                    container, marker, lay.encode({"kind": lay.CLAIM, "claim": claim_id,
+                                                   "expires": expires, "grace": grace,
+                                                   "at": now, "queue": None, "ttl": None}),
+                    headers={"X-Delete-At": delete_at(renewed.expires, MARKER_MARGIN)})
+                self._write_record(container, message_id, renewed)
+                self._put_entry(container, renewed.entry(message_id))
+                self._delete(container, record.entry(message_id).name)
+
+            self._parallel(renew, self._held(container, claim_id, claim, now))
+            claim = {**claim, "ttl": ttl, "grace": grace, "expires": expires}
+            self._swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
+                                   headers={"X-Delete-At": delete_at(expires)})
+
+    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            try:
+                claim = self._live_claim(container, claim_id, now)
+            except errors.ClaimNotFound:
+                return
+            self._parallel(lambda item: self._release_one(container, item[0], item[1], now),
+                           self._held(container, claim_id, claim, now))
+            self._delete(container, lay.claim_name(claim_id))

@@ -1,0 +1,183 @@
+"""Where the Swift driver keeps everything: container and object names, record headers.
+
+One container per queue, ``<prefix>:<project>:<queue>`` (the project percent-encoded, or
+hashed when long, so no name exceeds Swift's 256 bytes and ``:`` separates the parts).
+Inside it:
+
+``meta``
+    The queue's metadata (JSON).
+``m/<id>``
+    A message: its body (JSON) and its state in ``X-Object-Meta-*`` headers, with
+    ``X-Delete-At`` at its expiry so Swift hides and removes it by itself. Ids begin with
+    the post time, so listing ``m/`` is post order.
+``a/<available>.<id>.<count>.<generation>.<state>.<expires>``
+    The availability index: an empty object per message, named by when it next becomes
+    claimable (its due time, or its claim's expiry), so listing ``a/`` up to *now* yields
+    exactly the claimable messages, oldest first — however many are delayed or claimed,
+    and with no delay condition at all. The name also carries what a claim needs to
+    decide without reading the message: claim count, generation, state (``f`` free or
+    delayed, ``c`` claimed) and expiry — which is also all ``stats`` needs.
+``c/<id>/<generation>``
+    Generation markers, the source of truth for exclusivity: the n-th claim (or the
+    dead-letter move) of a message is the one request that creates ``c/<id>/<n>`` with
+    ``If-None-Match: *``. Body: kind (claim or move), claim id, claim expiry.
+``k/<claim id>``
+    A claim: ttl, grace, times and the ``[id, generation]`` pairs it holds.
+
+Times in names are microseconds in 14 hexadecimal digits, so names sort by time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+META = "meta"
+MESSAGE_PREFIX = "m/"
+INDEX_PREFIX = "a/"
+MARKER_PREFIX = "c/"
+CLAIM_PREFIX = "k/"
+
+FREE = "f"  # free or delayed: available at its due time
+CLAIMED = "c"  # claimed: available again at the claim's expiry
+
+MOVE = "move"
+CLAIM = "claim"
+
+TIME_DIGITS = 14
+GENERATION_DIGITS = 6
+LONG_PROJECT = 120  # longer (encoded) project ids are hashed into container names
+
+# Message state headers (Swift hands X-Object-Meta-* back lower-cased).
+META_HEADER = "x-object-meta-"
+FIELDS = ("ttl", "created", "due", "client", "expires", "count", "generation", "claim",
+          "claim-expires", "source", "moved", "moving")
+
+
+def time_name(us: int) -> str:
+    return f"{us:0{TIME_DIGITS}x}"
+
+
+def project_part(project: str) -> str:
+    encoded = quote(project, safe="")
+    if len(encoded) <= LONG_PROJECT:
+        return encoded
+    return "#" + hashlib.sha256(project.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def queue_prefix(prefix: str, project: str) -> str:
+    """The start of the names of every queue container of *project*."""
+    return f"{prefix}:{project_part(project)}:"
+
+
+def container(prefix: str, project: str, queue: str) -> str:
+    return queue_prefix(prefix, project) + queue
+
+
+def clock_container(prefix: str) -> str:
+    return f"{prefix}:clock"
+
+
+def new_message_id(now_us: int) -> str:
+    """Post time first, so ids (and ``m/`` names) sort in post order."""
+    return time_name(now_us) + secrets.token_hex(5)
+
+
+def message_name(message_id: str) -> str:
+    return MESSAGE_PREFIX + message_id
+
+
+def marker_name(message_id: str, generation: int) -> str:
+    return f"{MARKER_PREFIX}{message_id}/{generation:0{GENERATION_DIGITS}d}"
+
+
+def marker_prefix(message_id: str) -> str:
+    return f"{MARKER_PREFIX}{message_id}/"
+
+
+def claim_name(claim_id: str) -> str:
+    return CLAIM_PREFIX + claim_id
+
+
+def index_end(now_us: int) -> str:
+    """The listing end marker past every entry available at *now_us*."""
+    return INDEX_PREFIX + time_name(now_us + 1)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One availability-index entry."""
+
+    available: int
+    message_id: str
+    count: int
+    generation: int
+    state: str
+    expires: int
+
+    @property
+    def name(self) -> str:
+        return (f"{INDEX_PREFIX}{time_name(self.available)}.{self.message_id}.{self.count}."
+                f"{self.generation}.{self.state}.{time_name(self.expires)}")
+
+    @classmethod
+    def parse(cls, name: str) -> Entry | None:
+        try:
+            available, message_id, count, generation, state, expires = (
+                name[len(INDEX_PREFIX):].split("."))
+            return cls(int(available, 16), message_id, int(count), int(generation), state,
+                       int(expires, 16))
+        except ValueError:
+            return None
+
+
+@dataclass
+class Record:
+    """A message's state, as kept in its object's headers (times in microseconds)."""
+
+    ttl: int
+    created: int
+    due: int
+    client: str
+    expires: int
+    count: int = 0
+    generation: int = 0
+    claim: str = ""
+    claim_expires: int = 0
+    source: str = ""
+    moved: int = 0
+    moving: str = ""  # a dead-letter move under way: its marker (JSON), until it is done
+
+    def headers(self) -> dict[str, str]:
+        values = (self.ttl, self.created, self.due, self.client, self.expires, self.count,
+                  self.generation, self.claim, self.claim_expires, self.source, self.moved,
+                  self.moving)
+        return {META_HEADER + name: str(value) for name, value in zip(FIELDS, values,
+                                                                      strict=True)}
+
+    @classmethod
+    def from_headers(cls, headers: dict[str, str]) -> Record:
+        raw = {name: headers.get(META_HEADER + name, "") for name in FIELDS}
+        return cls(ttl=int(raw["ttl"]), created=int(raw["created"]), due=int(raw["due"]),
+                   client=raw["client"], expires=int(raw["expires"]),
+                   count=int(raw["count"] or 0), generation=int(raw["generation"] or 0),
+                   claim=raw["claim"], claim_expires=int(raw["claim-expires"] or 0),
+                   source=raw["source"], moved=int(raw["moved"] or 0), moving=raw["moving"])
+
+    def is_claimed(self, now_us: int) -> bool:
+        return bool(self.claim) and self.claim_expires > now_us
+
+    def entry(self, message_id: str) -> Entry:
+        """The index entry this state calls for."""
+        if self.claim and self.claim_expires:
+            return Entry(self.claim_expires, message_id, self.count, self.generation,
+                         CLAIMED, self.expires)
+        return Entry(self.due, message_id, self.count, self.generation, FREE, self.expires)
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()

@@ -1,0 +1,45 @@
+"""Options of the Swift driver, in ``[drivers:message_store:swift]``."""
+
+from oslo_config import cfg
+
+GROUP = "drivers:message_store:swift"
+
+OPTS = [
+    cfg.StrOpt("auth_url", default="http://127.0.0.1:8080/auth/v1.0",
+               help="Authentication endpoint: a tempauth/swauth URL (…/auth/v1.0) with "
+                    "auth_version 1, or a Keystone URL (…/v3) with auth_version 3."),
+    cfg.StrOpt("auth_version", default="1", choices=["1", "3"],
+               help="1: tempauth (user is ACCOUNT:USER); 3: Keystone v3."),
+    cfg.StrOpt("user", default="delayq:delayq",
+               help="User name (tempauth: account:user)."),
+    cfg.StrOpt("key", default="", secret=True, help="The user's password or key."),
+    cfg.StrOpt("project_name", help="Keystone v3: the project (tenant) to scope to."),
+    cfg.StrOpt("project_domain_name", default="Default",
+               help="Keystone v3: the project's domain."),
+    cfg.StrOpt("user_domain_name", default="Default", help="Keystone v3: the user's domain."),
+    cfg.StrOpt("region_name", help="Keystone v3: the region whose object-store endpoint "
+                                   "to use."),
+    cfg.StrOpt("interface", default="public", choices=["public", "internal", "admin"],
+               help="Keystone v3: which endpoint of the catalogue to use."),
+    cfg.BoolOpt("insecure", default=False, help="Skip TLS certificate verification."),
+    cfg.StrOpt("cacert", help="CA bundle to verify the TLS certificates with."),
+    cfg.StrOpt("container_prefix", default="dq",
+               help="Prefix of every container delayq creates in the account, so several "
+                    "deployments can share one account."),
+    cfg.FloatOpt("timeout", default=10.0, min=0.1,
+                 help="Seconds to wait for a Swift reply before the request fails with "
+                      "503."),
+    cfg.IntOpt("concurrency", default=16, min=1,
+               help="Swift requests each API worker process makes in parallel for one "
+                    "API request (a claim of 10 messages touches each of them)."),
+    cfg.FloatOpt("claim_settle_time", default=0.1, min=0.0,
+                 help="Seconds a claimer waits after creating a claim marker before reading "
+                      "it back to learn whether it won. Swift's conditional PUT "
+                      "(If-None-Match: *) is not atomic: racing PUTs may all succeed and the "
+                      "one with the latest timestamp stays. This must exceed the longest time "
+                      "an object server takes between checking for and storing a small "
+                      "object (normally milliseconds); a larger value only slows claims."),
+    cfg.FloatOpt("clock_sync_interval", default=30.0, min=1.0,
+                 help="Seconds between readings of the Swift proxy's clock, which every "
+                      "API process keeps time by."),
+]
