@@ -1,6 +1,7 @@
 """HTTP tests of every resource and status code of SPEC §2, through the in-process client.
 
-Each test runs against a fresh SQLite file (the ``client`` fixture). Real time is used
+Each test runs once per driver on a fresh store of its own (the ``client`` fixture:
+SQLite, Redis, MongoDB). Real time is used
 only where it is cheap: one delayed-queue test sleeps a little over a second. Claim
 expiry (claim ttl is at least 60 s) is never waited for; releasing a claim stands in.
 """
