@@ -99,6 +99,17 @@ def query_bool(raw: str | None, name: str) -> bool:
     raise ValidationError(f"{name} must be true or false; got {raw!r}.")
 
 
+def sequence_marker(marker: str | None) -> int:
+    """A listing marker that is a message's position in its queue (0 for none)."""
+    try:
+        after = int(marker) if marker else 0
+    except ValueError:
+        after = -1
+    if not 0 <= after < 2**63:
+        raise ValidationError(f"marker {marker[:40]!r} is not valid.")
+    return after
+
+
 def queue_name(name: str) -> str:
     if not q.NAME_PATTERN.fullmatch(name):
         raise ValidationError(

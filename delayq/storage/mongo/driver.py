@@ -42,8 +42,8 @@ from pymongo.collection import Collection
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from delayq import errors
-from delayq.claim import Claim
+from delayq import errors, validation
+from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
@@ -356,12 +356,7 @@ class Driver(base.Driver):
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
                       include_delayed: bool) -> tuple[list[Message], str | None]:
-        try:
-            after = int(marker) if marker else 0
-        except ValueError:
-            after = -1
-        if not 0 <= after < 2**63:
-            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
+        after = validation.sequence_marker(marker)
         now = self._now_ms()
         query: dict[str, Any] = {s.PROJECT: project, s.QUEUE: queue, s.SEQ: {"$gt": after},
                                  s.EXPIRES: {"$gt": s.date(now)}}
@@ -400,17 +395,9 @@ class Driver(base.Driver):
             if doc is None:
                 return
             holder = doc.get(s.CLAIM)
-            claimed = holder is not None and s.ms(doc[s.CLAIM_EXPIRES]) > now
-            if claim_id is None and claimed:
-                raise errors.MessageIsClaimed(
-                    f"Message {message_id} is claimed; delete it with its claim_id.")
-            if claim_id is not None and not claimed:
-                raise errors.MessageNotClaimed(
-                    "A claim was specified, but the message is not currently claimed "
-                    "(the claim may have expired).")
-            if claim_id is not None and str(holder) != claim_id:
-                raise errors.ClaimMismatch(
-                    f"Message {message_id} is held by another claim, not {claim_id}.")
+            live = holder is not None and s.ms(doc[s.CLAIM_EXPIRES]) > now
+            refuse_delete(delete_refusal(claim_id, str(holder) if live else None),
+                          message_id, claim_id)
             # Unclaimed as read: delete it unless a claim took it meanwhile (a claim
             # always moves its availability), else look again.
             if claim_id is None and self._messages.delete_one(

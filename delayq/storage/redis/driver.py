@@ -40,7 +40,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from delayq import errors
-from delayq.claim import Claim
+from delayq.claim import Claim, refuse_delete
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
@@ -484,16 +484,7 @@ class Driver(base.Driver):
         with unavailable_as_503():
             code = self._scripts.delete(keys=[self.queue_key(project, queue)],
                                         args=[self._now_arg(), message_id, claim_id or ""])
-        if code == 1:
-            raise errors.MessageIsClaimed(
-                f"Message {message_id} is claimed; delete it with its claim_id.")
-        if code == 2:
-            raise errors.MessageNotClaimed(
-                "A claim was specified, but the message is not currently claimed "
-                "(the claim may have expired).")
-        if code == 3:
-            raise errors.ClaimMismatch(
-                f"Message {message_id} is held by another claim, not {claim_id}.")
+        refuse_delete(code, message_id, claim_id)
 
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         with unavailable_as_503():

@@ -19,8 +19,8 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors
-from delayq.claim import Claim
+from delayq import errors, validation
+from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
@@ -205,12 +205,7 @@ class Driver(base.Driver):
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
                       include_delayed: bool) -> tuple[list[Message], str | None]:
-        try:
-            after = int(marker) if marker else 0
-        except ValueError:
-            after = -1
-        if not 0 <= after < 2**63:
-            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
+        after = validation.sequence_marker(marker)
         db = self._db()
         now = self.now()
         queue_id = self._queue_id(db, project, queue)
@@ -244,17 +239,8 @@ class Driver(base.Driver):
             if row is None:
                 return
             seq, holder, claim_expires = row
-            claimed = holder is not None and claim_expires > now
-            if claim_id is None and claimed:
-                raise errors.MessageIsClaimed(
-                    f"Message {message_id} is claimed; delete it with its claim_id.")
-            if claim_id is not None and not claimed:
-                raise errors.MessageNotClaimed(
-                    "A claim was specified, but the message is not currently claimed "
-                    "(the claim may have expired).")
-            if claim_id is not None and holder != claim_id:
-                raise errors.ClaimMismatch(
-                    f"Message {message_id} is held by another claim, not {claim_id}.")
+            live_holder = holder if holder is not None and claim_expires > now else None
+            refuse_delete(delete_refusal(claim_id, live_holder), message_id, claim_id)
             db.execute(sql.MESSAGE_DELETE, (seq,))
 
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:

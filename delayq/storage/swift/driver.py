@@ -55,7 +55,7 @@ from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
 
 from delayq import errors
-from delayq.claim import Claim
+from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
@@ -498,17 +498,8 @@ class Driver(base.Driver):
             if found is None or found[0].expires <= now:
                 return
             record = found[0]
-            claimed = record.is_claimed(now)
-            if claim_id is None and claimed:
-                raise errors.MessageIsClaimed(
-                    f"Message {message_id} is claimed; delete it with its claim_id.")
-            if claim_id is not None and not claimed:
-                raise errors.MessageNotClaimed(
-                    "A claim was specified, but the message is not currently claimed "
-                    "(the claim may have expired).")
-            if claim_id is not None and record.claim != claim_id:
-                raise errors.ClaimMismatch(
-                    f"Message {message_id} is held by another claim, not {claim_id}.")
+            holder = record.claim if record.is_claimed(now) else None
+            refuse_delete(delete_refusal(claim_id, holder), message_id, claim_id)
             self._forget(container, message_id, record)
 
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
