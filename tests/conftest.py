@@ -31,13 +31,15 @@ def make_conf(tmp_path) -> Callable[..., cfg.ConfigOpts]:
     return make
 
 
-@pytest.fixture(params=["sqlite", "redis", "mongodb"])
+@pytest.fixture(params=["sqlite", "redis", "mongodb", "swift"])
 def client(request, make_conf) -> testing.TestClient:
     """An in-process HTTP client of the app on a fresh store of each driver.
 
     ``redis`` is a real redis-server (tests/redis_servers.py), its keys under a namespace
     of this test's own; ``mongodb`` is a database of this test's own on the MongoDB named
-    by DELAYQ_TEST_MONGODB_URI, or on mongomock without one (tests/mongo_backend.py).
+    by DELAYQ_TEST_MONGODB_URI, or on mongomock without one (tests/mongo_backend.py);
+    ``swift`` a real Swift on loopback (tests/swift_server.py), containers under a prefix
+    of this test's own.
     """
     conf = make_conf()
     driver = None
@@ -57,6 +59,16 @@ def client(request, make_conf) -> testing.TestClient:
         real = MONGO.real_uri() is not None
         driver = MongoDriver(MONGO.real_client() if real else MONGO.mock_client(),
                              MONGO.new_database())
+    if request.param == "swift":
+        from tests.swift_server import SWIFT
+
+        group = "drivers:message_store:swift"
+        auth = SWIFT.auth()
+        conf.set_override("message_store", "swift", group="drivers")
+        conf.set_override("auth_url", auth.auth_url, group=group)
+        conf.set_override("user", auth.user, group=group)
+        conf.set_override("key", auth.key, group=group)
+        conf.set_override("container_prefix", f"t{uuid.uuid4().hex[:12]}", group=group)
     app = create_app(conf, driver=driver)
     yield testing.TestClient(app)
 

@@ -117,8 +117,8 @@ class Driver(base.Driver):
         self._local = threading.local()
         self._connections: list[swift.Connection] = []
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=concurrency,
-                                        thread_name_prefix="delayq-swift")
+        self._concurrency = concurrency
+        self._pool: ThreadPoolExecutor | None = None
         self._clock = clock or ServerClock(self._proxy_time_ms, clock_sync_interval)
 
     @classmethod
@@ -159,7 +159,12 @@ class Driver(base.Driver):
         items = list(items)
         if len(items) <= 1:
             return [work(item) for item in items]
-        return list(self._pool.map(work, items))
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._concurrency,
+                                                thread_name_prefix="delayq-swift")
+            pool = self._pool
+        return list(pool.map(work, items))
 
     def _proxy_time_ms(self) -> int:
         """The proxy's clock: the timestamp it gives an object it stores now."""
@@ -190,8 +195,10 @@ class Driver(base.Driver):
         return True
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
         with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
@@ -454,6 +461,8 @@ class Driver(base.Driver):
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
                       include_delayed: bool) -> tuple[list[Message], str | None]:
+        if marker and not lay.is_message_id(marker):
+            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
         container = self._container(project, queue)
         after = lay.message_name(marker) if marker else lay.MESSAGE_PREFIX
         page: list[Message] = []
@@ -481,7 +490,7 @@ class Driver(base.Driver):
     def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         with unavailable_as_503():
             now = self._now_us()
-            wanted = sorted({i for i in ids if "/" not in i})
+            wanted = sorted({i for i in ids if lay.is_message_id(i)})
             return self._live(project, queue, wanted, now)
 
     def _forget(self, container: str, message_id: str, record: Record) -> None:
@@ -494,7 +503,7 @@ class Driver(base.Driver):
         container = self._container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
-            found = self._read(container, message_id) if "/" not in message_id else None
+            found = self._read(container, message_id) if lay.is_message_id(message_id) else None
             if found is None or found[0].expires <= now:
                 return
             record = found[0]
@@ -506,7 +515,7 @@ class Driver(base.Driver):
         container = self._container(project, queue)
         with unavailable_as_503():
             def forget(message_id: str) -> None:
-                found = self._read(container, message_id) if "/" not in message_id else None
+                found = self._read(container, message_id) if lay.is_message_id(message_id) else None
                 if found is not None:
                     self._forget(container, message_id, found[0])
 
@@ -702,7 +711,7 @@ class Driver(base.Driver):
 
     def _live_claim(self, container: str, claim_id: str, now: int) -> dict[str, Any]:
         found = None
-        if claim_id and "/" not in claim_id:
+        if lay.is_claim_id(claim_id):
             found = self._get(container, lay.claim_name(claim_id))
         claim = json.loads(found[1]) if found else None
         if claim is None or claim["expires"] <= now:

@@ -87,6 +87,20 @@ def new_message_id(now_us: int) -> str:
     return time_name(now_us) + secrets.token_hex(5)
 
 
+ID_LENGTH = TIME_DIGITS + 10
+HEX = frozenset("0123456789abcdef")
+
+
+def is_message_id(text: str) -> bool:
+    """True for text shaped like an id this driver makes (anything else names nothing)."""
+    return len(text) == ID_LENGTH and set(text) <= HEX
+
+
+def is_claim_id(text: str) -> bool:
+    """True for text shaped like a claim id (a UUID's 32 hex digits)."""
+    return len(text) == 32 and set(text) <= HEX
+
+
 def message_name(message_id: str) -> str:
     return MESSAGE_PREFIX + message_id
 
