@@ -316,8 +316,20 @@ class Driver(base.Driver):
             return self._ensure_queue(project, name, metadata)
 
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+        container = self._container(project, name)
         with unavailable_as_503():
-            found = self._get(self._container(project, name), lay.META)
+            found = self._get(container, lay.META)
+            if found is None:
+                # A container without metadata is a creation that died half way (a post
+                # may already have stored messages in it): finish it.
+                try:
+                    self._swift.head_container(container)
+                except ClientException as exc:
+                    if is_status(exc, 404):
+                        return None
+                    raise
+                self._create(container, lay.META, lay.encode({}), {})
+                found = self._get(container, lay.META)
         return json.loads(found[1]) if found else None
 
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
@@ -570,8 +582,14 @@ class Driver(base.Driver):
         container = self._container(project, queue)
         message_id = entry.message_id
         if entry.expires <= now:
-            self._delete(container, lay.message_name(message_id))
-            self._delete(container, entry.name)
+            # The entry may be older than the message's state (a claim extends expiry):
+            # the message's own record decides.
+            found = self._read(container, message_id)
+            if found is None or found[0].expires <= now:
+                self._delete(container, lay.message_name(message_id))
+                self._delete(container, entry.name)
+            else:
+                self._repair(project, queue, entry, now)
             return None
         move = dead_letter is not None and entry.count >= dead_letter.max_claim_count
         marker = {"kind": lay.MOVE if move else lay.CLAIM, "claim": claim_id,
@@ -634,38 +652,45 @@ class Driver(base.Driver):
         self._forget(source, message_id, record)
 
     def _repair(self, project: str, queue: str, entry: Entry, now: int) -> None:
-        """Bring a stale index entry (its message moved on) in line with the markers.
+        """Bring a stale index entry in line with the message's markers and record.
 
-        A process that died between creating a marker and updating the message leaves
-        the entry pointing at an old generation; this completes what the marker says.
+        A process that died between winning a marker and updating the message leaves the
+        record and entry a generation behind: this completes what the marker says (a claim
+        is honoured until its expiry, a move is finished). A leftover old entry is
+        replaced by the one the record calls for.
         """
         container = self._container(project, queue)
         message_id = entry.message_id
-        markers = self._list(container, lay.marker_prefix(message_id))
         found = self._read(container, message_id)
-        if found is None or not markers:
-            if found is None:
-                self._delete(container, entry.name)
+        if found is None:
+            self._delete(container, entry.name)
             return
         record, body = found
-        generation = int(markers[-1].rsplit("/", 1)[1])
-        latest = self._get(container, markers[-1], newest=True)
-        if latest is None or generation <= entry.generation:
-            return
-        marker = json.loads(latest[1])
-        if now - marker["at"] < self._settle * US:
-            return  # a bid still settling: its winner is alive and finishes the job
-        if marker["kind"] == lay.MOVE:
-            self._finish_move(project, queue, message_id,
-                              Record(**{**vars(record), "count": entry.count}), body, marker)
-            return
-        if record.generation < generation:
-            # The claimer died before writing the message's state: honour its claim.
-            record = Record(**{
-                **vars(record), "count": entry.count + 1, "generation": generation,
-                "claim": marker["claim"], "claim_expires": marker["expires"],
-                "expires": max(record.expires, marker["expires"] + marker["grace"] * US)})
+        markers = self._list(container, lay.marker_prefix(message_id))
+        generation = int(markers[-1].rsplit("/", 1)[1]) if markers else 0
+        if generation > record.generation and not record.moving:
+            latest = self._get(container, markers[-1], newest=True)
+            if latest is None:
+                return
+            marker = json.loads(latest[1])
+            if now - marker["at"] < self._settle * US:
+                return  # a bid still settling: its winner is alive and finishes the job
+            # Every generation past the record's was a claim, but a final move.
+            claims = generation - record.generation - (marker["kind"] == lay.MOVE)
+            record = Record(**{**vars(record), "count": record.count + claims})
+            if marker["kind"] == lay.MOVE:
+                record.moving = json.dumps(marker)
+            else:
+                record.generation = generation
+                record.claim = marker["claim"]
+                record.claim_expires = marker["expires"]
+                record.expires = max(record.expires,
+                                     marker["expires"] + marker["grace"] * US)
             self._write_record(container, message_id, record)
+        if record.moving:
+            self._finish_move(project, queue, message_id, record, body,
+                              json.loads(record.moving))
+            return
         fresh = record.entry(message_id)
         if fresh.name != entry.name:
             self._put_entry(container, fresh)
