@@ -129,6 +129,8 @@ class Driver(base.Driver):
             os_options = {"project_name": group.project_name,
                           "project_domain_name": group.project_domain_name,
                           "user_domain_name": group.user_domain_name,
+                          "project_domain_id": group.project_domain_id,
+                          "user_domain_id": group.user_domain_id,
                           "region_name": group.region_name,
                           "interface": group.interface, "endpoint_type": group.interface}
 

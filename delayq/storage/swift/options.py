@@ -17,6 +17,10 @@ OPTS = [
     cfg.StrOpt("project_domain_name", default="Default",
                help="Keystone v3: the project's domain."),
     cfg.StrOpt("user_domain_name", default="Default", help="Keystone v3: the user's domain."),
+    cfg.StrOpt("project_domain_id",
+               help="Keystone v3: the project's domain by id (instead of by name)."),
+    cfg.StrOpt("user_domain_id", help="Keystone v3: the user's domain by id (instead of by "
+                                      "name)."),
     cfg.StrOpt("region_name", help="Keystone v3: the region whose object-store endpoint "
                                    "to use."),
     cfg.StrOpt("interface", default="public", choices=["public", "internal", "admin"],
