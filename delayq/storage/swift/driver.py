@@ -668,6 +668,7 @@ class Driver(base.Driver):
             self._delete(container, entry.name)
             return
         record, body = found
+        return
         markers = self._list(container, lay.marker_prefix(message_id))
         generation = int(markers[-1].rsplit("/", 1)[1]) if markers else 0
         if generation > record.generation and not record.moving:

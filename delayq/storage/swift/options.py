@@ -34,8 +34,9 @@ OPTS = [
                  help="Seconds to wait for a Swift reply before the request fails with "
                       "503."),
     cfg.IntOpt("concurrency", default=16, min=1,
-               help="Swift requests each API worker process makes in parallel for one "
-                    "API request (a claim of 10 messages touches each of them)."),
+               help="Swift requests each API worker process makes in parallel, shared by "
+                    "the API requests it serves (a claim of 10 messages touches each of "
+                    "them at once)."),
     cfg.FloatOpt("claim_settle_time", default=0.1, min=0.0,
                  help="Seconds a claimer waits after creating a claim marker before reading "
                       "it back to learn whether it won. Swift's conditional PUT "
