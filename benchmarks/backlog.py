@@ -22,8 +22,8 @@ under the same project.
 
 Usage::
 
-    python benchmarks/backlog.py [--driver sqlite] [--backlog 100000] [--samples 300]
-                                 [--workers 1]
+    python benchmarks/backlog.py [--driver sqlite|redis|swift] [--backlog 100000]
+                                 [--samples 300] [--workers 1]
 
 Results are printed as a table and written to ``benchmarks/results/backlog-<driver>.json``.
 
@@ -31,6 +31,17 @@ Results are printed as a table and written to ``benchmarks/results/backlog-<driv
 default 6379, no persistence, files in the temporary directory), stops it at the end,
 and also reports Redis memory per stored message: ``used_memory`` (``INFO memory``)
 after the fill minus before, divided by the number of backlog messages.
+
+``--driver swift`` starts an OpenStack Swift of its own: a fresh instance of the test
+suite's ``tests.swift_server.SwiftCluster`` (proxy, account, container and object server,
+memcached, all on free loopback ports, files in a temporary directory of its own), stopped
+at the end. Swift stores every message as objects written one request at a time, so the
+fill posts in parallel batches and claims 20 messages at a time (one thread), while a
+second driver posts the delayed messages alongside. It is still slow: 12,000 + 12,000
+messages took 11 minutes on two shared cores, five sixths of it claiming (about 20
+messages a second), so 20,000 + 20,000 take about 20. Use a much smaller ``--backlog``
+than for the other drivers. The JSON adds how long each part of the fill took and the
+number of objects in each queue's container.
 
 Adding a driver: write a ``Backend`` (configuration sections, backlog filler, and the
 service it needs running, if any) and add it to ``BACKENDS``.
@@ -53,9 +64,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,10 +121,11 @@ class Backend:
 
     ``sections(workdir)`` returns the driver's configuration sections (merged into the
     server's configuration file); ``service(sections, workdir)`` is a context manager that
-    keeps the store running (a database server) for the whole run; ``fill(sections, spec,
-    progress)`` stores the backlog directly through the driver, given those same sections,
-    and may return facts about it; ``describe(sections)`` runs once the API server has
-    stopped, the store still up.
+    keeps the store running (a database server) for the whole run, and may complete
+    *sections* with what is known only once the store runs (Swift's auth URL names its
+    proxy's port); ``fill(sections, spec, progress)`` stores the backlog directly through
+    the driver, given those same sections, and may return facts about it;
+    ``describe(sections)`` runs once the API server has stopped, the store still up.
     """
 
     sections: Callable[[Path], Sections]
@@ -144,28 +158,36 @@ def sqlite_sections(workdir: Path) -> Sections:
     return {"drivers:message_store:sqlite": {"path": str(workdir / "delayq.sqlite")}}
 
 
-def fill_backlog(driver: Any, spec: BacklogSpec, progress: Progress) -> None:
-    """Store *spec*'s claimed, then delayed, messages through *driver*, batch by batch."""
+def post_backlog(driver: Any, spec: BacklogSpec, start: int, count: int, delay: int
+                 ) -> None:
+    """Post messages ``start`` to ``start + count - 1`` of the backlog, in one request."""
     from delayq.message import NewMessage
 
     # Tiny bodies ({"n": 123456}): the memory figure is the one for a tiny message.
+    driver.post_messages(spec.project, spec.queue, spec.client_id, [
+        NewMessage(body={"n": start + i}, ttl=spec.ttl, delay=delay) for i in range(count)])
+
+
+def claim_backlog(driver: Any, spec: BacklogSpec, count: int) -> None:
+    """Claim *count* messages for *spec*'s long claim; all must be there to take."""
+    claim = driver.claim(spec.project, spec.queue, ttl=spec.claim_ttl,
+                         grace=spec.claim_grace, limit=count, dead_letter=None)
+    got = len(claim.messages) if claim else 0
+    if got != count:
+        raise RuntimeError(f"backlog claim took {got} messages, expected {count}")
+
+
+def fill_backlog(driver: Any, spec: BacklogSpec, progress: Progress) -> None:
+    """Store *spec*'s claimed, then delayed, messages through *driver*, batch by batch."""
     # Claimed backlog: post ready messages, then claim them right away, batch by batch
     # (the queue holds nothing claimable before the fill, so each claim takes exactly
     # the batch just posted).
     for start, count in batches(spec.claimed, spec.batch):
-        driver.post_messages(spec.project, spec.queue, spec.client_id, [
-            NewMessage(body={"n": start + i}, ttl=spec.ttl,
-                       delay=0) for i in range(count)])
-        claim = driver.claim(spec.project, spec.queue, ttl=spec.claim_ttl,
-                             grace=spec.claim_grace, limit=count, dead_letter=None)
-        got = len(claim.messages) if claim else 0
-        if got != count:
-            raise RuntimeError(f"backlog claim took {got} messages, expected {count}")
+        post_backlog(driver, spec, start, count, 0)
+        claim_backlog(driver, spec, count)
         progress(f"claimed {start + count}/{spec.claimed}")
     for start, count in batches(spec.delayed, spec.batch):
-        driver.post_messages(spec.project, spec.queue, spec.client_id, [
-            NewMessage(body={"n": start + i}, ttl=spec.ttl,
-                       delay=spec.delay) for i in range(count)])
+        post_backlog(driver, spec, start, count, spec.delay)
         progress(f"delayed {start + count}/{spec.delayed}")
 
 
@@ -367,10 +389,164 @@ def redis_describe(sections: Sections) -> dict[str, Any]:
         client.close()
 
 
+SWIFT_GROUP = "drivers:message_store:swift"
+SWIFT_PREFIX = "dqbench"
+# The fill: messages per post_messages call (the driver writes their objects
+# SWIFT_FILL_CONCURRENCY at a time), messages per claim (Zaqar's largest claim).
+SWIFT_POST_BATCH = 500
+SWIFT_CLAIM_LIMIT = 20
+SWIFT_FILL_CONCURRENCY = 32
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def swift_cluster() -> Any:
+    """A fresh, not yet started ``tests.swift_server.SwiftCluster`` (the test suite's).
+
+    Run as ``python benchmarks/backlog.py``, ``sys.path[0]`` is ``benchmarks/``: delayq is
+    installed, but ``tests`` is a package of the checkout only, importable from the
+    repository root, so the root goes on the path first (first, so that no ``tests``
+    package some distribution installed at top level is taken for it).
+    """
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    from tests.swift_server import SwiftCluster
+
+    return SwiftCluster()
+
+
+def swift_sections(workdir: Path) -> Sections:
+    # auth_url, user and key: from the running Swift (swift_service).
+    return {SWIFT_GROUP: {"container_prefix": SWIFT_PREFIX}}
+
+
+@contextlib.contextmanager
+def swift_service(sections: Sections, workdir: Path) -> Iterator[Any]:
+    """The run's own Swift, stopped on exit; puts its credentials into *sections*."""
+    cluster = swift_cluster()
+    try:
+        auth = cluster.auth()  # starts it, on free ports: about 2 s
+        sections[SWIFT_GROUP].update(auth_url=auth.auth_url, user=auth.user, key=auth.key)
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+def swift_connection(sections: Sections) -> Any:
+    """A swiftclient connection to the run's Swift, without retries (as the driver's)."""
+    from swiftclient.client import Connection
+
+    group = sections[SWIFT_GROUP]
+    return Connection(authurl=group["auth_url"], user=group["user"], key=group["key"],
+                      retries=0, timeout=30)
+
+
+def swift_driver(sections: Sections) -> Any:
+    """A Swift driver as tests/contract/drivers.py opens one: the real clock (the proxy's,
+    which the server's driver keeps time by too), the default claim settle time."""
+    from delayq.storage.swift.driver import Driver
+
+    return Driver(lambda: swift_connection(sections),
+                  prefix=sections[SWIFT_GROUP]["container_prefix"],
+                  concurrency=SWIFT_FILL_CONCURRENCY)
+
+
+class Tally:
+    """The counts of a fill whose parts run in several threads, reported on one line."""
+
+    def __init__(self, progress: Progress, totals: dict[str, int]) -> None:
+        self.progress = progress
+        self.totals = totals
+        self.done = dict.fromkeys(totals, 0)
+        self.lock = threading.Lock()
+
+    def add(self, part: str, count: int) -> None:
+        with self.lock:
+            self.done[part] += count
+            self.progress(" ".join(f"{name} {self.done[name]}/{total}"
+                                   for name, total in self.totals.items()))
+
+
+def post_part(driver: Any, spec: BacklogSpec, total: int, delay: int, tally: Tally,
+              part: str, stop: threading.Event | None = None) -> float:
+    """Post *total* messages in batches of SWIFT_POST_BATCH; the seconds it took."""
+    started = time.perf_counter()
+    for start, count in batches(total, SWIFT_POST_BATCH):
+        if stop is not None and stop.is_set():
+            break
+        post_backlog(driver, spec, start, count, delay)
+        tally.add(part, count)
+    return time.perf_counter() - started
+
+
+def claim_part(driver: Any, spec: BacklogSpec, tally: Tally) -> float:
+    """Claim the posted messages SWIFT_CLAIM_LIMIT at a time; the seconds it took."""
+    started = time.perf_counter()
+    for _, count in batches(spec.claimed, SWIFT_CLAIM_LIMIT):
+        claim_backlog(driver, spec, count)
+        tally.add("claimed", count)
+    return time.perf_counter() - started
+
+
+def swift_fill(sections: Sections, spec: BacklogSpec, progress: Progress) -> FillInfo:
+    """The backlog through two Swift drivers at once, and how long each part took.
+
+    Every message is objects written one request each, so the fill is parallel: each
+    ``post_messages`` of SWIFT_POST_BATCH messages writes them SWIFT_FILL_CONCURRENCY at a
+    time. First the messages to claim are posted, ready; then one thread claims them,
+    SWIFT_CLAIM_LIMIT at a time (a single claimer: claimers in parallel would bid for the
+    same oldest messages), while the second driver posts the delayed ones, which no claim
+    lists. The claims hold their messages for ``spec.claim_ttl`` (12 hours), far longer
+    than the run: a claim expiring would show in the stats check after the measurement.
+    """
+    claimer, poster = swift_driver(sections), swift_driver(sections)
+    tally = Tally(progress, {"posted": spec.claimed, "claimed": spec.claimed,
+                             "delayed": spec.delayed})
+    stop = threading.Event()  # ends the delayed posts early when a claim fails
+    try:
+        ready = post_part(claimer, spec, spec.claimed, 0, tally, "posted")
+        with ThreadPoolExecutor(max_workers=1) as background:
+            delayed = background.submit(post_part, poster, spec, spec.delayed, spec.delay,
+                                        tally, "delayed", stop)
+            try:
+                claims = claim_part(claimer, spec, tally)
+            except BaseException:
+                stop.set()  # the pool's exit then waits for one batch, not for all
+                raise
+            posted = delayed.result()
+    finally:
+        claimer.close()
+        poster.close()
+    return {"post_batch": SWIFT_POST_BATCH, "claim_limit": SWIFT_CLAIM_LIMIT,
+            "concurrency": SWIFT_FILL_CONCURRENCY,
+            "seconds": {"post_ready": round(ready, 1), "claim": round(claims, 1),
+                        "post_delayed_alongside": round(posted, 1)}}
+
+
+def swift_describe(sections: Sections) -> dict[str, Any]:
+    """Swift's version, the server's claim settle time, and the objects of each queue's
+    container (messages, index entries, generation markers, claims)."""
+    from delayq.storage.swift import layout
+    from delayq.storage.swift.options import OPTS
+
+    conn = swift_connection(sections)
+    try:
+        conn.get_auth()
+        version = conn.get_capabilities().get("swift", {}).get("version")
+        objects = {queue: int(conn.head_container(layout.container(
+            SWIFT_PREFIX, PROJECT, queue))["x-container-object-count"]) for queue in QUEUES}
+    finally:
+        conn.close()
+    settle = next(opt.default for opt in OPTS if opt.name == "claim_settle_time")
+    return {"swift_version": version, "claim_settle_time": settle,
+            "container_objects": objects}
+
+
 BACKENDS: dict[str, Backend] = {
     "sqlite": Backend(sections=sqlite_sections, fill=sqlite_fill, describe=sqlite_describe),
     "redis": Backend(sections=redis_sections, fill=redis_fill, describe=redis_describe,
                      service=redis_service),
+    "swift": Backend(sections=swift_sections, fill=swift_fill, describe=swift_describe,
+                     service=swift_service),
 }
 
 
@@ -635,7 +811,6 @@ def main(argv: list[str] | None = None) -> int:
     sections = backend.sections(workdir)
     port = free_port()
     config = workdir / "delayq.conf"
-    write_config(config, args.driver, port, args.workers, sections)
     info = machine()
 
     def progress(message: str) -> None:
@@ -649,6 +824,8 @@ def main(argv: list[str] | None = None) -> int:
               f"delayed + {args.backlog:,} claimed, samples={args.samples}, "
               f"workers={args.workers}, {info['cpus']} CPUs")
         services.enter_context(backend.service(sections, workdir))
+        # Written once the store runs: its service may complete the sections.
+        write_config(config, args.driver, port, args.workers, sections)
         server = Server(config, port, workdir / "server.log")
         server.wait_ready()
         client = Client(port)
@@ -661,9 +838,12 @@ def main(argv: list[str] | None = None) -> int:
             project=PROJECT, queue=BACKLOG_QUEUE, delayed=args.backlog,
             claimed=args.backlog), progress) or {}
         fill_seconds = time.perf_counter() - started
-        print(f"\r  fill: {2 * args.backlog:,} messages in {fill_seconds:.1f}s" + " " * 20)
+        print(f"\r  fill: {2 * args.backlog:,} messages in {fill_seconds:.1f}s" + " " * 40)
         if "bytes_per_message" in fill_info:
             print(f"  {memory_line(fill_info)}")
+        if "seconds" in fill_info:  # a fill in parts (Swift)
+            print("  fill parts: " + ", ".join(f"{part} {seconds}s" for part, seconds
+                                                 in fill_info["seconds"].items()))
         client.reconnect()
 
         before = {queue: stats(client, queue) for queue in QUEUES}
