@@ -1,0 +1,126 @@
+"""Child-process work for the Swift crash tests: a driver that dies at one step of a claim.
+
+The subclasses change nothing but *when the process dies*: each kills itself with SIGKILL
+right after one step of the claim or dead-letter protocol (delayq/storage/swift/driver.py),
+as a crash would, leaving Swift exactly as that step left it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from swiftclient.client import Connection
+
+from delayq.broker import Broker
+from delayq.storage.swift.driver import Driver
+from delayq.storage.swift.layout import CLAIMED, MESSAGE_PREFIX, Entry, Record
+from delayq.validation import Limits
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DiesAfterWinningAClaim(Driver):
+    """Dies once it has won a claim's generation marker, before writing the message's
+    state and moving its index entry."""
+
+    def _bid(self, container: str, name: str, marker: dict[str, Any],
+             headers: dict[str, str]) -> bool:
+        won = super()._bid(container, name, marker, headers)
+        if won and marker["kind"] == "claim":
+            die()
+        return won
+
+
+class DiesAfterWritingTheClaim(Driver):
+    """Dies once the claimed message's state is written, before its index entry moves."""
+
+    def _write_record(self, container: str, message_id: str, record: Record) -> None:
+        super()._write_record(container, message_id, record)
+        if record.claim and not record.moving:
+            die()
+
+
+class DiesAfterTheNewEntry(Driver):
+    """Dies once the claimed message's new index entry is written, before the old one is
+    deleted."""
+
+    def _put_entry(self, container: str, entry: Entry) -> None:
+        super()._put_entry(container, entry)
+        if entry.state == CLAIMED:
+            die()
+
+
+class DiesAfterWinningAMove(Driver):
+    """Dies once it has won a move's generation marker, before marking the message moving."""
+
+    def _bid(self, container: str, name: str, marker: dict[str, Any],
+             headers: dict[str, str]) -> bool:
+        won = super()._bid(container, name, marker, headers)
+        if won and marker["kind"] == "move":
+            die()
+        return won
+
+
+class DiesAfterMarkingMoving(Driver):
+    """Dies once the source message is marked moving, before the copy."""
+
+    def _write_record(self, container: str, message_id: str, record: Record) -> None:
+        super()._write_record(container, message_id, record)
+        if record.moving:
+            die()
+
+
+class DiesAfterCopying(Driver):
+    """Dies once the message is copied into the dead-letter queue, before its index entry
+    there is written."""
+
+    def _create(self, container: str, name: str, body: bytes, headers: dict[str, str]
+                ) -> bool:
+        created = super()._create(container, name, body, headers)
+        if name.startswith(MESSAGE_PREFIX):
+            die()
+        return created
+
+
+class DiesBeforeDeletingTheSource(Driver):
+    """Dies once the copy and its index entry are in the dead-letter queue, before the
+    message is deleted from the source."""
+
+    def _forget(self, container: str, message_id: str, record: Record) -> None:
+        if record.moving:
+            die()
+        super()._forget(container, message_id, record)
+
+
+KINDS = {"after-claim-bid": DiesAfterWinningAClaim,
+         "after-claim-record": DiesAfterWritingTheClaim,
+         "after-claim-entry": DiesAfterTheNewEntry,
+         "after-move-bid": DiesAfterWinningAMove,
+         "after-moving-mark": DiesAfterMarkingMoving,
+         "after-copy": DiesAfterCopying,
+         "before-source-delete": DiesBeforeDeletingTheSource}
+
+
+class FixedClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def claim_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
+                  queue: str, now: float) -> None:
+    """Claim one message of *queue* at time *now* with a driver that dies at *kind*."""
+    auth_url, user, key = auth
+
+    def connect() -> Connection:
+        return Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
+
+    driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
+    Broker(driver, Limits()).claim(project, queue, ttl=60, grace=60, limit=1)
+    raise SystemExit("the claim finished without reaching the crash point")

@@ -1,0 +1,759 @@
+"""What only the Swift driver promises, beyond the shared contract suite, on a real Swift.
+
+Generation markers won by bidding (exactly one winner, and why the settle time matters),
+every step of a claim or a dead-letter move surviving a process killed right after it,
+X-Delete-At on every object and expiry by the driver's clock, Swift requests per operation
+that do not grow with the messages a queue holds, the proxy's clock, 503 when Swift is
+unreachable or refuses the credentials, and the driver built from the configuration.
+
+The Swift is tests/swift_server.py's, each test under a container prefix of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from falcon import testing
+from swiftclient.client import Connection
+
+from delayq import conf as delayq_conf
+from delayq import errors
+from delayq.api.app import create_app
+from delayq.broker import Broker
+from delayq.message import NewMessage
+from delayq.storage import load_driver
+from delayq.storage.swift import layout
+from delayq.storage.swift.driver import Driver
+from delayq.validation import Limits
+from tests.contract.drivers import FakeClock
+from tests.server import free_port
+from tests.swift_server import SWIFT
+
+pytestmark = pytest.mark.timeout(120)
+
+SPAWN = multiprocessing.get_context("spawn")
+PROJECT = "p"
+CLIENT = "6f1c2a4e-9a0b-4c55-8f7e-2d1b3c4d5e6f"
+# A start with a fraction of a second, to see X-Delete-At rounded up.
+START = 4_000_000_000.25
+POLICY = {"_max_claim_count": 1, "_dead_letter_queue": "dlq"}
+
+
+def connector(auth_url: str, user: str, key: str,
+              wrap: Callable[[Connection], Any] | None = None) -> Callable[[], Any]:
+    def connect() -> Any:
+        conn = Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
+        return wrap(conn) if wrap else conn
+
+    return connect
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def raw() -> Iterator[Connection]:
+    """A plain swiftclient connection to the test account, to look at the objects."""
+    auth = SWIFT.auth()
+    conn = Connection(auth.auth_url, auth.user, auth.key, retries=0)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def make_driver(prefix) -> Iterator[Callable[..., Driver]]:
+    """Drivers on the test account under this test's prefix; closed after the test."""
+    opened: list[Driver] = []
+
+    def make(*, clock: Callable[[], float] | None = None,
+             wrap: Callable[[Connection], Any] | None = None, **options: Any) -> Driver:
+        auth = SWIFT.auth()
+        driver = Driver(connector(auth.auth_url, auth.user, auth.key, wrap), prefix=prefix,
+                        clock=clock, **options)
+        opened.append(driver)
+        return driver
+
+    yield make
+    for driver in opened:
+        driver.close()
+
+
+def post(driver: Driver, queue: str, count: int, *, ttl: int = 3600, delay: int = 0
+         ) -> list[str]:
+    return driver.post_messages(PROJECT, queue, CLIENT,
+                                [NewMessage({"n": i}, ttl, delay) for i in range(count)])
+
+
+def names(raw: Connection, prefix: str, queue: str, start: str = "") -> list[str]:
+    """The object names Swift lists in *queue*'s container (beginning with *start*)."""
+    _, listing = raw.get_container(layout.container(prefix, PROJECT, queue), prefix=start,
+                                   full_listing=True)
+    return [item["name"] for item in listing]
+
+
+def listed(broker: Broker, queue: str) -> list[str]:
+    messages, _ = broker.list_messages(PROJECT, queue, client_id=CLIENT, marker=None,
+                                       limit=20, echo=True, include_claimed=True,
+                                       include_delayed=True)
+    return [m.id for m in messages]
+
+
+# Bidding
+
+
+def race(driver: Driver, container: str, marker: str, racers: int,
+         stagger: float = 0.0) -> int:
+    """*racers* threads bid for *marker* at once (racer i *stagger* × i later); winners."""
+    wins: list[bool] = []
+    lock = threading.Lock()
+    start = threading.Barrier(racers)
+
+    def bid(i: int) -> None:
+        driver._swift.get_auth()  # log in before the start, not during the race
+        start.wait()
+        time.sleep(stagger * i)
+        won = driver._bid(container, marker, {"kind": "claim", "racer": i}, {})
+        with lock:
+            wins.append(won)
+
+    threads = [threading.Thread(target=bid, args=(i,)) for i in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(wins) == racers
+    return sum(wins)
+
+
+def test_of_twelve_bidders_for_one_marker_exactly_one_wins_every_round(make_driver, prefix,
+                                                                      clock):
+    driver = make_driver(clock=clock, claim_settle_time=0.1)
+    driver.create_queue(PROJECT, "q", {})
+    container = layout.container(prefix, PROJECT, "q")
+    winners = [race(driver, container, f"c/bid{n}/000001", 12) for n in range(10)]
+    assert winners == [1] * 10
+
+
+class SlowUploads:
+    """A connection whose object PUTs send their body *delay* seconds late, as a slow
+    network or a paused proxy would: the object server checks ``If-None-Match`` when the
+    request arrives and stores the object when the body is in."""
+
+    def __init__(self, conn: Connection, delay: float) -> None:
+        self._conn = conn
+        self._delay = delay
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def put_object(self, container: str, obj: str, contents: bytes, *args: Any,
+                   **kwargs: Any) -> Any:
+        def late() -> Iterator[bytes]:
+            time.sleep(self._delay)
+            yield contents
+
+        return self._conn.put_object(container, obj, late(), *args, **kwargs)
+
+
+@pytest.mark.parametrize("settle", [0.0, 0.6])
+def test_the_settle_time_is_what_keeps_late_landing_racers_from_winning_too(make_driver,
+                                                                            prefix, clock,
+                                                                            settle):
+    # Four racers 0.1 s apart, each sending its body 0.5 s late: every racer passes the
+    # object server's existence check before the first one's object is stored (0.5 s),
+    # and each stores its own 0.1 s after the one before. Reading back at once (settle 0),
+    # several see their own nonce; reading back after the last one landed (settle 0.6 s),
+    # only the last one does.
+    driver = make_driver(clock=clock, claim_settle_time=settle,
+                         wrap=lambda conn: SlowUploads(conn, 0.5))
+    driver.create_queue(PROJECT, "q", {})
+    container = layout.container(prefix, PROJECT, "q")
+    winners = [race(driver, container, f"c/late{n}/000001", 4, stagger=0.1)
+               for n in range(2)]
+    if settle == 0:
+        assert min(winners) >= 2, winners
+    else:
+        assert winners == [1, 1]
+
+
+# A process killed at every step of a claim or a move
+
+
+def crash(kind: str, prefix: str, queue: str, now: float) -> None:
+    from tests.swift_crash import claim_and_die
+
+    auth = SWIFT.auth()
+    child = SPAWN.Process(target=claim_and_die, args=(
+        kind, (auth.auth_url, auth.user, auth.key), prefix, PROJECT, queue, now))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(("kind", "first_look"), [
+    ("after-claim-bid", "after-settle"), ("after-claim-bid", "after-expiry"),
+    ("after-claim-record", "after-settle"), ("after-claim-entry", "after-settle")])
+def test_a_claimer_killed_mid_claim_holds_the_message_until_its_claim_expires(
+        make_driver, prefix, clock, kind, first_look):
+    driver = make_driver(clock=clock)
+    broker = Broker(driver, Limits())
+    ids = post(driver, "q", 3)
+    crash(kind, prefix, "q", clock.now)  # claimed ids[0] for 60 s, then died
+
+    # While its bid could still be settling, the dead claimer's message is left alone.
+    alive = broker.claim(PROJECT, "q", ttl=300, grace=60, limit=10)
+    assert [m.id for m in alive.messages] == ids[1:]
+
+    if first_look == "after-settle":
+        clock.advance(1)
+        # The stale index entry is repaired: the dead claimer's claim stands, and counts.
+        assert broker.claim(PROJECT, "q", ttl=300, grace=60, limit=10) is None
+        stats = broker.stats(PROJECT, "q")
+        assert (stats.free, stats.claimed, stats.delayed) == (0, 3, 0)
+        [held] = driver.get_messages(PROJECT, "q", [ids[0]])
+        assert held.claim_count == 1
+        assert held.claim_id not in (None, alive.id)
+        assert held.claim_expires == pytest.approx(START + 60)
+        clock.advance(60)
+    else:
+        clock.advance(61)
+
+    # Once the dead claimer's claim has expired, the next claim gets the message.
+    later = broker.claim(PROJECT, "q", ttl=300, grace=60, limit=10)
+    assert [(m.id, m.claim_count) for m in later.messages] == [(ids[0], 2)]
+    assert broker.claim(PROJECT, "q", ttl=300, grace=60, limit=10) is None
+    stats = broker.stats(PROJECT, "q")
+    assert (stats.free, stats.claimed, stats.delayed) == (0, 3, 0)
+    for claim in (alive, later):
+        for message in claim.messages:
+            broker.delete_message(PROJECT, "q", message.id, claim.id)
+    assert broker.stats(PROJECT, "q").total == 0
+
+
+MOVE_STEPS = ["after-move-bid", "after-moving-mark", "after-copy", "before-source-delete"]
+
+
+@pytest.mark.parametrize("completer", ["reader", "claimer"])
+@pytest.mark.parametrize("kind", MOVE_STEPS)
+def test_a_mover_killed_between_steps_leaves_each_message_in_exactly_one_queue(
+        make_driver, prefix, clock, raw, kind, completer):
+    driver = make_driver(clock=clock)
+    broker = Broker(driver, Limits())
+    broker.create_queue(PROJECT, "q", POLICY)
+    ids = post(driver, "q", 3)
+    claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3)
+    broker.release_claim(PROJECT, "q", claim.id)  # each claimed once: the next claim moves
+    crash(kind, prefix, "q", clock.now)  # died moving ids[0]
+
+    copied = kind in ("after-copy", "before-source-delete")
+    in_dlq = [m.id for m in driver.get_messages(PROJECT, "dlq", ids)]
+    assert in_dlq == ([ids[0]] if copied else [])
+
+    if completer == "reader":
+        # Reading the source completes a move under way and does not report the message;
+        # a message whose mover died before marking it is still only in the source.
+        in_source = [m.id for m in driver.get_messages(PROJECT, "q", ids)]
+        assert in_source == (ids if kind == "after-move-bid" else ids[1:])
+    else:
+        # A claim meeting the stale index entry completes the move (and makes the rest).
+        clock.advance(1)
+        assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=10) is None
+
+    for view in (lambda q: [m.id for m in driver.get_messages(PROJECT, q, ids)],
+                 lambda q: listed(broker, q)):
+        seen = Counter(view("q")) + Counter(view("dlq"))
+        assert seen == Counter(ids), seen
+
+    clock.advance(1)
+    assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=10) is None
+    assert listed(broker, "q") == []
+    assert Counter(listed(broker, "dlq")) == Counter(ids)
+    moved = driver.get_messages(PROJECT, "dlq", ids)
+    assert [(m.id, m.claim_count, m.source_queue) for m in moved] == [
+        (i, 1, "q") for i in ids]
+    assert broker.stats(PROJECT, "q").total == 0
+    assert broker.stats(PROJECT, "dlq").free == 3
+    # Nothing left behind in the source, nothing twice in the dead-letter queue.
+    assert [n for n in names(raw, prefix, "q") if n.startswith(("m/", "a/"))] == []
+    assert len(names(raw, prefix, "dlq", "m/")) == len(names(raw, prefix, "dlq", "a/")) == 3
+    again = broker.claim(PROJECT, "dlq", ttl=60, grace=60, limit=10)
+    assert sorted((m.id, m.claim_count) for m in again.messages) == [(i, 2) for i in ids]
+
+
+# A claim racing a delete
+
+
+class Hold:
+    """Wraps connections so that the first request of each *rule* — a method and the
+    start of an object name — waits until the test releases it."""
+
+    def __init__(self, *rules: tuple[str, str]) -> None:
+        self._arrived = {rule: threading.Event() for rule in rules}
+        self._released = {rule: threading.Event() for rule in rules}
+        self._lock = threading.Lock()
+
+    def wrap(self, conn: Connection) -> Any:
+        hold = self
+
+        class Held:
+            def __getattr__(self, name: str) -> Any:
+                attr = getattr(conn, name)
+
+                def call(container: str, obj: str, *args: Any, **kwargs: Any) -> Any:
+                    hold._wait((name, obj))
+                    return attr(container, obj, *args, **kwargs)
+
+                return call if name in {method for method, _ in hold._arrived} else attr
+
+        return Held()
+
+    def _wait(self, request: tuple[str, str]) -> None:
+        for rule in self._arrived:
+            method, start = rule
+            if request[0] == method and request[1].startswith(start):
+                with self._lock:
+                    first = not self._arrived[rule].is_set()
+                    self._arrived[rule].set()
+                if first:
+                    assert self._released[rule].wait(30), f"{rule} never released"
+
+    def reached(self, method: str, start: str) -> None:
+        assert self._arrived[method, start].wait(30), f"no {method} of {start}* came"
+
+    def release(self, method: str, start: str) -> None:
+        self._released[method, start].set()
+
+
+class Background(threading.Thread):
+    def __init__(self, work: Callable[[], Any]) -> None:
+        super().__init__(daemon=True)
+        self._work = work
+        self._outcome: tuple[bool, Any] | None = None
+
+    def run(self) -> None:
+        try:
+            self._outcome = (True, self._work())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            self._outcome = (False, exc)
+
+    def result(self) -> Any:
+        self.join(timeout=60)
+        assert self._outcome is not None, "still running"
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+
+STALE_ENTRY = ("an index entry written for a message deleted meanwhile stays behind: the "
+               "claim (winner or repairer) puts the message's new a/ entry after reading the "
+               "message, without checking it still exists; queue_stats counts the entry")
+
+
+@pytest.mark.xfail(strict=True, reason=STALE_ENTRY)
+def test_a_loser_repairing_the_index_while_the_winner_deletes_leaves_nothing_behind(
+        make_driver, raw, prefix):
+    winner = make_driver(clock=FakeClock(START))
+    hold = Hold(("put_object", "c/"), ("put_object", "a/"))
+    loser = make_driver(clock=FakeClock(START + 1), wrap=hold.wrap)
+    [message_id] = post(winner, "q", 1)
+    late = Background(lambda: loser.claim(PROJECT, "q", ttl=60, grace=60, limit=1,
+                                          dead_letter=None))
+    late.start()
+    hold.reached("put_object", "c/")  # the loser has listed the message, is about to bid
+    claim = winner.claim(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None)
+    assert [m.id for m in claim.messages] == [message_id]
+    hold.release("put_object", "c/")
+    hold.reached("put_object", "a/")  # lost; repairing the index from what it read
+    winner.delete_message(PROJECT, "q", message_id, claim.id)
+    hold.release("put_object", "a/")
+    assert late.result() is None
+    assert winner.queue_stats(PROJECT, "q").total == 0
+    assert names(raw, prefix, "q", "a/") == []
+
+
+@pytest.mark.xfail(strict=True, reason=STALE_ENTRY)
+def test_a_claim_of_a_message_deleted_while_it_was_claiming_leaves_nothing_behind(
+        make_driver, raw, prefix, clock):
+    hold = Hold(("post_object", "m/"))
+    claimer = make_driver(clock=clock, wrap=hold.wrap)
+    deleter = make_driver(clock=clock)
+    [message_id] = post(deleter, "q", 1)
+    claiming = Background(lambda: claimer.claim(PROJECT, "q", ttl=60, grace=60, limit=1,
+                                                dead_letter=None))
+    claiming.start()
+    hold.reached("post_object", "m/")  # won the message, about to write its claimed state
+    deleter.delete_message(PROJECT, "q", message_id, None)  # not claimed yet: deleted
+    hold.release("post_object", "m/")
+    claim = claiming.result()
+    for message in claim.messages if claim else []:
+        claimer.delete_message(PROJECT, "q", message.id, claim.id)
+    assert deleter.queue_stats(PROJECT, "q").total == 0
+    assert names(raw, prefix, "q", "a/") == []
+
+
+# Expiry
+
+
+def delete_at(raw: Connection, prefix: str, queue: str, name: str) -> int:
+    return int(raw.head_object(layout.container(prefix, PROJECT, queue), name)["x-delete-at"])
+
+
+def objects_of(raw: Connection, prefix: str, queue: str, message_id: str) -> dict[str, str]:
+    """The message's own object, index entry and generation markers, by kind."""
+    found = {}
+    for name in names(raw, prefix, queue):
+        if message_id in name:
+            found.setdefault(name[:2], []).append(name)
+    return {kind: max(group) for kind, group in found.items()}
+
+
+def test_every_object_carries_x_delete_at_at_its_expiry_rounded_up(make_driver, prefix,
+                                                                  clock, raw):
+    driver = make_driver(clock=clock)
+    broker = Broker(driver, Limits())
+    broker.create_queue(PROJECT, "q", {**POLICY, "_dead_letter_queue_messages_ttl": 120})
+    [free, delayed] = post(driver, "q", 1, ttl=60) + post(driver, "q", 1, ttl=60, delay=30)
+    at = {kind: delete_at(raw, prefix, "q", name)
+          for kind, name in objects_of(raw, prefix, "q", delayed).items()}
+    assert at == {"m/": 4_000_000_061, "a/": 4_000_000_061}  # START + 60.25, rounded up
+
+    # A claim: the message lives until the claim's expiry plus grace, its marker longer.
+    claim = broker.claim(PROJECT, "q", ttl=30, grace=60, limit=1)
+    assert [m.id for m in claim.messages] == [free]
+    assert delete_at(raw, prefix, "q", f"k/{claim.id}") == 4_000_000_031
+    at = {kind: delete_at(raw, prefix, "q", name)
+          for kind, name in objects_of(raw, prefix, "q", free).items()}
+    assert at["m/"] == at["a/"] == 4_000_000_091
+    assert at["c/"] >= at["m/"]
+    [message] = driver.get_messages(PROJECT, "q", [free])
+    assert at["m/"] == math.ceil(message.expires)
+
+    clock.advance(10)
+    broker.renew_claim(PROJECT, "q", claim.id, 100, 60)
+    assert delete_at(raw, prefix, "q", f"k/{claim.id}") == 4_000_000_111
+    at = {kind: delete_at(raw, prefix, "q", name)
+          for kind, name in objects_of(raw, prefix, "q", free).items()}
+    assert at["m/"] == at["a/"] == 4_000_000_171
+    assert at["c/"] >= at["m/"]
+
+    # Released, then moved by the next claim: the dead-letter ttl from the move on.
+    broker.release_claim(PROJECT, "q", claim.id)
+    clock.advance(10)
+    broker.claim(PROJECT, "q", ttl=30, grace=60, limit=1)
+    at = {kind: delete_at(raw, prefix, "dlq", name)
+          for kind, name in objects_of(raw, prefix, "dlq", free).items()}
+    assert at == {"m/": 4_000_000_141, "a/": 4_000_000_141}  # START + 20 + 120
+
+    for queue in ("q", "dlq"):
+        for name in names(raw, prefix, queue):
+            if name != "meta":
+                assert delete_at(raw, prefix, queue, name) > START, name
+
+
+def test_an_expired_message_is_invisible_to_every_read_at_once(make_driver, prefix, clock,
+                                                              raw):
+    driver = make_driver(clock=clock)
+    broker = Broker(driver, Limits())
+    ids = post(driver, "q", 2, ttl=60) + post(driver, "q", 1, ttl=60, delay=30)
+    claim = broker.claim(PROJECT, "q", ttl=30, grace=0, limit=1)
+    assert [m.id for m in claim.messages] == ids[:1]
+
+    clock.now = START + 60 - 1e-5
+    assert len(driver.get_messages(PROJECT, "q", ids)) == 3
+    assert broker.stats(PROJECT, "q").total == 3
+
+    clock.now = START + 60  # exactly their expiry
+    assert driver.get_messages(PROJECT, "q", ids) == []
+    with pytest.raises(errors.MessageNotFound):
+        broker.get_message(PROJECT, "q", ids[1])
+    assert listed(broker, "q") == []
+    stats = broker.stats(PROJECT, "q")
+    assert (stats.free, stats.claimed, stats.delayed) == (0, 0, 0)
+    assert stats.oldest is None and stats.newest is None
+    broker.delete_message(PROJECT, "q", ids[0], claim.id)  # gone already: nothing to refuse
+    # Swift itself still holds and lists them (their X-Delete-At is Swift's, far ahead).
+    assert sorted(names(raw, prefix, "q", "m/")) == [f"m/{i}" for i in ids]
+    assert len(names(raw, prefix, "q", "a/")) == 3
+
+    assert broker.claim(PROJECT, "q", ttl=30, grace=0, limit=10) is None
+    assert broker.pop(PROJECT, "q", 10) == []
+    # The claim that met them deleted them.
+    assert [n for n in names(raw, prefix, "q") if n.startswith(("m/", "a/"))] == []
+
+
+# Swift requests per operation
+
+
+class RequestLog:
+    """Counts the requests of every connection it wraps (not their token fetches)."""
+
+    REQUESTS = ("head_account", "get_account", "post_account", "head_container",
+                "get_container", "put_container", "post_container", "delete_container",
+                "head_object", "get_object", "put_object", "post_object", "copy_object",
+                "delete_object")
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def wrap(self, conn: Connection) -> Any:
+        log = self
+
+        class Counting:
+            def __getattr__(self, name: str) -> Any:
+                attr = getattr(conn, name)
+                if name not in log.REQUESTS:
+                    return attr
+
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    assert not kwargs.get("full_listing"), "one request, not a listing loop"
+                    with log._lock:
+                        log.counts[name] += 1
+                    return attr(*args, **kwargs)
+
+                return call
+
+        return Counting()
+
+    def measure(self, operation: Callable[[], Any]) -> tuple[int, Counter[str], Any]:
+        with self._lock:
+            before = Counter(self.counts)
+        result = operation()
+        with self._lock:
+            spent = self.counts - before
+        return sum(spent.values()), spent, result
+
+
+def request_costs(make_driver: Callable[..., Driver], busy: int
+                  ) -> dict[str, tuple[int, Counter[str]]]:
+    """Swift requests of each API operation (through the broker, as the API calls it) on a
+    queue that also holds *busy* delayed and *busy* claimed messages, posted earlier."""
+    log = RequestLog()
+    clock = FakeClock(START)
+    queue = f"q{busy}"
+    driver = make_driver(clock=clock, wrap=log.wrap)
+    broker = Broker(driver, Limits())
+    broker.create_queue(PROJECT, queue, {})
+    if busy:
+        post(driver, queue, busy, delay=600)
+        post(driver, queue, busy)
+        assert len(driver.claim(PROJECT, queue, ttl=600, grace=60, limit=busy,
+                                dead_letter=None).messages) == busy
+
+    costs: dict[str, tuple[int, Counter[str]]] = {}
+
+    def measure(name: str, operation: Callable[[], Any]) -> Any:
+        total, spent, result = log.measure(operation)
+        costs[name] = (total, spent)
+        return result
+
+    def posting(n: int) -> Callable[[], list[str]]:
+        from delayq.validation import PostedMessage
+
+        return lambda: broker.post(PROJECT, queue, CLIENT,
+                                   [PostedMessage({"n": i}, 3600, None) for i in range(n)],
+                                   size=0)
+
+    def claiming(n: int) -> Callable[[], Any]:
+        return lambda: broker.claim(PROJECT, queue, ttl=60, grace=60, limit=n)
+
+    [one] = measure("post 1 message", posting(1))
+    ten = measure("post 10 messages", posting(10))
+    claim1 = measure("claim 1 message", claiming(1))
+    claim10 = measure("claim 10 messages", claiming(10))
+    assert [m.id for m in claim1.messages] == [one]
+    assert [m.id for m in claim10.messages] == ten
+    measure("get 1 message", lambda: broker.get_message(PROJECT, queue, one))
+    measure("get 10 messages", lambda: broker.get_messages(PROJECT, queue, ten))
+    measure("get a claim of 10", lambda: broker.get_claim(PROJECT, queue, claim10.id))
+    measure("renew a claim of 1", lambda: broker.renew_claim(PROJECT, queue, claim1.id, 60,
+                                                             60))
+    measure("renew a claim of 10", lambda: broker.renew_claim(PROJECT, queue, claim10.id, 60,
+                                                              60))
+    measure("delete 1 message with its claim",
+            lambda: broker.delete_message(PROJECT, queue, one, claim1.id))
+    measure("release a claim of 10", lambda: broker.release_claim(PROJECT, queue, claim10.id))
+    measure("queue stats", lambda: broker.stats(PROJECT, queue))
+    page = measure("list a page of 10 (claimed, delayed included)", lambda: broker.list_messages(
+        PROJECT, queue, client_id=CLIENT, marker=None, limit=10, echo=True,
+        include_claimed=True, include_delayed=True))
+    assert len(page[0]) == 10
+    page = measure("list a page of 10 (free only)", lambda: broker.list_messages(
+        PROJECT, queue, client_id=CLIENT, marker=None, limit=10, echo=True,
+        include_claimed=False, include_delayed=False))
+    assert [m.id for m in page[0]] == ten
+    broker.delete_messages(PROJECT, queue, ten[1:])
+    driver.set_queue_metadata(PROJECT, queue, {"_max_claim_count": 1,
+                                               "_dead_letter_queue": f"{queue}-dlq"})
+    assert measure("claim meeting 1 worn-out message (dead-letter move)", claiming(10)) is None
+    assert [m.id for m in broker.get_messages(PROJECT, f"{queue}-dlq", ten)] == ten[:1]
+    return costs
+
+
+def test_swift_requests_per_operation_do_not_grow_with_delayed_or_claimed_messages(
+        make_driver):
+    busy = 150
+    empty, full = request_costs(make_driver, 0), request_costs(make_driver, busy)
+    rows = ["| Operation | Swift requests | with 300 delayed + claimed messages | requests |",
+            "|---|---:|---:|---|"]
+    for name, (total, spent) in empty.items():
+        detail = ", ".join(f"{n} {method}" for method, n in sorted(spent.items()))
+        rows.append(f"| {name} | {total} | {full[name][0]} | {detail} |")
+    print("\n\nSwift requests per operation (the driver's token fetches and the clock's "
+          "reading every clock_sync_interval not included):\n" + "\n".join(rows))
+
+    # A page reads the messages of one listing (at least 20): more when the queue has more.
+    pages = {"list a page of 10 (claimed, delayed included)", "list a page of 10 (free only)"}
+    assert {name: total for name, (total, _) in empty.items() if name not in pages} == {
+        name: total for name, (total, _) in full.items() if name not in pages}
+    assert empty["list a page of 10 (claimed, delayed included)"][0] <= 1 + 20
+    assert full["list a page of 10 (claimed, delayed included)"][0] <= 1 + 20
+    # A page of free messages reads every hidden message before it: see the next test.
+    assert empty["claim 1 message"][0] <= 10
+    assert empty["claim 10 messages"][0] <= 10 * 7 + 3
+    assert empty["post 10 messages"][0] <= 10 * 2 + 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "list_messages without include_claimed/include_delayed reads (GETs) every claimed or "
+    "delayed message posted before the page's free ones, 20 per listing: a page behind "
+    "N hidden messages costs about N + N/20 requests"))
+def test_a_page_of_free_messages_costs_the_same_behind_delayed_ones(make_driver):
+    log = RequestLog()
+    driver = make_driver(clock=FakeClock(START), wrap=log.wrap)
+    post(driver, "q", 60, delay=600)
+    free = post(driver, "q", 10)
+    total, _, (page, _) = log.measure(lambda: driver.list_messages(
+        PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=False,
+        include_delayed=False))
+    assert [m.id for m in page] == free
+    assert total <= 1 + 20, f"{total} requests for a page of 10"
+
+
+# Time
+
+
+def test_time_is_the_swift_proxys_and_a_step_of_this_hosts_clock_changes_nothing(
+        make_driver, monkeypatch):
+    every_time = make_driver(clock_sync_interval=0.0)  # asks the proxy at every reading
+    synced = make_driver()
+    assert abs(every_time.now() - time.time()) < 0.05
+    assert abs(synced.now() - time.time()) < 0.05
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    started_after_the_step = make_driver()
+    for driver in (every_time, synced, started_after_the_step):
+        assert abs(driver.now() - real()) < 0.05
+    [message_id] = post(started_after_the_step, "q", 1)
+    [message] = synced.get_messages(PROJECT, "q", [message_id])
+    assert abs(message.created - real()) < 1
+
+
+# Swift unreachable, or refusing the credentials
+
+
+def unreachable_driver(key: str | None = None, clock: Callable[[], float] | None = None
+                       ) -> Driver:
+    """A driver on a closed loopback port, or (with *key*) on the test Swift with *key*."""
+    auth = SWIFT.auth()
+    if key is None:
+        url = f"http://127.0.0.1:{free_port()}/auth/v1.0"
+        return Driver(connector(url, auth.user, auth.key), prefix="down", clock=clock)
+    return Driver(connector(auth.auth_url, auth.user, key), prefix="down", clock=clock)
+
+
+OPERATIONS: dict[str, Callable[[Driver], Any]] = {
+    "post": lambda d: post(d, "q", 1),
+    "claim": lambda d: d.claim(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None),
+    "get": lambda d: d.get_messages(PROJECT, "q", ["0" * 24]),
+    "stats": lambda d: d.queue_stats(PROJECT, "q"),
+}
+
+
+@pytest.mark.parametrize(("cause", "clock"), [
+    ("closed-port", "proxy"), ("closed-port", "fake"), ("wrong-key", "fake")])
+def test_an_unreachable_or_refusing_swift_is_storage_unavailable_at_once(cause, clock):
+    # Tempauth answers a wrong key after about a second (its brute-force delay).
+    driver = unreachable_driver("wrong" if cause == "wrong-key" else None,
+                                FakeClock(START) if clock == "fake" else None)
+    operations = dict(OPERATIONS)
+    if cause == "wrong-key":
+        del operations["stats"]
+    for name, operation in operations.items():
+        began = time.monotonic()
+        with pytest.raises(errors.StorageUnavailable):
+            operation(driver)
+        assert time.monotonic() - began < 3, name  # the connection's timeout is 30 s
+    if cause == "closed-port":
+        assert driver.ping() is False
+    driver.close()
+
+
+@pytest.mark.parametrize("cause", ["closed-port", "wrong-key"])
+def test_an_unreachable_or_refusing_swift_answers_503_json(make_conf, cause):
+    driver = unreachable_driver("wrong" if cause == "wrong-key" else None)
+    client = testing.TestClient(create_app(make_conf(), driver=driver))
+    headers = {"Client-ID": CLIENT, "X-Project-ID": PROJECT}
+    requests = [("POST", "/v2/queues/q/messages", {"messages": [{"body": 1}]}),
+                ("POST", "/v2/queues/q/claims", {}),
+                ("GET", f"/v2/queues/q/messages/{'0' * 24}", None),
+                ("GET", "/v2/queues/q/stats", None)]
+    if cause == "wrong-key":
+        requests = requests[:2]
+    for method, path, body in requests:
+        response = client.simulate_request(method, path, headers=headers, json=body)
+        assert response.status_code == 503, (path, response.text)
+        assert response.json["title"] == "Service temporarily unavailable"
+        assert set(response.json) == {"title", "description"}
+    health = client.simulate_get("/v2/health", headers=headers)
+    assert health.status_code == 503
+    assert health.json == {"storage_reachable": False, "message_store": "swift"}
+    if cause == "closed-port":
+        assert client.simulate_get("/v2/ping").status_code == 503
+    driver.close()
+
+
+# Configuration
+
+
+def test_load_driver_builds_a_working_swift_driver_from_the_configuration(prefix, raw):
+    auth = SWIFT.auth()
+    conf = delayq_conf.load([])
+    group = "drivers:message_store:swift"
+    conf.set_override("message_store", "swift", group="drivers")
+    for name, value in {"auth_url": auth.auth_url, "user": auth.user, "key": auth.key,
+                        "container_prefix": prefix, "claim_settle_time": 0.4}.items():
+        conf.set_override(name, value, group=group)
+    driver = load_driver(conf)
+    try:
+        assert isinstance(driver, Driver) and driver.name == "swift"
+        assert driver.ping() is True
+        broker = Broker(driver, Limits())
+        [message_id] = post(driver, "from-conf", 1)
+        began = time.monotonic()
+        claim = broker.claim(PROJECT, "from-conf", ttl=60, grace=60, limit=1)
+        assert time.monotonic() - began >= 0.4  # the configured settle time
+        assert [m.id for m in claim.messages] == [message_id]
+        _, containers = raw.get_account(prefix=f"{prefix}:")
+        assert [c["name"] for c in containers] == sorted([
+            layout.clock_container(prefix), layout.container(prefix, PROJECT, "from-conf")])
+        assert abs(driver.now() - time.time()) < 0.05  # the proxy's clock
+    finally:
+        driver.close()
