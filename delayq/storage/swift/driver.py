@@ -467,7 +467,7 @@ class Driver(base.Driver):
                 continue
             if read[0].moving:
                 self._finish_move(project, queue, message_id, read[0], read[1],
-                                  json.loads(read[0].moving))
+                                  json.loads(read[0].moving), now)
                 continue
             live.append(self._message(message_id, *read, now))
         return live
@@ -609,10 +609,11 @@ class Driver(base.Driver):
             return None
         before, body = found
         if move:
+            move = self._moving(project, message_id, marker)
             moving = Record(**{**vars(before), "count": entry.count,
-                               "moving": json.dumps(marker)})
+                               "moving": json.dumps(move)})
             self._write_record(container, message_id, moving)
-            self._finish_move(project, queue, message_id, moving, body, marker)
+            self._finish_move(project, queue, message_id, moving, body, move, now)
             return None
         record = Record(**{**vars(before), "count": entry.count + 1,
                            "generation": entry.generation + 1, "claim": claim_id,
@@ -623,12 +624,26 @@ class Driver(base.Driver):
         self._delete(container, entry.name)
         return message_id, record, body, before
 
+    def _moving(self, project: str, message_id: str, marker: dict[str, Any]
+                ) -> dict[str, Any]:
+        """The move's description kept on the source record until the move is done.
+
+        It fixes the generation the message starts from in the dead-letter queue: past
+        any markers an earlier stay there left (a message can come back to a queue
+        through a cycle of dead-letter policies), so its first claim there is not taken
+        for one of its old ones.
+        """
+        target = self._container(project, marker["queue"])
+        old = self._list(target, lay.marker_prefix(message_id))
+        return {**marker, "base": int(old[-1].rsplit("/", 1)[1]) if old else 0}
+
     def _finish_move(self, project: str, queue: str, message_id: str, record: Record,
-                     body: bytes, marker: dict[str, Any]) -> None:
+                     body: bytes, marker: dict[str, Any], now: int) -> None:
         """Copy the message into the dead-letter queue, then delete it from *queue*.
 
         Every step can be repeated: the copy is conditional, the entry's name depends
-        only on the marker, deletes of absent objects are fine.
+        only on the marker, deletes of absent objects are fine. A message whose
+        dead-letter expiry has passed by the time the move completes is just deleted.
         """
         source = self._container(project, queue)
         target = self._container(project, marker["queue"])
@@ -637,11 +652,12 @@ class Driver(base.Driver):
             ttl, expires = record.ttl, record.created + record.ttl * US
         else:
             ttl, expires = messages_ttl, moved_at + messages_ttl * US
+        base = marker.get("base", 0)
         moved = Record(ttl=ttl, created=record.created, due=record.due, client=record.client,
-                       expires=expires, count=record.count, generation=0, source=queue,
+                       expires=expires, count=record.count, generation=base, source=queue,
                        moved=moved_at)
-        entry = Entry(moved_at, message_id, moved.count, 0, lay.FREE, expires)
-        if expires > moved_at:
+        entry = Entry(moved_at, message_id, moved.count, base, lay.FREE, expires)
+        if expires > now:
             headers = {**moved.headers(), "X-Delete-At": delete_at(expires)}
             try:
                 self._create(target, lay.message_name(message_id), body, headers)
@@ -668,7 +684,6 @@ class Driver(base.Driver):
             self._delete(container, entry.name)
             return
         record, body = found
-        return
         markers = self._list(container, lay.marker_prefix(message_id))
         generation = int(markers[-1].rsplit("/", 1)[1]) if markers else 0
         if generation > record.generation and not record.moving:
@@ -682,7 +697,7 @@ class Driver(base.Driver):
             claims = generation - record.generation - (marker["kind"] == lay.MOVE)
             record = Record(**{**vars(record), "count": record.count + claims})
             if marker["kind"] == lay.MOVE:
-                record.moving = json.dumps(marker)
+                record.moving = json.dumps(self._moving(project, message_id, marker))
             else:
                 record.generation = generation
                 record.claim = marker["claim"]
@@ -692,7 +707,7 @@ class Driver(base.Driver):
             self._write_record(container, message_id, record)
         if record.moving:
             self._finish_move(project, queue, message_id, record, body,
-                              json.loads(record.moving))
+                              json.loads(record.moving), now)
             return
         fresh = record.entry(message_id)
         if fresh.name != entry.name:
