@@ -64,9 +64,5 @@ def test_a_malformed_message_id_finds_nothing(server):
     assert response.status_code == 404, response.text
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "every message is claimed once, but queue stats then count messages deleted "
-    "meanwhile: a claimer that lost a bid repairs the index and re-writes the entry of a "
-    "message its winner has just deleted (see test_swift_driver.py, STALE_ENTRY)"))
 def test_concurrent_consumers_each_message_once(server):
     assert_claimed_once_by_concurrent_consumers(server.url)

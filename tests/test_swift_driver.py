@@ -361,12 +361,6 @@ class Background(threading.Thread):
         return value
 
 
-STALE_ENTRY = ("an index entry written for a message deleted meanwhile stays behind: the "
-               "claim (winner or repairer) puts the message's new a/ entry after reading the "
-               "message, without checking it still exists; queue_stats counts the entry")
-
-
-@pytest.mark.xfail(strict=True, reason=STALE_ENTRY)
 def test_a_loser_repairing_the_index_while_the_winner_deletes_leaves_nothing_behind(
         make_driver, raw, prefix):
     winner = make_driver(clock=FakeClock(START))
@@ -388,7 +382,6 @@ def test_a_loser_repairing_the_index_while_the_winner_deletes_leaves_nothing_beh
     assert names(raw, prefix, "q", "a/") == []
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_ENTRY)
 def test_a_claim_of_a_message_deleted_while_it_was_claiming_leaves_nothing_behind(
         make_driver, raw, prefix, clock):
     hold = Hold(("post_object", "m/"))

@@ -274,6 +274,26 @@ class Driver(base.Driver):
             if not is_status(exc, 409):  # the same entry, written a moment later
                 raise
 
+    def _move_entry(self, container: str, message_id: str, old: Entry, new: Entry) -> bool:
+        """Replace the message's index entry *old* by *new*; False if the message is gone.
+
+        The new entry is written first (the message is never without one), then the old
+        one deleted. A delete of the message racing this may have removed the old entry
+        only: looking for the message afterwards, and removing the new entry if it is
+        gone, leaves no entry pointing at nothing.
+        """
+        if new.name != old.name:
+            self._put_entry(container, new)
+            self._delete(container, old.name)
+        try:
+            self._swift.head_object(container, lay.message_name(message_id))
+        except ClientException as exc:
+            if not is_status(exc, 404):
+                raise
+            self._delete(container, new.name)
+            return False
+        return True
+
     def _write_record(self, container: str, message_id: str, record: Record) -> None:
         try:
             self._swift.post_object(container, lay.message_name(message_id), headers={
@@ -439,7 +459,13 @@ class Driver(base.Driver):
                                        content_type="application/json",
                                        headers={**record.headers(),
                                                 "X-Delete-At": delete_at(record.expires)})
-                self._put_entry(container, record.entry(message_id))
+                try:
+                    self._put_entry(container, record.entry(message_id))
+                except Exception:
+                    # Without its entry no claim would ever find the message: the post
+                    # fails, so the message must not stay either.
+                    self._delete(container, lay.message_name(message_id))
+                    raise
 
             try:
                 self._parallel(store, records)
@@ -620,8 +646,8 @@ class Driver(base.Driver):
                            "claim_expires": claim_expires,
                            "expires": max(before.expires, claim_expires + grace * US)})
         self._write_record(container, message_id, record)
-        self._put_entry(container, record.entry(message_id))
-        self._delete(container, entry.name)
+        if not self._move_entry(container, message_id, entry, record.entry(message_id)):
+            return None  # deleted (without a claim id) while being claimed
         return message_id, record, body, before
 
     def _moving(self, project: str, message_id: str, marker: dict[str, Any]
@@ -709,10 +735,7 @@ class Driver(base.Driver):
             self._finish_move(project, queue, message_id, record, body,
                               json.loads(record.moving), now)
             return
-        fresh = record.entry(message_id)
-        if fresh.name != entry.name:
-            self._put_entry(container, fresh)
-            self._delete(container, entry.name)
+        self._move_entry(container, message_id, entry, record.entry(message_id))
 
     def _release_one(self, container: str, message_id: str, record: Record, now: int
                      ) -> None:
@@ -729,8 +752,8 @@ class Driver(base.Driver):
                                                                  MARKER_MARGIN)})
         released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
         self._write_record(container, message_id, released)
-        self._put_entry(container, released.entry(message_id))
-        self._delete(container, record.entry(message_id).name)
+        self._move_entry(container, message_id, record.entry(message_id),
+                         released.entry(message_id))
 
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None) -> Claim | None:
@@ -799,8 +822,8 @@ class Driver(base.Driver):
                                                    "at": now, "queue": None, "ttl": None}),
                     headers={"X-Delete-At": delete_at(renewed.expires, MARKER_MARGIN)})
                 self._write_record(container, message_id, renewed)
-                self._put_entry(container, renewed.entry(message_id))
-                self._delete(container, record.entry(message_id).name)
+                self._move_entry(container, message_id, record.entry(message_id),
+                                 renewed.entry(message_id))
 
             self._parallel(renew, self._held(container, claim_id, claim, now))
             claim = {**claim, "ttl": ttl, "grace": grace, "expires": expires}
