@@ -63,6 +63,22 @@ def counts(queue) -> dict[str, int]:
     return {key: stats[key] for key in ("free", "claimed", "delayed", "total")}
 
 
+def assert_health_names(url: str, store: str) -> None:
+    client = make_client(url)
+    assert client.ping() is True
+    assert client.health() == {"storage_reachable": True, "message_store": store}
+
+
+def assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing(url: str) -> None:
+    """Message ids of the MongoDB and Swift drivers; a malformed id is a 404, never a 500."""
+    queue = make_client(url).queue(unique("ids"))
+    message_id = posted_ids(queue.post({"body": 1}))[0]
+    assert len(message_id) == 24 and int(message_id, 16) >= 0
+    response = httpx.get(f"{url}/v2/queues/{queue.name}/messages/not-an-id",
+                         headers=http_headers(), timeout=30)
+    assert response.status_code == 404, response.text
+
+
 def is_running(pid: int) -> bool:
     """Whether *pid* is a live process (neither gone nor a zombie)."""
     try:

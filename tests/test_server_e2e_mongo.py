@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import httpx
 import pytest
 import uvicorn
 
@@ -31,6 +29,8 @@ from tests.server import delayq_server, free_port
 from tests.test_server_e2e import (  # noqa: F401 - collected here, on this module's server
     MAX_MESSAGE_DELAY,
     assert_claimed_once_by_concurrent_consumers,
+    assert_health_names,
+    assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing,
     c,
     make_client,
     test_claim_get_update_release,
@@ -92,21 +92,11 @@ def server(request, tmp_path_factory):
 
 
 def test_health_names_the_mongodb_store(server):
-    client = make_client(server.url)
-    assert client.ping() is True
-    assert client.health() == {"storage_reachable": True, "message_store": "mongodb"}
+    assert_health_names(server.url, "mongodb")
 
 
 def test_message_ids_are_object_ids(server):
-    queue = make_client(server.url).queue(f"ids-{uuid.uuid4().hex[:8]}")
-    href = queue.post({"body": 1})["resources"][0]
-    message_id = href.rsplit("/", 1)[-1]
-    assert len(message_id) == 24 and int(message_id, 16) >= 0
-    # A malformed id finds nothing (404), never a 500.
-    response = httpx.get(f"{server.url}/v2/queues/{queue.name}/messages/not-an-object-id",
-                         headers={"Client-ID": str(uuid.uuid4()), "X-Project-ID": "e2e"},
-                         timeout=30)
-    assert response.status_code == 404, response.text
+    assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing(server.url)
 
 
 def test_concurrent_consumers_each_message_once(server):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 
-import httpx
 import pytest
 
 from tests.server import delayq_server
@@ -19,9 +18,9 @@ from tests.swift_server import SWIFT
 from tests.test_server_e2e import (  # noqa: F401 - collected here, on this module's server
     MAX_MESSAGE_DELAY,
     assert_claimed_once_by_concurrent_consumers,
+    assert_health_names,
+    assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing,
     c,
-    http_headers,
-    make_client,
     test_claim_get_update_release,
     test_dead_letter_policy_set_with_client_metadata,
     test_dead_letter_queue,
@@ -49,19 +48,11 @@ def server(tmp_path_factory):
 
 
 def test_health_names_the_swift_store(server):
-    client = make_client(server.url)
-    assert client.ping() is True
-    assert client.health() == {"storage_reachable": True, "message_store": "swift"}
+    assert_health_names(server.url, "swift")
 
 
 def test_a_malformed_message_id_finds_nothing(server):
-    queue = make_client(server.url).queue(f"ids-{uuid.uuid4().hex[:8]}")
-    href = queue.post({"body": 1})["resources"][0]
-    message_id = href.rsplit("/", 1)[-1]
-    assert len(message_id) == 24 and int(message_id, 16) >= 0
-    response = httpx.get(f"{server.url}/v2/queues/{queue.name}/messages/not-an-id",
-                         headers=http_headers(), timeout=30)
-    assert response.status_code == 404, response.text
+    assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing(server.url)
 
 
 def test_concurrent_consumers_each_message_once(server):
