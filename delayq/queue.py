@@ -46,6 +46,19 @@ def dead_letter_policy(metadata: dict[str, Any]) -> DeadLetterPolicy | None:
     return DeadLetterPolicy(count, target, metadata.get(DEAD_LETTER_QUEUE_MESSAGES_TTL))
 
 
+def dead_lettered_ttl(messages_ttl: int | None, ttl: int, created: int, moved: int,
+                      second: int) -> tuple[int, int]:
+    """The ttl and expiry of a message moved to a dead-letter queue at *moved*.
+
+    With ``_dead_letter_queue_messages_ttl`` (*messages_ttl*) the message lives that long
+    from the move; without, it keeps its original expiry ``created + ttl``, whatever
+    claims extended it to. Times are integers in units of which *second* make a second.
+    """
+    if messages_ttl is None:
+        return ttl, created + ttl * second
+    return messages_ttl, moved + messages_ttl * second
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     """Counts of a queue's live messages; ``total`` counts free, claimed and delayed."""

@@ -45,7 +45,7 @@ from pymongo.write_concern import WriteConcern
 from delayq import errors, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import Message, NewMessage
-from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo import schema as s
@@ -487,10 +487,8 @@ class Driver(base.Driver):
         first = self._allocate(project, policy.queue, len(docs), now)
         moves = []
         for position, doc in enumerate(docs, start=first):
-            if policy.messages_ttl is None:
-                ttl, expires = doc[s.TTL], s.ms(doc[s.CREATED]) + doc[s.TTL] * 1000
-            else:
-                ttl, expires = policy.messages_ttl, now + policy.messages_ttl * 1000
+            ttl, expires = dead_lettered_ttl(policy.messages_ttl, doc[s.TTL],
+                                             s.ms(doc[s.CREATED]), now, 1000)
             moves.append(UpdateOne(self._pinned(project, queue, doc), {
                 "$set": {s.QUEUE: policy.queue, s.SEQ: position, s.AVAILABLE: s.date(now),
                          s.SOURCE: queue, s.MOVED: s.date(now), s.TTL: ttl,

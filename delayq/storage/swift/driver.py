@@ -57,7 +57,7 @@ from swiftclient.exceptions import ClientException
 from delayq import errors
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import Message, NewMessage
-from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
@@ -702,11 +702,9 @@ class Driver(base.Driver):
         """
         source = self._container(project, queue)
         target = self._container(project, marker["queue"])
-        moved_at, messages_ttl = marker["at"], marker["ttl"]
-        if messages_ttl is None:
-            ttl, expires = record.ttl, record.created + record.ttl * US
-        else:
-            ttl, expires = messages_ttl, moved_at + messages_ttl * US
+        moved_at = marker["at"]
+        ttl, expires = dead_lettered_ttl(marker["ttl"], record.ttl, record.created, moved_at,
+                                         US)
         base = marker.get("base", 0)
         moved = Record(ttl=ttl, created=record.created, due=record.due, client=record.client,
                        expires=expires, count=record.count, generation=base, source=queue,
