@@ -90,10 +90,9 @@ class DiesBeforeDeletingTheSource(Driver):
     """Dies once the copy and its index entry are in the dead-letter queue, before the
     message is deleted from the source."""
 
-    def _forget(self, container: str, message_id: str, record: Record) -> None:
-        if record.moving:
-            die()
-        super()._forget(container, message_id, record)
+    def _leave_source(self, source: str, message_id: str, record: Record,
+                      met: Entry | None) -> None:
+        die()
 
 
 KINDS = {"after-claim-bid": DiesAfterWinningAClaim,

@@ -668,7 +668,7 @@ class Driver(base.Driver):
             moving = Record(**{**vars(before), "count": entry.count,
                                "moving": json.dumps(move)})
             self._write_record(container, message_id, moving)
-            self._finish_move(project, queue, message_id, moving, body, move, now)
+            self._finish_move(project, queue, message_id, moving, body, move, now, entry)
             return None
         record = Record(**{**vars(before), "count": entry.count + 1,
                            "generation": entry.generation + 1, "claim": claim_id,
@@ -693,12 +693,14 @@ class Driver(base.Driver):
         return {**marker, "base": int(old[-1].rsplit("/", 1)[1]) if old else 0}
 
     def _finish_move(self, project: str, queue: str, message_id: str, record: Record,
-                     body: bytes, marker: dict[str, Any], now: int) -> None:
+                     body: bytes, marker: dict[str, Any], now: int,
+                     met: Entry | None = None) -> None:
         """Copy the message into the dead-letter queue, then delete it from *queue*.
 
         Every step can be repeated: the copy is conditional, the entry's name depends
         only on the marker, deletes of absent objects are fine. A message whose
         dead-letter expiry has passed by the time the move completes is just deleted.
+        *met* is the source index entry the mover met, when it knows it.
         """
         source = self._container(project, queue)
         target = self._container(project, marker["queue"])
@@ -720,7 +722,18 @@ class Driver(base.Driver):
                 self._ensure_queue(project, marker["queue"], {})
                 self._create(target, lay.message_name(message_id), body, headers)
             self._put_entry(target, entry)
-        self._forget(source, message_id, record)
+        self._leave_source(source, message_id, record, met)
+
+    def _leave_source(self, source: str, message_id: str, record: Record,
+                      met: Entry | None) -> None:
+        """The last step of a move: delete the message and its index entries from *source*.
+
+        Entries first, the message last: until the message is gone it stays marked moving,
+        and whoever meets it completes the move again.
+        """
+        for name in {record.entry(message_id).name, *([met.name] if met else [])}:
+            self._delete(source, name)
+        self._delete(source, lay.message_name(message_id))
 
     def _repair(self, project: str, queue: str, entry: Entry, now: int) -> None:
         """Bring a stale index entry in line with the message's markers and record.
@@ -760,7 +773,7 @@ class Driver(base.Driver):
             self._write_record(container, message_id, record)
         if record.moving:
             self._finish_move(project, queue, message_id, record, body,
-                              json.loads(record.moving), now)
+                              json.loads(record.moving), now, entry)
             return
         self._move_entry(container, message_id, entry, record.entry(message_id))
 
