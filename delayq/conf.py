@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from delayq.events import OFF, Settings
+
 TRANSPORT_GROUP = "transport"
 DRIVERS_GROUP = "drivers"
 WSGI_GROUP = "drivers:transport:wsgi"
+EVENTS_GROUP = "events"
 
 transport_opts = [
     cfg.IntOpt("default_message_ttl", default=3600, min=60,
@@ -65,12 +68,30 @@ wsgi_opts = [
                     "storage backend; none keeps state of its own."),
 ]
 
+events_opts = [
+    cfg.BoolOpt("enabled", default=True,
+                help="Record the event trail (posted, claimed, popped, deleted, "
+                     "dead_lettered, expired, purged) in the message store, for "
+                     "delayq-audit."),
+    cfg.IntOpt("retention", default=604800, min=60,
+               help="Seconds events are kept; older ones are removed as new ones are "
+                    "written (Redis, SQLite) or by the backend's own expiry (MongoDB, "
+                    "Swift)."),
+]
+
+
+def events_settings(conf: cfg.ConfigOpts) -> Settings:
+    """The event-trail settings a driver is built with."""
+    group = conf[EVENTS_GROUP]
+    return Settings(retention=group.retention) if group.enabled else OFF
+
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register every core option on *conf*; storage drivers register their own."""
     conf.register_opts(transport_opts, group=TRANSPORT_GROUP)
     conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
     conf.register_opts(wsgi_opts, group=WSGI_GROUP)
+    conf.register_opts(events_opts, group=EVENTS_GROUP)
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
@@ -81,6 +102,7 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         (TRANSPORT_GROUP, transport_opts),
         (DRIVERS_GROUP, drivers_opts),
         (WSGI_GROUP, wsgi_opts),
+        (EVENTS_GROUP, events_opts),
         *driver_opts(),
     ]
 

@@ -13,11 +13,13 @@ call from several threads and from several processes sharing one backend.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator
 from typing import Any
 
 from oslo_config import cfg
 
 from delayq.claim import Claim
+from delayq.events import Event
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
 
@@ -140,3 +142,19 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         """Free the claim's messages at once; an absent claim is not an error."""
+
+    # Audit reads (delayq.spark_jobs): whole queues, in the backend's own order
+
+    @abc.abstractmethod
+    def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
+        """Every ``(project, queue)`` holding messages or events, sorted; one project's
+        when *project* is given. Deleted queues whose events are retained are included."""
+
+    @abc.abstractmethod
+    def read_events(self, project: str, queue: str) -> Iterator[Event]:
+        """The retained events of one queue's trail, oldest first."""
+
+    @abc.abstractmethod
+    def read_messages(self, project: str, queue: str) -> Iterator[Message]:
+        """Every live message of one queue (delayed and claimed included), in post
+        order, as read now."""

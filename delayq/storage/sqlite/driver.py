@@ -19,8 +19,9 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors, validation
+from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
+from delayq.conf import events_settings
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
@@ -28,8 +29,18 @@ from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.options import GROUP
 
 SEQ = sql.MESSAGE_COLUMNS.index("seq")
+ID = sql.MESSAGE_COLUMNS.index("id")
+BODY = sql.MESSAGE_COLUMNS.index("body")
+TTL = sql.MESSAGE_COLUMNS.index("ttl")
+CREATED = sql.MESSAGE_COLUMNS.index("created")
 EXPIRES = sql.MESSAGE_COLUMNS.index("expires")
 CLAIM_COUNT = sql.MESSAGE_COLUMNS.index("claim_count")
+NO_EVENT = dict.fromkeys(sql.EVENT_COLUMNS)
+
+
+def event_row(**fields: Any) -> dict[str, Any]:
+    """Parameters of sql.EVENT_INSERT: the given fields, None for the rest."""
+    return {**NO_EVENT, **fields}
 
 
 class Driver(base.Driver):
@@ -38,8 +49,10 @@ class Driver(base.Driver):
     name = "sqlite"
 
     def __init__(self, path: str, *, busy_timeout: int = 30000, synchronous: str = "NORMAL",
-                 expiry_batch: int = 64, clock: Callable[[], float] = time.time) -> None:
+                 expiry_batch: int = 64, clock: Callable[[], float] = time.time,
+                 events_settings: events.Settings = events.ON) -> None:
         self.path = path
+        self._events = events_settings
         self._busy_timeout = busy_timeout
         self._synchronous = synchronous
         self._expiry_batch = expiry_batch
@@ -55,7 +68,8 @@ class Driver(base.Driver):
     def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
         group = conf[GROUP]
         return cls(group.path, busy_timeout=group.busy_timeout,
-                   synchronous=group.synchronous, expiry_batch=group.expiry_batch)
+                   synchronous=group.synchronous, expiry_batch=group.expiry_batch,
+                   events_settings=events_settings(conf))
 
     # Connections and transactions
 
@@ -106,8 +120,25 @@ class Driver(base.Driver):
         self._local = threading.local()
 
     def _expire(self, db: sqlite3.Connection, now: float) -> None:
-        db.execute(sql.EXPIRED_MESSAGES_DELETE, (now, self._expiry_batch))
+        gone = db.execute(sql.EXPIRED_MESSAGES_DELETE, (now, self._expiry_batch)).fetchall()
         db.execute(sql.EXPIRED_CLAIMS_DELETE, (now, self._expiry_batch))
+        if not self._events.enabled:
+            return
+        if gone:
+            names = {id_: (project, name) for id_, project, name in db.execute(
+                sql.QUEUE_NAMES_BY_ID, (json.dumps(sorted({r[0] for r in gone})),))}
+            self._record(db, [
+                event_row(project=names[queue_id][0], queue=names[queue_id][1],
+                          kind=events.EXPIRED, time=expires, message_id=id_,
+                          claim_count=count, expires=expires)
+                for queue_id, id_, count, expires in gone if queue_id in names])
+        # Events leave in batches as new ones arrive, like expired messages.
+        db.execute(sql.EVENTS_FORGET, (now - self._events.retention, self._expiry_batch * 4))
+
+    def _record(self, db: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+        """Append event rows (made by event_row) to the trail, when it is on."""
+        if rows and self._events.enabled:
+            db.executemany(sql.EVENT_INSERT, rows)
 
     @staticmethod
     def _queue_id(db: sqlite3.Connection, project: str, name: str) -> int | None:
@@ -159,6 +190,8 @@ class Driver(base.Driver):
                 return
             db.execute(sql.MESSAGES_DELETE_QUEUE, (queue_id,))
             db.execute(sql.CLAIMS_DELETE_QUEUE, (queue_id,))
+            self._record(db, [event_row(project=project, queue=name, kind=events.PURGED,
+                                        time=self.now())])
             if drop:
                 db.execute(sql.QUEUE_DELETE, (queue_id,))
 
@@ -199,6 +232,10 @@ class Driver(base.Driver):
                 (id_, queue_id, json.dumps(m.body), m.ttl, now, now + m.ttl,
                  now + m.delay, now + m.delay, client_id)
                 for id_, m in zip(ids, messages, strict=True)])
+            self._record(db, [
+                event_row(project=project, queue=queue, kind=events.POSTED, time=now,
+                          message_id=id_, due=now + m.delay, ttl=m.ttl, expires=now + m.ttl)
+                for id_, m in zip(ids, messages, strict=True)])
             self._expire(db, now)
         return ids
 
@@ -238,16 +275,25 @@ class Driver(base.Driver):
             row = db.execute(sql.MESSAGE_CLAIM_STATE, (queue_id, message_id, now)).fetchone()
             if row is None:
                 return
-            seq, holder, claim_expires = row
+            seq, holder, claim_expires, claim_count = row
             live_holder = holder if holder is not None and claim_expires > now else None
             refuse_delete(delete_refusal(claim_id, live_holder), message_id, claim_id)
             db.execute(sql.MESSAGE_DELETE, (seq,))
+            self._record(db, [event_row(project=project, queue=queue, kind=events.DELETED,
+                                        time=now, message_id=message_id,
+                                        claim_id=claim_id, claim_count=claim_count)])
 
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         with self._write() as db:
             queue_id = self._queue_id(db, project, queue)
-            if queue_id is not None:
-                db.execute(sql.MESSAGES_DELETE_BY_ID, (queue_id, json.dumps(ids)))
+            if queue_id is None:
+                return
+            now = self.now()
+            deleted = db.execute(sql.MESSAGES_DELETE_BY_ID,
+                                 (queue_id, json.dumps(ids))).fetchall()
+            self._record(db, [event_row(project=project, queue=queue, kind=events.DELETED,
+                                        time=now, message_id=id_, claim_count=count)
+                              for id_, count in deleted])
 
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         with self._write() as db:
@@ -256,15 +302,18 @@ class Driver(base.Driver):
             if queue_id is None:
                 return []
             popped = []
-            for row in self._claimable(db, queue_id, now, limit):
+            for row in self._claimable(db, project, queue, queue_id, now, limit):
                 db.execute(sql.MESSAGE_DELETE, (row[SEQ],))
                 popped.append(self._message(row, now))
                 if len(popped) == limit:
                     break
+            self._record(db, [event_row(project=project, queue=queue, kind=events.POPPED,
+                                        time=now, message_id=m.id, claim_count=m.claim_count)
+                              for m in popped])
             return popped
 
-    def _claimable(self, db: sqlite3.Connection, queue_id: int, now: float,
-                   batch: int) -> Iterator[tuple]:
+    def _claimable(self, db: sqlite3.Connection, project: str, queue: str, queue_id: int,
+                   now: float, batch: int) -> Iterator[tuple]:
         """Claimable rows, oldest availability first, skipping (and deleting) expired ones.
 
         The caller must take each yielded row out of the claimable range (claim, move or
@@ -278,6 +327,10 @@ class Driver(base.Driver):
             for row in rows:
                 if row[EXPIRES] <= now:
                     db.execute(sql.MESSAGE_DELETE, (row[SEQ],))
+                    self._record(db, [event_row(
+                        project=project, queue=queue, kind=events.EXPIRED,
+                        time=row[EXPIRES], message_id=row[ID],
+                        claim_count=row[CLAIM_COUNT], expires=row[EXPIRES])])
                     continue
                 yield row
 
@@ -294,7 +347,8 @@ class Driver(base.Driver):
             expires = now + ttl
             target_id = None
             claimed = []
-            for row in self._claimable(db, queue_id, now, limit):
+            trail = []
+            for row in self._claimable(db, project, queue, queue_id, now, limit):
                 seq, claim_count = row[SEQ], row[CLAIM_COUNT]
                 if dead_letter and claim_count >= dead_letter.max_claim_count:
                     if target_id is None:
@@ -302,12 +356,26 @@ class Driver(base.Driver):
                     db.execute(sql.MESSAGE_DEAD_LETTER, {
                         "target": target_id, "now": now, "source": queue,
                         "ttl": dead_letter.messages_ttl, "seq": seq})
+                    kept = dead_letter.messages_ttl is None
+                    trail.append(event_row(
+                        project=project, queue=queue, kind=events.DEAD_LETTERED, time=now,
+                        message_id=row[ID], claim_count=claim_count, source=queue,
+                        target=dead_letter.queue,
+                        ttl=row[TTL] if kept else dead_letter.messages_ttl,
+                        expires=row[CREATED] + row[TTL] if kept
+                        else now + dead_letter.messages_ttl,
+                        body=row[BODY]))
                     continue
                 claimed.append(db.execute(sql.MESSAGE_CLAIM, {
                     "claim_id": claim_id, "claim_expires": expires, "grace": grace,
                     "seq": seq}).fetchone())
                 if len(claimed) == limit:
                     break
+            trail += [event_row(project=project, queue=queue, kind=events.CLAIMED, time=now,
+                                message_id=row[ID], claim_id=claim_id,
+                                claim_count=row[CLAIM_COUNT], expires=row[EXPIRES])
+                      for row in claimed]
+            self._record(db, trail)
             self._expire(db, now)
             if not claimed:
                 return None
@@ -351,3 +419,22 @@ class Driver(base.Driver):
                 return
             db.execute(sql.CLAIM_RELEASE_MESSAGES, (claim_id, queue_id, now))
             db.execute(sql.CLAIM_DELETE, (claim_id, queue_id))
+
+    # Audit reads
+
+    def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
+        return [tuple(row) for row in self._db().execute(sql.QUEUE_NAMES, (project,))]
+
+    def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
+        cursor = self._db().execute(sql.EVENTS_OF_QUEUE, (project, queue))
+        for row in cursor:
+            yield events.Event(**dict(zip(sql.EVENT_COLUMNS, row, strict=True)))
+
+    def read_messages(self, project: str, queue: str) -> Iterator[Message]:
+        db = self._db()
+        now = self.now()
+        queue_id = self._queue_id(db, project, queue)
+        if queue_id is None:
+            return
+        for row in db.execute(sql.MESSAGES_OF_QUEUE, (queue_id, now)):
+            yield self._message(row, now)

@@ -51,6 +51,24 @@ CREATE TABLE IF NOT EXISTS claims (
     expires REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS claims_expires ON claims (expires);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    project TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    time REAL NOT NULL,
+    message_id TEXT,
+    claim_id TEXT,
+    claim_count INTEGER,
+    due REAL,
+    ttl INTEGER,
+    expires REAL,
+    source TEXT,
+    target TEXT,
+    body TEXT
+);
+CREATE INDEX IF NOT EXISTS events_queue ON events (project, queue, seq);
+CREATE INDEX IF NOT EXISTS events_time ON events (time);
 """
 
 # Queues
@@ -91,12 +109,13 @@ WHERE queue_id = ? AND expires > ? AND id IN (SELECT value FROM json_each(?))
 ORDER BY seq
 """
 MESSAGE_CLAIM_STATE = """
-SELECT seq, claim_id, claim_expires FROM messages
+SELECT seq, claim_id, claim_expires, claim_count FROM messages
 WHERE queue_id = ? AND id = ? AND expires > ?
 """
 MESSAGE_DELETE = "DELETE FROM messages WHERE seq = ?"
 MESSAGES_DELETE_BY_ID = """
 DELETE FROM messages WHERE queue_id = ? AND id IN (SELECT value FROM json_each(?))
+RETURNING id, claim_count
 """
 MESSAGES_DELETE_QUEUE = "DELETE FROM messages WHERE queue_id = ?"
 MESSAGES_OLDEST = f"""
@@ -179,7 +198,34 @@ CLAIMS_DELETE_QUEUE = "DELETE FROM claims WHERE queue_id = ?"
 
 EXPIRED_MESSAGES_DELETE = """
 DELETE FROM messages WHERE seq IN (SELECT seq FROM messages WHERE expires <= ? LIMIT ?)
+RETURNING queue_id, id, claim_count, expires
 """
 EXPIRED_CLAIMS_DELETE = """
 DELETE FROM claims WHERE id IN (SELECT id FROM claims WHERE expires <= ? LIMIT ?)
+"""
+
+# The event trail (delayq.events): one row per event, columns named as Event's fields.
+
+EVENT_COLUMNS = ("project", "queue", "kind", "time", "message_id", "claim_id",
+                 "claim_count", "due", "ttl", "expires", "source", "target", "body")
+EVENT_INSERT = f"""
+INSERT INTO events ({", ".join(EVENT_COLUMNS)})
+VALUES ({", ".join(":" + c for c in EVENT_COLUMNS)})
+"""
+EVENTS_FORGET = """
+DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE time < ? LIMIT ?)
+"""
+EVENTS_OF_QUEUE = f"""
+SELECT {", ".join(EVENT_COLUMNS)} FROM events WHERE project = ? AND queue = ? ORDER BY seq
+"""
+QUEUE_NAMES = """
+SELECT project, name FROM queues WHERE ?1 IS NULL OR project = ?1
+UNION SELECT DISTINCT project, queue FROM events WHERE ?1 IS NULL OR project = ?1
+ORDER BY 1, 2
+"""
+MESSAGES_OF_QUEUE = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue_id = ? AND expires > ? ORDER BY seq
+"""
+QUEUE_NAMES_BY_ID = """
+SELECT id, project, name FROM queues WHERE id IN (SELECT value FROM json_each(?))
 """

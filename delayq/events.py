@@ -1,0 +1,95 @@
+"""The event trail: what happened to each message, for the audits in ``delayq.spark_jobs``.
+
+Each storage driver appends events to its own backend inside the same atomic step as the
+transition they record (where the backend has one), so the trail says exactly what the
+queue did. The trail is append-only and bounded by ``[events] retention``.
+
+An event is one row of ``FIELDS``; which fields are set depends on its ``kind``:
+
+==============  ===================================================================
+kind            fields besides project, queue, kind, time
+==============  ===================================================================
+posted          message_id, due (delay expiry ``d``), ttl, expires
+claimed         message_id, claim_id, claim_count (after the claim), expires
+popped          message_id, claim_count — delivered and deleted in one step
+deleted         message_id, claim_id (when deleted under a claim), claim_count
+dead_lettered   message_id, claim_count, source, target, ttl, expires, body — written
+                in the source queue's trail
+expired         message_id, claim_count; ``time`` is the instant it expired (the
+                backend may notice later), ``expires`` the same instant
+purged          no message: every message the queue held at ``time`` is gone
+                (``DELETE`` of the queue, or ``DELETE .../messages`` of all of them)
+==============  ===================================================================
+
+Times are POSIX seconds from the backend's clock, as everywhere in delayq. Message ids
+survive dead-letter moves, so a message's history is every event with its id.
+
+Backends that delete expired messages on their own (MongoDB's TTL monitor, Swift's
+object expirer) write no ``expired`` event: a message whose last known ``expires`` has
+passed with no later event expired then. The audits apply that rule to every backend.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+POSTED = "posted"
+CLAIMED = "claimed"
+POPPED = "popped"
+DELETED = "deleted"
+DEAD_LETTERED = "dead_lettered"
+EXPIRED = "expired"
+PURGED = "purged"
+KINDS = (POSTED, CLAIMED, POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED)
+
+# Events that end a message's life in the queue named by the event.
+ENDINGS = (POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED)
+
+DEFAULT_RETENTION = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event of the trail, as every driver reads it back."""
+
+    project: str
+    queue: str
+    kind: str
+    time: float
+    message_id: str | None = None
+    claim_id: str | None = None
+    claim_count: int | None = None
+    due: float | None = None
+    ttl: int | None = None
+    expires: float | None = None
+    source: str | None = None
+    target: str | None = None
+    body: str | None = None  # JSON text of a dead-lettered message's body
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FIELDS = tuple(Event.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """``[events]`` options as a driver needs them: retention 0 turns the trail off."""
+
+    retention: int = DEFAULT_RETENTION
+
+    @property
+    def enabled(self) -> bool:
+        return self.retention > 0
+
+
+ON = Settings()
+OFF = Settings(retention=0)
+
+
+def body_text(body: Any) -> str:
+    """A message body as the trail stores it: compact JSON text."""
+    return json.dumps(body, separators=(",", ":"))
