@@ -13,6 +13,7 @@ import importlib
 
 from oslo_config import cfg
 
+from delayq import conf as delayq_conf
 from delayq.conf import DRIVERS_GROUP
 from delayq.storage.base import Driver
 
@@ -41,3 +42,31 @@ def load_driver(conf: cfg.ConfigOpts) -> Driver:
                          f"{', '.join(DRIVERS)}.")
     module = importlib.import_module(f"delayq.storage.{DRIVERS[name]}.driver")
     return module.Driver.from_conf(conf)
+
+
+def conf_for_uri(uri: str) -> cfg.ConfigOpts:
+    """A configuration whose message store is the backend named by *uri*.
+
+    ``sqlite:///absolute/path.sqlite`` (``sqlite://relative.sqlite``), ``redis://`` or
+    ``rediss://`` as the Redis driver's ``uri``, ``mongodb://`` or ``mongodb+srv://`` as
+    the MongoDB driver's. Swift needs credentials: use a configuration file.
+    """
+    scheme, sep, rest = uri.partition("://")
+    conf = delayq_conf.load([])
+    if not sep:
+        raise ValueError("a store URI looks like sqlite:///path, redis://host:port or "
+                         "mongodb://host:port")
+    if scheme == "sqlite":
+        name, option, value = "sqlite", "path", rest
+    elif scheme in ("redis", "rediss"):
+        name, option, value = "redis", "uri", uri
+    elif scheme in ("mongodb", "mongodb+srv"):
+        name, option, value = "mongodb", "uri", uri
+    else:
+        raise ValueError(f"no driver serves {scheme}:// URIs (sqlite, redis, rediss, "
+                         "mongodb, mongodb+srv); for Swift use a configuration file")
+    if not value:
+        raise ValueError(f"{scheme}:// needs a location")
+    conf.set_override("message_store", name, group=DRIVERS_GROUP)
+    conf.set_override(option, value, group=_options_module(name).GROUP)
+    return conf
