@@ -28,6 +28,10 @@ class Driver(abc.ABC):
     """A storage backend for queues, messages and claims of every project."""
 
     name: str
+    # False for backends that delete expired messages on their own (MongoDB's TTL
+    # monitor, Swift's expirer) and so write no ``expired`` events; the audits then infer
+    # expiry from the trail (delayq.events).
+    expiry_events: bool = True
 
     @classmethod
     @abc.abstractmethod
