@@ -17,6 +17,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from delayq import events
 from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
@@ -75,7 +76,8 @@ def queue_memory(client: redis.Redis, driver: Driver) -> dict[bytes, int]:
 @pytest.mark.parametrize("state", ["free", "delayed", "claimed"])
 def test_a_tiny_message_costs_at_most_250_bytes(own_server, state):
     client = redis.Redis(port=own_server.port)
-    driver = Driver(own_server.uri, namespace=namespace())
+    # The event trail has its own budget (test_the_event_trail_costs_...).
+    driver = Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF)
     driver.create_queue(PROJECT, "q", {})
     post(driver, "q", 1)  # the queue's own state exists before the baseline
     driver.purge_queue(PROJECT, "q")
@@ -118,7 +120,8 @@ def busy_queue(driver: Broker, clock: FakeClock) -> None:
 def test_memory_returns_to_baseline_once_every_message_is_gone(own_server, ending):
     client = redis.Redis(port=own_server.port)
     clock = FakeClock()
-    driver = Driver(own_server.uri, namespace=namespace(), clock=clock)
+    driver = Driver(own_server.uri, namespace=namespace(), clock=clock,
+                    events_settings=events.OFF)
     broker = Broker(driver, Limits())
     for queue in ("q", "dlq"):
         driver.create_queue(PROJECT, queue, POLICY if queue == "q" else {})
@@ -153,11 +156,12 @@ def test_the_reaper_empties_a_queue_nobody_touches(own_server):
     client = redis.Redis(port=own_server.port)
     clock = FakeClock()
     ns = namespace()
-    driver = Driver(own_server.uri, namespace=ns, clock=clock)
+    driver = Driver(own_server.uri, namespace=ns, clock=clock, events_settings=events.OFF)
     post(driver, "idle", 2000, ttl=60)
     assert len(queue_keys(client, driver, "idle")) > 5
     clock.advance(61)
-    reaper = Driver(own_server.uri, namespace=ns, clock=clock, reap_interval=1)
+    reaper = Driver(own_server.uri, namespace=ns, clock=clock, reap_interval=1,
+                    events_settings=events.OFF)
     deadline = time.monotonic() + 20
     while len(queue_keys(client, driver, "idle")) > 1 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -416,3 +420,72 @@ def test_a_queue_whose_slot_is_migrating_answers_unavailable_not_an_error():
         owner_client.execute_command("CLUSTER SETSLOT", slot, "STABLE")
     assert driver.queue_stats(PROJECT, "moving").total >= 1
     driver.close()
+
+
+# The event trail
+
+MAX_BYTES_PER_EVENT = 100
+
+
+def test_the_event_trail_costs_at_most_100_bytes_an_event(own_server):
+    client = redis.Redis(port=own_server.port)
+    with_trail = Driver(own_server.uri, namespace=namespace())
+    without = Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF)
+    spent = {}
+    for driver in (with_trail, without):
+        post(driver, "q", 1)
+        driver.purge_queue(PROJECT, "q")
+        before = used_memory(client)
+        post(driver, "q", 20_000, body={"n": 1})  # one posted event each
+        spent[driver] = used_memory(client) - before
+    per_event = (spent[with_trail] - spent[without]) / 20_000
+    assert 0 < per_event <= MAX_BYTES_PER_EVENT, f"{per_event:.0f} bytes per event"
+
+
+def test_the_trail_outlives_its_queue_and_then_goes_with_its_retention(own_server):
+    client = redis.Redis(port=own_server.port)
+    driver = Driver(own_server.uri, namespace=namespace(),
+                    events_settings=events.Settings(retention=1))
+    post(driver, "q", 3)
+    driver.delete_queue(PROJECT, "q")
+    key = driver.trail_key(PROJECT, "q")
+    assert [e.kind for e in driver.read_events(PROJECT, "q")] == ["posted"] * 3 + ["purged"]
+    assert (PROJECT, "q") in driver.trail_queues(PROJECT)
+    assert 0 < client.pttl(key) <= 1000
+    time.sleep(1.2)
+    assert not client.exists(key)
+    assert list(driver.read_events(PROJECT, "q")) == []
+
+
+def test_old_events_are_trimmed_as_new_ones_arrive(own_server):
+    client = redis.Redis(port=own_server.port)
+    driver = Driver(own_server.uri, namespace=namespace(),
+                    events_settings=events.Settings(retention=1))
+    post(driver, "q", 1000)  # ten stream nodes of 100 entries: MINID ~ trims whole nodes
+    time.sleep(1.1)
+    post(driver, "q", 1)
+    assert client.xlen(driver.trail_key(PROJECT, "q")) <= 101
+
+
+def test_no_trail_is_written_when_it_is_off(own_server):
+    client = redis.Redis(port=own_server.port)
+    driver = Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF)
+    post(driver, "q", 5)
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=5, dead_letter=None)
+    driver.purge_queue(PROJECT, "q")
+    assert not client.exists(driver.trail_key(PROJECT, "q"))
+    assert list(driver.read_events(PROJECT, "q")) == []
+
+
+def test_read_messages_gives_live_claim_expiries():
+    clock = FakeClock()
+    driver = Driver(SERVERS.single().uri, namespace=namespace(), clock=clock)
+    post(driver, "q", 2)
+    claim = driver.claim(PROJECT, "q", ttl=100, grace=60, limit=1, dead_letter=None)
+    read = list(driver.read_messages(PROJECT, "q"))
+    assert [m.id for m in read] == [m.id for m in driver.get_messages(
+        PROJECT, "q", [m.id for m in read])]
+    assert read[0].claim_id == claim.id and read[0].claim_expires == claim.expires
+    assert read[1].claim_id is None
+    clock.advance(4000)
+    assert list(driver.read_messages(PROJECT, "q")) == []

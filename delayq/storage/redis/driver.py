@@ -20,6 +20,7 @@ entry, which the next operation on the source queue (or the reaper) completes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -39,8 +40,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from delayq import errors
+from delayq import errors, events
 from delayq.claim import Claim, refuse_delete
+from delayq.conf import events_settings
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
@@ -184,7 +186,8 @@ class Driver(base.Driver):
     def __init__(self, uri: str, *, namespace: str = "dq", socket_timeout: float = 5.0,
                  connect_timeout: float = 2.0, max_connections: int = 64,
                  reap_interval: int = 0, move_marker_ttl: int = 3600,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 events_settings: events.Settings = events.ON) -> None:
         parse_uri(uri)  # a malformed URI stops the server at start, not at each request
         self._uri = uri
         self._connect_options = dict(socket_timeout=socket_timeout,
@@ -192,6 +195,7 @@ class Driver(base.Driver):
                                      max_connections=max_connections)
         self._ns = namespace
         self._marker_ttl = move_marker_ttl
+        self._events = events_settings
         self._clock = clock
         self._link: tuple[redis.Redis | RedisCluster, bool, Scripts] | None = None
         self._link_lock = threading.Lock()
@@ -212,7 +216,8 @@ class Driver(base.Driver):
         return cls(group.uri, namespace=group.namespace, socket_timeout=group.socket_timeout,
                    connect_timeout=group.connect_timeout,
                    max_connections=group.max_connections, reap_interval=group.reap_interval,
-                   move_marker_ttl=group.move_marker_ttl)
+                   move_marker_ttl=group.move_marker_ttl,
+                   events_settings=events_settings(conf))
 
     # The connection: made at start, or at the first request after Redis came up.
 
@@ -235,7 +240,7 @@ class Driver(base.Driver):
                 try:
                     with unavailable_as_503():
                         client, clustered = connect(self._uri, **self._connect_options)
-                        scripts = Scripts(client)
+                        scripts = Scripts(client, self._events.retention)
                         scripts.load(client)
                 except errors.StorageUnavailable as exc:
                     self._link_failed_at = time.monotonic()
@@ -268,6 +273,10 @@ class Driver(base.Driver):
     def outbox_key(self, project: str, name: str) -> str:
         """The hash of a queue's dead-letter moves waiting to reach another slot."""
         return self.queue_key(project, name)[:-1] + "o"
+
+    def trail_key(self, project: str, name: str) -> str:
+        """The stream of a queue's event trail (it outlives the queue)."""
+        return self.queue_key(project, name)[:-1] + "ev"
 
     def _catalogue_key(self, project: str) -> str:
         return f"{self._ns}:{{{quote(project, safe='')}}}:queues"
@@ -380,7 +389,8 @@ class Driver(base.Driver):
     def _drop(self, project: str, name: str, how: str) -> None:
         """Empty (or delete) a queue; dead-letter moves it started still complete."""
         self._settle(project, name)
-        if self._scripts.queue_drop(keys=[self.queue_key(project, name)], args=[how]):
+        if self._scripts.queue_drop(keys=[self.queue_key(project, name)],
+                                    args=[how, self._now_arg()]):
             self._settle(project, name)  # moves a concurrent claim made meanwhile
 
     def list_queues(self, project: str, marker: str | None, limit: int
@@ -609,6 +619,89 @@ class Driver(base.Driver):
                 self._client.srem(projects_key, project)
                 if self._client.zcard(catalogue):
                     self._client.sadd(projects_key, project)
+
+
+    # Audit reads. Not atomic across calls: a snapshot of a busy queue may be a little
+    # ragged at its edges, which audits of history can afford.
+
+    def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
+        found: set[tuple[str, str]] = set()
+        with unavailable_as_503():
+            projects = ([project] if project is not None else
+                        [p.decode() for p in self._client.smembers(self._projects_key())])
+            for name in projects:
+                found.update((name, queue.decode()) for queue in
+                             self._client.zrange(self._catalogue_key(name), 0, -1))
+            # Streams of deleted queues (and of projects no longer catalogued) are found
+            # by name: an offline audit can afford a SCAN.
+            scope = quote(project, safe="") if project is not None else "*"
+            pattern = f"{self._ns}:{{{scope}/*}}:ev"
+            for key in self._client.scan_iter(match=pattern, count=1000):
+                found.add(self._trail_owner(key.decode()))
+        return sorted(found)
+
+    def _trail_owner(self, key: str) -> tuple[str, str]:
+        """``(project, queue)`` of a trail key made by ``trail_key``."""
+        inside = key[len(self._ns) + 2:-len("}:ev")]
+        project, _, queue = inside.partition("/")
+        return unquote(project), queue
+
+    def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
+        key = self.trail_key(project, queue)
+        start = "-"
+        while True:
+            with unavailable_as_503():
+                entries = self._client.xrange(key, start, "+", count=1000)
+            for _entry_id, fields in entries:
+                yield trail_event(project, queue, fields)
+            if len(entries) < 1000:
+                return
+            start = "(" + entries[-1][0].decode()
+
+    def read_messages(self, project: str, queue: str) -> Iterator[Message]:
+        key = self.queue_key(project, queue)
+        prefix = key[:-1]
+        with unavailable_as_503():
+            nonce = self._client.hget(key, "nonce") or b""
+            buckets = self._client.zrange(prefix + "bi", 0, -1)
+        as_of = round(self.now() * US)
+        for bucket in buckets:
+            with unavailable_as_503():
+                records = self._client.hgetall(f"{prefix}b:{bucket.decode()}")
+                seqs = sorted(records)
+                pipe = self._client.pipeline(transaction=False)
+                for seq in seqs:
+                    pipe.zscore(prefix + "c", seq)
+                claim_expiries = pipe.execute()
+            for seq, claim_expires in zip(seqs, claim_expiries, strict=True):
+                message = self._message(nonce, seq, records[seq], as_of)
+                if message.expires * US <= as_of:
+                    continue
+                if claim_expires is not None and message.claim_id is not None:
+                    message = dataclasses.replace(message, claim_expires=claim_expires / US)
+                yield message
+
+
+# Stream entry fields (lua/common.lua, "Event trail") and how each becomes an Event field.
+TRAIL_FIELDS = {
+    b"m": ("message_id", bytes.decode),
+    b"cl": ("claim_id", bytes.decode),
+    b"c": ("claim_count", int),
+    b"d": ("due", lambda raw: int(raw) / US),
+    b"ttl": ("ttl", int),
+    b"e": ("expires", lambda raw: int(raw) / US),
+    b"src": ("source", bytes.decode),
+    b"dst": ("target", bytes.decode),
+    b"b": ("body", bytes.decode),
+}
+
+
+def trail_event(project: str, queue: str, fields: dict[bytes, bytes]) -> events.Event:
+    """The Event of one stream entry of a queue's trail."""
+    values = {name: convert(fields[raw]) for raw, (name, convert) in TRAIL_FIELDS.items()
+              if raw in fields}
+    return events.Event(project=project, queue=queue, kind=fields[b"k"].decode(),
+                        time=int(fields[b"t"]) / US, **values)
 
 
 class Reaper(threading.Thread):

@@ -1,8 +1,10 @@
 """The Lua scripts of the Redis driver, loaded once and called by their SHA1.
 
 Each ``lua/NAME.lua`` runs with ``lua/common.lua`` in front of it, so helpers are
-written once. Redis runs a script atomically: every state transition of the driver is
-one script call, whatever the number of clients and processes.
+written once; in front of both, the event-trail retention the driver was configured with
+(``EVENTS_RETENTION_MS``, 0 when the trail is off). Redis runs a script atomically:
+every state transition of the driver is one script call, whatever the number of clients
+and processes.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ NAMES = (
 class Scripts:
     """One registered ``Script`` per name in ``NAMES``, as attributes."""
 
-    def __init__(self, client) -> None:
-        common = (LUA_DIR / "common.lua").read_text()
+    def __init__(self, client, events_retention: int) -> None:
+        common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
+                  + (LUA_DIR / "common.lua").read_text())
         self._all: list[Script] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()

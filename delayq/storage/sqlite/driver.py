@@ -291,9 +291,13 @@ class Driver(base.Driver):
             now = self.now()
             deleted = db.execute(sql.MESSAGES_DELETE_BY_ID,
                                  (queue_id, json.dumps(ids))).fetchall()
-            self._record(db, [event_row(project=project, queue=queue, kind=events.DELETED,
-                                        time=now, message_id=id_, claim_count=count)
-                              for id_, count in deleted])
+            # One that expired already (not yet reaped) is recorded as the expiry it was.
+            self._record(db, [
+                event_row(project=project, queue=queue, kind=events.DELETED, time=now,
+                          message_id=id_, claim_count=count) if expires > now else
+                event_row(project=project, queue=queue, kind=events.EXPIRED, time=expires,
+                          message_id=id_, claim_count=count, expires=expires)
+                for id_, count, expires in deleted])
 
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         with self._write() as db:

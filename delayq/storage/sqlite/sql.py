@@ -115,7 +115,7 @@ WHERE queue_id = ? AND id = ? AND expires > ?
 MESSAGE_DELETE = "DELETE FROM messages WHERE seq = ?"
 MESSAGES_DELETE_BY_ID = """
 DELETE FROM messages WHERE queue_id = ? AND id IN (SELECT value FROM json_each(?))
-RETURNING id, claim_count
+RETURNING id, claim_count, expires
 """
 MESSAGES_DELETE_QUEUE = "DELETE FROM messages WHERE queue_id = ?"
 MESSAGES_OLDEST = f"""

@@ -26,6 +26,9 @@ local more = walk_claimable(P, now, limit, budget, function(seq, m)
   if max_count ~= nil and m.count >= max_count then
     remove(P, seq, m)
     local moved = dead_lettered(nonce, seq, m, now, source, target_ttl)
+    trail(P, 'dead_lettered', now, {'m', moved.id, 'c', moved.count, 'src', source,
+                                    'dst', target, 'ttl', moved.ttl,
+                                    'e', int(moved.expires), 'b', moved.body})
     if T ~= nil then
       ensure_queue(T, ARGV[8])
       admit(T, moved, now)
@@ -51,8 +54,12 @@ local more = walk_claimable(P, now, limit, budget, function(seq, m)
 end)
 if num ~= nil then
   local record = {ttl, grace, now, expires}
+  local claim_id = nonce .. 'c' .. num
   for _, item in ipairs(claimed) do
     record[#record + 1] = item[1]
+    local m = item[2]
+    trail(P, 'claimed', now, {'m', message_id(nonce, item[1], m), 'cl', claim_id,
+                              'c', m.count, 'e', int(m.expires)})
   end
   redis.call('HSET', P .. 'cl', num, cmsgpack.pack(record))
   redis.call('ZADD', P .. 'ce', expires, num)

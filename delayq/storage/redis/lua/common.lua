@@ -15,7 +15,10 @@
 --   P..'a'       HASH  id -> seq, for messages whose id was not minted here (moved in)
 --   P..'o'       HASH  token -> dead-letter move waiting to reach another slot
 --   P..'mv'      ZSET  token -> time, moves already received from another slot
+--   P..'ev'      STREAM the queue's event trail (delayq/events.py); outlives the queue
 -- A message is in exactly one of r, d, c. Times are integer microseconds.
+--
+-- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail).
 
 local US = 1000000
 local BUCKET = 64
@@ -142,6 +145,42 @@ local function message_id(nonce, seq, m)
   return nonce .. seq
 end
 
+-- Event trail. Entry fields: k kind, t time (us), m message id, c claim count,
+-- cl claim id, d due, ttl, e expires, src, dst, b body. Stream ids come from the server
+-- clock (a test's clock override does not touch them), and so does the retention cutoff:
+-- every append trims entries older than the retention (MINID, approximately, which is
+-- cheap), and the whole stream expires when no event came for a retention period.
+local trail_cutoff = nil
+
+local function trail(P, kind, t, fields)
+  if EVENTS_RETENTION_MS == 0 then
+    return
+  end
+  local key = P .. 'ev'
+  if trail_cutoff == nil then
+    local server = redis.call('TIME')
+    trail_cutoff = tonumber(server[1]) * 1000 + math.floor(tonumber(server[2]) / 1000)
+        - EVENTS_RETENTION_MS
+    if trail_cutoff < 0 then
+      trail_cutoff = 0
+    end
+  end
+  local args = {'XADD', key, 'MINID', '~', int(trail_cutoff), '*', 'k', kind, 't', int(t)}
+  for i = 1, #fields do
+    args[#args + 1] = fields[i]
+  end
+  redis.call(unpack(args))
+  redis.call('PEXPIRE', key, EVENTS_RETENTION_MS)
+end
+
+-- The 'expired' event of message *m* (at the instant it expired).
+local function trail_expired(P, nonce, seq, m)
+  if EVENTS_RETENTION_MS ~= 0 then
+    trail(P, 'expired', m.expires, {'m', message_id(nonce, seq, m), 'c', m.count,
+                                    'e', int(m.expires)})
+  end
+end
+
 -- The seq and record of message *id*, or nil when the queue holds no such message.
 local function locate(P, nonce, id)
   local seq = redis.call('HGET', P .. 'a', id)
@@ -214,10 +253,12 @@ local function reap(P, now, budget, marker_ttl)
     local bucket = due[1]
     local fields = redis.call('HGETALL', bucket_key(P, bucket))
     local earliest = nil
+    local nonce = nonce_of(P)
     for i = 1, #fields, 2 do
       local m = decode(fields[i + 1])
       if m.expires <= now then
         remove(P, fields[i], m)
+        trail_expired(P, nonce, fields[i], m)
       elseif earliest == nil or m.expires < earliest then
         earliest = m.expires
       end
@@ -294,6 +335,7 @@ local function walk_claimable(P, now, limit, budget, take)
         work = work + 1
       elseif m.expires <= now then
         remove(P, seq, m)
+        trail_expired(P, nonce_of(P), seq, m)
         work = work + 1
       elseif take(seq, m) then
         taken = taken + 1

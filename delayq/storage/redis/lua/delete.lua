@@ -23,4 +23,10 @@ if claim_id ~= '' then
   end
 end
 remove(P, seq, m)
+local fields = {'m', message_id(nonce, seq, m), 'c', m.count}
+if claim_id ~= '' then
+  fields[#fields + 1] = 'cl'
+  fields[#fields + 1] = claim_id
+end
+trail(P, 'deleted', now, fields)
 return 0

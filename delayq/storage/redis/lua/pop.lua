@@ -8,6 +8,7 @@ local nonce = nonce_of(P)
 local popped = {}
 local more = walk_claimable(P, now, limit, budget, function(seq, m)
   remove(P, seq, m)
+  trail(P, 'popped', now, {'m', message_id(nonce, seq, m), 'c', m.count})
   popped[#popped + 1] = {seq, m}
   return true
 end)

@@ -4,6 +4,7 @@
 local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
 ensure_queue(P, ARGV[2])
+local nonce = nonce_of(P)
 local count = (#ARGV - 3) / 4
 local last = redis.call('HINCRBY', P .. 's', 'seq', count)
 local first = last - count + 1
@@ -15,6 +16,8 @@ for i = 0, count - 1 do
              claim_expires = 0, count = 0, id = '', source = '', moved = 0}
   local seq = seq_name(first + i)
   store(P, seq, m)
+  trail(P, 'posted', now, {'m', nonce .. seq, 'd', int(m.due), 'ttl', ttl,
+                           'e', int(m.expires)})
   if delay > 0 then
     redis.call('ZADD', P .. 'd', m.due, seq)
   else
@@ -23,4 +26,4 @@ for i = 0, count - 1 do
 end
 reap(P, now, tonumber(ARGV[3]))
 local listed = redis.call('HGET', P .. 's', 'listed') and 1 or 0
-return {nonce_of(P), first, listed}
+return {nonce, first, listed}

@@ -1,10 +1,14 @@
 -- Delete every message and claim of a queue; with ARGV[1] = 'delete' the queue too.
--- KEYS: queue state. Large structures are freed in the background (UNLINK).
+-- KEYS: queue state. ARGV: how ('delete' or 'purge'), now.
+-- The event trail ('ev') stays, with a 'purged' event: audits still see the history. Large structures are freed in the background (UNLINK).
 -- The outbox ('o') stays: moves a claim put there since the driver last emptied it are
 -- completed afterwards, not lost. So do the move markers ('mv', which expire on their
 -- own): a move arriving again after a purge must still be recognised.
 -- Returns the outbox size.
 local P = string.sub(KEYS[1], 1, -2)
+if redis.call('EXISTS', P .. 's') == 1 then
+  trail(P, 'purged', clock(ARGV[2]), {})
+end
 for _, bucket in ipairs(redis.call('ZRANGE', P .. 'bi', 0, -1)) do
   redis.call('UNLINK', bucket_key(P, bucket))
 end
