@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from delayq.events import OFF, Settings
+from delayq.events import DEFAULT_RETENTION, OFF, Settings
 
 TRANSPORT_GROUP = "transport"
 DRIVERS_GROUP = "drivers"
@@ -73,10 +73,11 @@ events_opts = [
                 help="Record the event trail (posted, claimed, popped, deleted, "
                      "dead_lettered, expired, purged) in the message store, for "
                      "delayq-audit."),
-    cfg.IntOpt("retention", default=604800, min=60,
+    cfg.IntOpt("retention", default=DEFAULT_RETENTION, min=60,
                help="Seconds events are kept; older ones are removed as new ones are "
                     "written (Redis, SQLite) or by the backend's own expiry (MongoDB, "
-                    "Swift)."),
+                    "Swift). On Redis every event costs memory (about 75 bytes): size "
+                    "it as events per second x 75 x retention."),
 ]
 
 

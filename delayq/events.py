@@ -47,7 +47,7 @@ KINDS = (POSTED, CLAIMED, POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED)
 # Events that end a message's life in the queue named by the event.
 ENDINGS = (POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED)
 
-DEFAULT_RETENTION = 7 * 24 * 3600
+DEFAULT_RETENTION = 24 * 3600  # a daily audit sees a whole day; see docs for sizing
 
 
 @dataclass(frozen=True, slots=True)
