@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from delayq.events import Settings
 from delayq.storage.base import Driver
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.redis_servers import SERVERS
@@ -81,26 +82,31 @@ def skip_unless_shared_across_processes(spec: DriverSpec) -> None:
                     "against a real MongoDB")
 
 
-def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time) -> Driver:
-    """A connected driver for *spec*; *clock* replaces the backend clock where it can."""
+def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time,
+                events_settings: Settings | None = None) -> Driver:
+    """A connected driver for *spec*; *clock* replaces the backend clock where it can.
+
+    *events_settings*, when given, is handed to the driver (else its default, the trail on).
+    """
+    trail = {} if events_settings is None else {"events_settings": events_settings}
     if spec.name == "sqlite":
         from delayq.storage.sqlite.driver import Driver as SqliteDriver
 
-        return SqliteDriver(spec.options["path"], clock=clock)
+        return SqliteDriver(spec.options["path"], clock=clock, **trail)
     if spec.name == "redis":
         from delayq.storage.redis.driver import Driver as RedisDriver
 
         # The real clock is the Redis server's TIME, as in production; a fake clock is
         # handed to every script instead.
         return RedisDriver(spec.options["uri"], namespace=spec.options["namespace"],
-                           clock=None if clock is time.time else clock)
+                           clock=None if clock is time.time else clock, **trail)
     if spec.name == "mongodb":
         from delayq.storage.mongo.driver import Driver as MongoDriver
 
         client = MONGO.mock_client() if spec.options.get("mongomock") else MONGO.real_client()
         # The real clock is the primary's clock, read through the driver as in production.
         return MongoDriver(client, spec.options["database"],
-                           clock=None if clock is time.time else clock)
+                           clock=None if clock is time.time else clock, **trail)
     if spec.name == "swift":
         from swiftclient.client import Connection
 
@@ -114,7 +120,7 @@ def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time) -> Dri
 
         # The real clock is the Swift proxy's, read through the driver as in production.
         return SwiftDriver(connect, prefix=options["prefix"],
-                           clock=None if clock is time.time else clock)
+                           clock=None if clock is time.time else clock, **trail)
     raise ValueError(f"unknown driver {spec.name}")
 
 
