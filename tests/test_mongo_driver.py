@@ -47,13 +47,16 @@ from bson import ObjectId
 from falcon import testing
 from pymongo import monitoring
 
-from delayq import errors
+from delayq import errors, events
 from delayq.api.app import create_app
+from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo.driver import Driver, make_client, parse_write_concern
-from tests.contract.drivers import FakeClock
+from delayq.validation import Limits
+from tests.contract import helpers as contract
+from tests.contract.drivers import DriverSpec, FakeClock, open_driver
 from tests.mongo_backend import MONGO, URI_VARIABLE
 
 PROJECT = "proj"
@@ -843,3 +846,272 @@ def test_a_dropped_index_answers_503_once_and_is_created_again(real_backend, clo
         claim(driver, "q")
     assert claim(driver, "q") is not None
     assert "claimable" in real_backend.db.messages.index_information()
+
+
+# The event trail: an events collection, written after each change
+
+
+TRAIL_RETENTION = 3600
+
+
+def trail(driver: Driver, queue: str) -> list[events.Event]:
+    return list(driver.read_events(PROJECT, queue))
+
+
+def test_the_events_collection_has_its_trail_index_and_forgets_by_ttl(backend, clock):
+    driver = backend.driver(clock, events_settings=events.Settings(TRAIL_RETENTION))
+    post(driver, "q", 2)
+    indexes = index_keys(backend.db.events)
+    assert indexes["trail"]["key"] == [("p", 1), ("q", 1), ("at", 1), ("_id", 1)]
+    expiry = [info for info in indexes.values() if info["key"] == [("x", 1)]]
+    assert [info.get("expireAfterSeconds") for info in expiry] == [0]
+    # Each event carries its own removal time: the retention it was written under.
+    docs = list(backend.db.events.find())
+    assert len(docs) == 2
+    for doc in docs:
+        assert doc["at"] == bson_date(clock.now)
+        assert doc["x"] == bson_date(clock.now + TRAIL_RETENTION)
+
+
+def test_an_event_stores_only_the_fields_it_has(backend, clock):
+    driver = backend.driver(clock)
+    [message_id] = post(driver, "q", delay=30)
+    assert claim(driver, "q") is None  # a claim that takes nothing records nothing
+    [doc] = backend.db.events.find()
+    assert set(doc) == {"_id", "p", "q", "ev", "at", "x", "i", "d", "t", "e"}
+    assert (doc["ev"], doc["i"], doc["d"]) == ("posted", ObjectId(message_id),
+                                               bson_date(clock.now + 30))
+
+
+def test_each_request_that_changes_messages_adds_one_insert_into_events(backend, clock):
+    driver = backend.driver(clock)
+    driver.create_queue(PROJECT, "q", {})
+    post(driver, "q", 6)
+    requests: dict[str, Callable[[], Any]] = {
+        "post": lambda: post(driver, "q", 3),
+        "claim": lambda: claim(driver, "q", limit=2),
+        "delete": lambda: driver.delete_message(PROJECT, "q", ids.pop(), None),
+        "delete_messages": lambda: driver.delete_messages(PROJECT, "q", ids[:2]),
+        "pop": lambda: driver.pop_messages(PROJECT, "q", 1),
+        "purge": lambda: driver.purge_queue(PROJECT, "q"),
+        "delete_queue": lambda: driver.delete_queue(PROJECT, "q"),
+    }
+    ids = [m.id for m in driver.list_messages(
+        PROJECT, "q", marker=None, limit=20, exclude_client=None, include_claimed=False,
+        include_delayed=False)[0]][2:]
+    for name, request in requests.items():
+        with backend.record() as ops:
+            request()
+        inserts = [op for op in ops if op.collection == "events"]
+        assert [op.kind for op in inserts] == ["insert"], name
+
+
+def test_with_the_trail_off_no_request_touches_events(backend, clock):
+    driver = backend.driver(clock, events_settings=events.OFF)
+    with backend.record() as ops:
+        ids = post(driver, "q", 4)
+        held = claim(driver, "q", limit=1)
+        driver.delete_message(PROJECT, "q", held.messages[0].id, held.id)
+        driver.delete_messages(PROJECT, "q", ids[1:2])
+        driver.pop_messages(PROJECT, "q", 1)
+        driver.purge_queue(PROJECT, "q")
+        driver.delete_queue(PROJECT, "q")
+    assert [op for op in ops if op.collection == "events"] == []
+    assert "events" not in backend.db.list_collection_names()
+    # A bulk delete stays one statement; a purge looks nothing up.
+    deletes = [op for op in ops if op.collection == "messages" and op.kind == "delete"]
+    assert sum(1 for op in deletes if op.filter.get("_id") == {"$in": [ObjectId(ids[1])]}) == 1
+    assert not [op for op in ops if op.collection == "queues" and op.kind == "find"]
+
+
+def test_events_outlive_their_queue_until_the_ttl_monitor_removes_them(backend, clock):
+    driver = backend.driver(clock)
+    post(driver, "q", 2)
+    clock.advance(5)
+    driver.delete_queue(PROJECT, "q")
+    assert backend.db.messages.count_documents({}) == 0
+    assert backend.db.queues.count_documents({}) == 0
+    stored = list(backend.db.events.find({"p": PROJECT, "q": "q"}))
+    assert [doc["ev"] for doc in stored] == ["posted", "posted", "purged"]
+    assert driver.trail_queues(None) == [(PROJECT, "q")]
+    assert [e.kind for e in trail(driver, "q")] == ["posted", "posted", "purged"]
+    # Deleting it again changes nothing, and records nothing.
+    driver.delete_queue(PROJECT, "q")
+    driver.purge_queue(PROJECT, "q")
+    assert len(trail(driver, "q")) == 3
+
+
+def test_an_event_write_that_fails_loses_the_events_not_the_request(backend, clock, caplog,
+                                                                     monkeypatch):
+    driver = backend.driver(clock)
+    collection = type(backend.db.events)
+    real_insert = collection.insert_many
+
+    def failing(coll, documents, *args, **kwargs):
+        if coll.name == "events":
+            raise pymongo.errors.AutoReconnect("the primary stepped down")
+        return real_insert(coll, documents, *args, **kwargs)
+
+    monkeypatch.setattr(collection, "insert_many", failing)
+    with caplog.at_level(logging.WARNING, logger="delayq.storage.mongo.driver"):
+        ids = post(driver, "q", 2)
+    assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
+    assert any("event(s) of the trail lost" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    assert trail(driver, "q") == []
+
+
+@contextmanager
+def interloper(backend: Backend, action: Callable[[], Any]) -> Iterator[None]:
+    """Run *action* once, just before the next bulk write to messages: a concurrent
+    request that read the same documents and got its writes in first."""
+    collection = type(backend.db.messages)
+    real_bulk_write = collection.bulk_write
+    pending = [action]
+
+    def racing(coll, requests, *args, **kwargs):
+        if coll.name == "messages" and pending:
+            pending.pop()()
+        return real_bulk_write(coll, requests, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(collection, "bulk_write", racing)
+        yield
+    assert not pending, "the race never happened"
+
+
+def claimed_events(driver: Driver, queue: str) -> set[tuple[str, str]]:
+    return {(e.message_id, e.claim_id) for e in trail(driver, queue)
+            if e.kind == events.CLAIMED}
+
+
+def test_a_claim_that_loses_a_race_records_only_what_it_got(backend, clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    first, second, third = post(driver, "q", 3)
+    won = []
+    with interloper(backend, lambda: won.append(claim(rival, "q", limit=1))):
+        result = claim(driver, "q", limit=2)
+    [rivals] = won
+    assert [m.id for m in rivals.messages] == [first]
+    assert [m.id for m in result.messages] == [second, third]
+    assert claimed_events(driver, "q") == {
+        (first, rivals.id), (second, result.id), (third, result.id)}
+
+
+def test_a_move_made_in_a_lost_race_is_recorded_by_its_mover_alone(backend, clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    policy = DeadLetterPolicy(1, "dlq")
+    [worn] = post(driver, "q")
+    earlier = claim(driver, "q", ttl=60)
+    clock.advance(1)
+    [fresh] = post(driver, "q")  # available before "worn" is again
+    clock.advance(59)
+    won = []
+    # The rival takes "fresh" first; this claim still moves "worn", then finds nothing.
+    with interloper(backend, lambda: won.append(claim(rival, "q", limit=1))):
+        assert claim(driver, "q", limit=2, dead_letter=policy) is None
+    assert claimed_events(driver, "q") == {(worn, earlier.id), (fresh, won[0].id)}
+    [moved] = [e for e in trail(driver, "q") if e.kind == events.DEAD_LETTERED]
+    assert (moved.message_id, moved.claim_count, moved.target) == (worn, 1, "dlq")
+
+
+def test_a_move_that_lost_to_a_delete_records_no_move(backend, clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    [worn] = post(driver, "q")
+    claim(driver, "q", ttl=60)
+    clock.advance(60)
+    [fresh] = post(driver, "q")
+    before = len(trail(driver, "q"))
+    with interloper(backend, lambda: rival.delete_messages(PROJECT, "q", [worn])):
+        result = claim(driver, "q", limit=2, dead_letter=DeadLetterPolicy(1, "dlq"))
+    assert [m.id for m in result.messages] == [fresh]
+    kinds = [(e.kind, e.message_id) for e in trail(driver, "q")[before:]]
+    assert sorted(kinds) == sorted([(events.DELETED, worn), (events.CLAIMED, fresh)])
+
+
+def test_a_bulk_delete_records_the_claim_count_a_racing_claim_left(backend, clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    ids = post(driver, "q", 2)
+    with interloper(backend, lambda: claim(rival, "q", limit=1)):
+        driver.delete_messages(PROJECT, "q", ids)
+    deleted = [(e.message_id, e.claim_count) for e in trail(driver, "q")
+               if e.kind == events.DELETED]
+    assert sorted(deleted) == sorted([(ids[0], 1), (ids[1], 0)])
+    assert driver.get_messages(PROJECT, "q", ids) == []
+
+
+def test_a_bulk_delete_racing_another_records_no_message_twice(backend, clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    ids = post(driver, "q", 2)
+    with interloper(backend, lambda: rival.delete_message(PROJECT, "q", ids[0], None)):
+        driver.delete_messages(PROJECT, "q", ids)
+    endings = [e.message_id for e in trail(driver, "q") if e.kind in events.ENDINGS]
+    # The rival's deletion is recorded; which of the two vanished ones this request
+    # deleted is unknown to it, so it records neither (an event lost, none invented).
+    assert endings == [ids[0]]
+
+
+# The same history as the SQLite driver writes
+
+
+def trail_scenario(broker: Broker, clock: FakeClock) -> dict[str, str]:
+    """A history touching every event kind the MongoDB driver writes; names -> ids."""
+    project = contract.PROJECT
+    contract.create(broker, "q", _max_claim_count=1, _dead_letter_queue="dlq",
+                    _dead_letter_queue_messages_ttl=300)
+    contract.create(broker, "slow", _default_message_delay=30)
+    names: dict[str, str] = {}
+    [names["delayed"]] = contract.post(broker, "slow", {"wait": 1}, ttl=600)
+    [names["worn"]] = contract.post(broker, "q", {"order": 1, "tags": ["a", "b"]}, ttl=900)
+    names["first claim"] = contract.claim(broker, "q", limit=1, ttl=60, grace=120).id
+    clock.advance(61)
+    kept, held, popped, bulk = contract.post(broker, "q", "kept", "held", "popped", "bulk",
+                                             ttl=900)
+    names.update(kept=kept, held=held, popped=popped, bulk=bulk)
+    clock.advance(2)
+    second = contract.claim(broker, "q", limit=2, ttl=100, grace=60)  # moves "worn"
+    names["second claim"] = second.id
+    clock.advance(3)
+    broker.delete_message(project, "q", kept, second.id)
+    broker.delete_messages(project, "q", [bulk, held])
+    [names["after"]] = contract.post(broker, "q", "after")
+    clock.advance(1)
+    broker.pop(project, "q", 5)
+    clock.advance(1)
+    names["dlq claim"] = contract.claim(broker, "dlq", ttl=60).id
+    broker.delete_message(project, "dlq", names["worn"], names["dlq claim"])
+    clock.advance(31)
+    names["slow claim"] = contract.claim(broker, "slow", ttl=60).id
+    broker.purge_queue(project, "q")
+    broker.delete_queue(project, "slow")
+    return names
+
+
+def comparable(driver, names: dict[str, str]) -> list[tuple]:
+    """Every queue's trail with ids replaced by their names and bodies parsed."""
+    named = {value: name for name, value in names.items()}
+    rows = []
+    for project, queue in driver.trail_queues(contract.PROJECT):
+        for event in driver.read_events(project, queue):
+            row = event.as_row()
+            row["message_id"] = named.get(row["message_id"], row["message_id"])
+            row["claim_id"] = named.get(row["claim_id"], row["claim_id"])
+            row["body"] = json.loads(row["body"]) if row["body"] is not None else None
+            rows.append(tuple(row.items()))
+    return sorted(rows, key=lambda row: (dict(row)["time"], repr(row)))
+
+
+def test_the_trail_has_the_fields_sqlite_writes_for_the_same_history(backend, tmp_path):
+    sqlite_clock, mongo_clock = FakeClock(FAR_FUTURE), FakeClock(FAR_FUTURE)
+    sqlite = open_driver(DriverSpec("sqlite", {"path": str(tmp_path / "t.sqlite")}),
+                         sqlite_clock)
+    try:
+        expected = comparable(sqlite, trail_scenario(Broker(sqlite, Limits()),
+                                                     sqlite_clock))
+    finally:
+        sqlite.close()
+    mongo = backend.driver(mongo_clock)
+    got = comparable(mongo, trail_scenario(Broker(mongo, Limits()), mongo_clock))
+    assert got == expected
+    kinds = {dict(row)["kind"] for row in got}
+    assert kinds == set(events.KINDS) - {events.EXPIRED}

@@ -21,6 +21,18 @@ filters pin the state the driver read:
 
 Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own clocks are
 skewed agree on when a message is due.
+
+The event trail (``delayq.events``) goes to the ``events`` collection: one ``insert_many``
+per request, of that request's events, sent right *after* the change they record
+succeeded. No transaction can hold both (a standalone server has none, and a
+multi-document transaction would cost every claim far more than the insert), so a
+process dying, or MongoDB failing, between the change and the insert loses those events;
+it never records a change that did not happen, because events are built only from writes
+MongoDB acknowledged (a claim's or a bulk delete's lost races are left out). A failed
+insert is logged, not answered with 503: the change is done, and a client retrying it
+would post or claim again. ``[events] retention`` is the TTL of each event (``schema.py``).
+MongoDB's TTL monitor deletes expired messages without the driver seeing them, so no
+``expired`` event is written (``expiry_events``); the audits infer expiry from the trail.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pymongo
@@ -42,8 +55,9 @@ from pymongo.collection import Collection
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from delayq import errors, validation
+from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
+from delayq.conf import events_settings
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
 from delayq.storage import base
@@ -79,6 +93,17 @@ UNAVAILABLE = (pymongo.errors.ConnectionFailure, pymongo.errors.WriteConcernErro
 POP_LEASE_MS = 60_000
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Move:
+    """A dead-letter move a claim attempts: the message as read, and what it becomes."""
+
+    doc: dict[str, Any]
+    target: str  # the dead-letter queue
+    position: int  # its position in the dead-letter queue, reserved for this move only
+    ttl: int
+    expires: int  # ms
 
 
 def is_unavailable(exc: pymongo.errors.PyMongoError) -> bool:
@@ -167,14 +192,17 @@ class Driver(base.Driver):
     """Queues, messages and claims in a MongoDB replica set or sharded cluster."""
 
     name = "mongodb"
+    expiry_events = False  # the TTL monitor deletes expired messages unseen
 
     def __init__(self, client: pymongo.MongoClient, database: str = "delayq", *,
                  write_concern: int | str = "majority", journal: bool = True,
                  write_timeout: float = 10.0, clock_sync_interval: float = 30.0,
-                 clock: Callable[[], float] | None = None, owns_client: bool = False) -> None:
+                 clock: Callable[[], float] | None = None, owns_client: bool = False,
+                 events_settings: events.Settings = events.ON) -> None:
         """*clock* replaces the primary's clock (tests); *owns_client* closes *client*
-        with the driver."""
+        with the driver; *events_settings* turns the event trail on or off."""
         self._client = client
+        self._events = events_settings
         self._owns_client = owns_client
         concern = WriteConcern(w=write_concern, j=journal,
                                wtimeout=int(write_timeout * 1000) or None)
@@ -184,6 +212,7 @@ class Driver(base.Driver):
         self._queues: Collection = db[s.QUEUES]
         self._messages: Collection = db[s.MESSAGES]
         self._claims: Collection = db[s.CLAIMS]
+        self._trail: Collection = db[s.EVENTS]
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(s.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
@@ -204,7 +233,8 @@ class Driver(base.Driver):
                              max_pool_size=group.max_pool_size)
         return cls(client, group.database, write_concern=parse_write_concern(group.write_concern),
                    journal=group.journal, write_timeout=group.write_timeout,
-                   clock_sync_interval=group.clock_sync_interval, owns_client=True)
+                   clock_sync_interval=group.clock_sync_interval, owns_client=True,
+                   events_settings=events_settings(conf))
 
     def _ensure_indexes(self) -> None:
         """Create the indexes once per process; creating existing ones is a no-op.
@@ -219,7 +249,9 @@ class Driver(base.Driver):
         try:
             if not self._indexed:
                 for name, indexes in s.INDEXES.items():
-                    self._db[name].create_indexes(indexes)
+                    # With the trail off, the events collection is never created.
+                    if name != s.EVENTS or self._events.enabled:
+                        self._db[name].create_indexes(indexes)
                 self._indexed = True
         finally:
             self._index_lock.release()
@@ -250,6 +282,38 @@ class Driver(base.Driver):
         if self._owns_client:
             self._client.close()
 
+    # The event trail
+
+    def _event(self, project: str, queue: str, kind: str, now: int, **fields: Any
+               ) -> dict[str, Any]:
+        """An event document (``schema.new_event``) kept for ``[events] retention``."""
+        return s.new_event(project, queue, kind, now, self._events.retention, **fields)
+
+    def _record(self, docs: list[dict[str, Any]]) -> None:
+        """Append a request's events in one insert, once the change they record is done.
+
+        MongoDB failing now loses these events, and only them: the change stands, so the
+        request must not fail (a client would repeat it).
+        """
+        if not docs or not self._events.enabled:
+            return
+        try:
+            self._trail.insert_many(docs, ordered=True)
+        except pymongo.errors.PyMongoError as exc:
+            if not is_unavailable(exc):
+                raise
+            LOG.warning("%d event(s) of the trail lost: MongoDB failed after the change "
+                        "they record was made: %s", len(docs), exc)
+
+    def _purged(self, project: str, name: str, now: int) -> None:
+        self._record([self._event(project, name, events.PURGED, now)])
+
+    def _deleted(self, project: str, queue: str, now: int, doc: dict[str, Any],
+                 claim_id: ObjectId | None = None) -> dict[str, Any]:
+        """The deleted event of the message document *doc* as it was deleted."""
+        return self._event(project, queue, events.DELETED, now, message_id=doc[s.ID],
+                           claim_id=claim_id, claim_count=doc.get(s.CLAIM_COUNT, 0))
+
     # Queues
 
     @backend_call
@@ -277,19 +341,27 @@ class Driver(base.Driver):
 
     @backend_call
     def delete_queue(self, project: str, name: str) -> None:
+        now = self._now_ms()
         where = {s.PROJECT: project, s.QUEUE: name}
         # Messages first: a crash part way leaves the queue, and deleting it again
         # finishes the job. The second sweep takes what a post racing the delete stored.
-        self._messages.delete_many(where)
+        gone = self._messages.delete_many(where).deleted_count
         self._claims.delete_many(where)
-        self._queues.delete_one(where)
-        self._messages.delete_many(where)
+        existed = self._queues.delete_one(where).deleted_count
+        gone += self._messages.delete_many(where).deleted_count
+        if existed or gone:  # deleting an absent queue changes nothing
+            self._purged(project, name, now)
 
     @backend_call
     def purge_queue(self, project: str, name: str) -> None:
+        now = self._now_ms()
         where = {s.PROJECT: project, s.QUEUE: name}
-        self._messages.delete_many(where)
+        gone = self._messages.delete_many(where).deleted_count
         self._claims.delete_many(where)
+        # An empty queue is purged too, an absent one not: the queue is looked up only
+        # when the trail needs to know.
+        if self._events.enabled and (gone or self._queues.find_one(where, {s.ID: 1})):
+            self._purged(project, name, now)
 
     @backend_call
     def list_queues(self, project: str, marker: str | None, limit: int
@@ -350,6 +422,10 @@ class Driver(base.Driver):
                               now)
                 for i, m in enumerate(messages)]
         self._messages.insert_many(docs, ordered=True)
+        self._record([
+            self._event(project, queue, events.POSTED, now, message_id=doc[s.ID],
+                        due=s.due_ms(doc), ttl=doc[s.TTL], expires=s.ms(doc[s.EXPIRES]))
+            for doc in docs])
         return [str(doc[s.ID]) for doc in docs]
 
     @backend_call
@@ -388,7 +464,11 @@ class Driver(base.Driver):
             if claim_id is not None:
                 held = {**where, s.CLAIM: s.object_id(claim_id),
                         s.CLAIM_EXPIRES: {"$gt": s.date(now)}}
-                if self._messages.delete_one(held).deleted_count:
+                deleted = self._messages.find_one_and_delete(
+                    held, {s.CLAIM: 1, s.CLAIM_COUNT: 1})
+                if deleted is not None:
+                    self._record([self._deleted(project, queue, now, deleted,
+                                                deleted[s.CLAIM])])
                     return
             doc = self._messages.find_one({**where, s.EXPIRES: {"$gt": s.date(now)}},
                                           {s.CLAIM: 1, s.CLAIM_EXPIRES: 1, s.AVAILABLE: 1})
@@ -400,34 +480,84 @@ class Driver(base.Driver):
                           message_id, claim_id)
             # Unclaimed as read: delete it unless a claim took it meanwhile (a claim
             # always moves its availability), else look again.
-            if claim_id is None and self._messages.delete_one(
-                    {**where, s.AVAILABLE: doc[s.AVAILABLE]}).deleted_count:
-                return
+            if claim_id is None:
+                deleted = self._messages.find_one_and_delete(
+                    {**where, s.AVAILABLE: doc[s.AVAILABLE]}, {s.CLAIM_COUNT: 1})
+                if deleted is not None:
+                    self._record([self._deleted(project, queue, now, deleted)])
+                    return
 
     @backend_call
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
-        self._messages.delete_many({s.ID: {"$in": [s.object_id(i) for i in ids]},
-                                    s.PROJECT: project, s.QUEUE: queue})
+        where = {s.ID: {"$in": [s.object_id(i) for i in ids]}, s.PROJECT: project,
+                 s.QUEUE: queue}
+        if not self._events.enabled:
+            self._messages.delete_many(where)
+            return
+        now = self._now_ms()
+        # One that expired already (the TTL monitor had not removed it yet) ended with its
+        # expiry, which the trail does not record either.
+        self._record([self._deleted(project, queue, now, doc)
+                      for doc in self._delete_each(project, queue, where)
+                      if s.ms(doc[s.EXPIRES]) > now])
+
+    def _delete_each(self, project: str, queue: str, where: dict[str, Any]
+                     ) -> list[dict[str, Any]]:
+        """Delete the messages *where* matches; the documents, as deleted, of those this
+        request deleted.
+
+        Each delete is pinned on the state read, so the claim count known is the one
+        deleted: one a concurrent claim changed meanwhile is read and deleted again. When
+        some vanished under a concurrent delete or move, which of them this request
+        deleted is unknown: none of those is returned (their events are lost rather than
+        recorded twice).
+        """
+        fields = {s.AVAILABLE: 1, s.CLAIM_COUNT: 1, s.EXPIRES: 1}
+        pending = list(self._messages.find(where, fields))
+        deleted: list[dict[str, Any]] = []
+        while pending:
+            result = self._messages.bulk_write(
+                [DeleteOne(self._pinned(project, queue, doc)) for doc in pending],
+                ordered=False)
+            if result.deleted_count == len(pending):
+                return deleted + pending
+            still = list(self._messages.find(
+                {**where, s.ID: {"$in": [doc[s.ID] for doc in pending]}}, fields))
+            kept = {doc[s.ID] for doc in still}
+            vanished = [doc for doc in pending if doc[s.ID] not in kept]
+            if len(vanished) == result.deleted_count:
+                deleted += vanished
+            pending = still
+        return deleted
 
     @backend_call
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         now = self._now_ms()
         pop_id = ObjectId()
-        taken = self._take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
+        taken, _ = self._take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0,
+                              None)
         if taken:
-            self._messages.delete_many({s.CLAIM: pop_id, s.PROJECT: project})
+            gone = self._messages.delete_many({s.CLAIM: pop_id, s.PROJECT: project})
+            # A concurrent delete by id may have taken one of them first: it recorded
+            # that message's end, so this pop records none rather than a second one.
+            if gone.deleted_count == len(taken):
+                self._record([self._event(project, queue, events.POPPED, now,
+                                          message_id=doc[s.ID],
+                                          claim_count=doc.get(s.CLAIM_COUNT, 0))
+                              for doc in taken])
         return [s.message(doc, now) for doc in taken]
 
     # Claims
 
     def _take(self, project: str, queue: str, now: int, limit: int, claim_id: ObjectId,
               claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-              ) -> list[dict[str, Any]]:
+              ) -> tuple[list[dict[str, Any]], list[Move]]:
         """Claim up to *limit* claimable messages under *claim_id*, oldest availability
         first, dead-lettering by *dead_letter* on the way; their documents as they were
-        just before (each one's state pinned by its update's filter).
+        just before (each one's state pinned by its update's filter), and the moves made.
         """
         taken: list[dict[str, Any]] = []
+        moved: list[Move] = []
         while len(taken) < limit:
             need = limit - len(taken)
             candidates = list(
@@ -447,8 +577,8 @@ class Driver(base.Driver):
             ops: list[UpdateOne | DeleteOne] = [
                 DeleteOne({s.ID: doc[s.ID], s.PROJECT: project,
                            s.EXPIRES: {"$lte": s.date(now)}}) for doc in expired]
-            if worn_out:
-                ops += self._moves(project, queue, worn_out, dead_letter, now)
+            moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
+            ops += [self._move_op(project, queue, move, now) for move in moves]
             claim_update = {
                 "$set": {s.CLAIM: claim_id, s.CLAIM_EXPIRES: s.date(claim_expires),
                          s.AVAILABLE: s.date(claim_expires)},
@@ -459,13 +589,32 @@ class Driver(base.Driver):
             result = self._messages.bulk_write(ops, ordered=False)
             if result.modified_count == len(ops) - len(expired):
                 taken += fresh
+                moved += moves
                 continue
             # A concurrent claim, move or delete won some: keep those this claim got.
-            ours = {doc[s.ID] for doc in self._messages.find(
-                {s.ID: {"$in": [d[s.ID] for d in fresh]}, s.PROJECT: project,
-                 s.CLAIM: claim_id}, {s.ID: 1})}
-            taken += [doc for doc in fresh if doc[s.ID] in ours]
-        return taken
+            claimed, applied = self._won(project, claim_id, fresh, moves)
+            taken += claimed
+            moved += applied
+        return taken, moved
+
+    def _won(self, project: str, claim_id: ObjectId, fresh: list[dict[str, Any]],
+             moves: list[Move]) -> tuple[list[dict[str, Any]], list[Move]]:
+        """Which of a bulk write's claims and moves applied, when some did not.
+
+        A claim applied if the message bears its claim id; a move if the message is in the
+        dead-letter queue at the position reserved for that move alone.
+        """
+        ids = [doc[s.ID] for doc in fresh] + [move.doc[s.ID] for move in moves]
+        now_in = {doc[s.ID]: doc for doc in self._messages.find(
+            {s.ID: {"$in": ids}, s.PROJECT: project}, {s.QUEUE: 1, s.CLAIM: 1, s.SEQ: 1})}
+        claimed = [doc for doc in fresh
+                   if now_in.get(doc[s.ID], {}).get(s.CLAIM) == claim_id]
+
+        def landed(move: Move) -> bool:
+            state = now_in.get(move.doc[s.ID], {})
+            return (state.get(s.QUEUE), state.get(s.SEQ)) == (move.target, move.position)
+
+        return claimed, [move for move in moves if landed(move)]
 
     @staticmethod
     def _pinned(project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -477,9 +626,10 @@ class Driver(base.Driver):
         return {s.ID: doc[s.ID], s.PROJECT: project, s.QUEUE: queue,
                 s.AVAILABLE: doc[s.AVAILABLE], s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT)}
 
-    def _moves(self, project: str, queue: str, docs: list[dict[str, Any]],
-               policy: DeadLetterPolicy, now: int) -> list[UpdateOne]:
-        """One single-document update per message moving to the dead-letter queue.
+    def _moves(self, project: str, docs: list[dict[str, Any]], policy: DeadLetterPolicy,
+               now: int) -> list[Move]:
+        """The dead-letter moves of *docs*, each with its position in the dead-letter
+        queue and its ttl and expiry there.
 
         The dead-letter queue is created (and positions reserved in it) first, so a
         moved message never lands in a queue that does not exist.
@@ -489,12 +639,16 @@ class Driver(base.Driver):
         for position, doc in enumerate(docs, start=first):
             ttl, expires = dead_lettered_ttl(policy.messages_ttl, doc[s.TTL],
                                              s.ms(doc[s.CREATED]), now, 1000)
-            moves.append(UpdateOne(self._pinned(project, queue, doc), {
-                "$set": {s.QUEUE: policy.queue, s.SEQ: position, s.AVAILABLE: s.date(now),
-                         s.SOURCE: queue, s.MOVED: s.date(now), s.TTL: ttl,
-                         s.EXPIRES: s.date(expires)},
-                "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}}))
+            moves.append(Move(doc, policy.queue, position, ttl, expires))
         return moves
+
+    def _move_op(self, project: str, queue: str, move: Move, now: int) -> UpdateOne:
+        """The single-document update of a move, pinned like a claim."""
+        return UpdateOne(self._pinned(project, queue, move.doc), {
+            "$set": {s.QUEUE: move.target, s.SEQ: move.position, s.AVAILABLE: s.date(now),
+                     s.SOURCE: queue, s.MOVED: s.date(now), s.TTL: move.ttl,
+                     s.EXPIRES: s.date(move.expires)},
+            "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}})
 
     @backend_call
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
@@ -502,8 +656,17 @@ class Driver(base.Driver):
         now = self._now_ms()
         claim_id = ObjectId()
         expires = now + ttl * 1000
-        taken = self._take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
+        taken, moved = self._take(project, queue, now, limit, claim_id, expires, grace,
+                                  dead_letter)
+        # Recorded in the source queue's trail, with the message as the target holds it.
+        trail = [self._event(project, queue, events.DEAD_LETTERED, now,
+                             message_id=move.doc[s.ID],
+                             claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
+                             target=move.target, ttl=move.ttl, expires=move.expires,
+                             body=move.doc[s.BODY])
+                 for move in moved]
         if not taken:
+            self._record(trail)
             return None
         self._claims.insert_one({s.ID: claim_id, s.PROJECT: project, s.QUEUE: queue,
                                  s.TTL: ttl, s.GRACE: grace, s.CREATED: s.date(now),
@@ -514,6 +677,11 @@ class Driver(base.Driver):
                    s.AVAILABLE: s.date(expires), s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT, 0) + 1,
                    s.EXPIRES: max(doc[s.EXPIRES], s.date(expires + grace * 1000))}
             claimed.append(s.message(doc, now))
+            trail.append(self._event(project, queue, events.CLAIMED, now,
+                                     message_id=doc[s.ID], claim_id=claim_id,
+                                     claim_count=doc[s.CLAIM_COUNT],
+                                     expires=s.ms(doc[s.EXPIRES])))
+        self._record(trail)
         return Claim(id=str(claim_id), ttl=ttl, grace=grace, created=now / 1000,
                      expires=expires / 1000, as_of=now / 1000, messages=claimed)
 
@@ -575,3 +743,33 @@ class Driver(base.Driver):
             self._messages.bulk_write(releases, ordered=False)
         self._claims.delete_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
                                  s.QUEUE: queue})
+
+    # Audit reads: whole queues, for delayq.spark_jobs
+
+    @backend_call
+    def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
+        where = {} if project is None else {s.PROJECT: project}
+        found = {(doc[s.PROJECT], doc[s.QUEUE])
+                 for doc in self._queues.find(where, {s.PROJECT: 1, s.QUEUE: 1, s.ID: 0})}
+        # Events name their queue themselves: a deleted queue's trail is found too.
+        projects = [project] if project is not None else self._trail.distinct(s.PROJECT)
+        for name in projects:
+            found.update((name, queue)
+                         for queue in self._trail.distinct(s.QUEUE, {s.PROJECT: name}))
+        return sorted(found)
+
+    def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
+        with unavailable_as_503():
+            cursor = self._trail.find({s.PROJECT: project, s.QUEUE: queue}).sort(
+                s.TRAIL_ORDER)
+            for doc in cursor:
+                yield s.event(doc)
+
+    def read_messages(self, project: str, queue: str) -> Iterator[Message]:
+        with unavailable_as_503():
+            now = self._now_ms()
+            cursor = self._messages.find(
+                {s.PROJECT: project, s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)}}
+            ).sort(s.POST_ORDER)
+            for doc in cursor:
+                yield s.message(doc, now)

@@ -21,9 +21,19 @@ Three collections hold everything, for every project:
 ``claims``
     One document per claim: ttl, grace, creation and expiry.
 
+``events``
+    The event trail (``delayq.events``): one document per event, every queue of every
+    project together, written right after the change it records (see the driver). It
+    names its project and queue itself (``p``, ``q``), so the trail of a deleted queue is
+    still found and read. Fields other than project, queue, kind ``ev`` and time ``at``
+    appear only when the event has them (``EVENT_FIELDS``). ``x`` is when the event is
+    forgotten, its time plus ``[events] retention``: a TTL index on it bounds the trail,
+    and a later change of the retention applies to the events written after it.
+
 ``e`` (expiry) carries a TTL index in ``messages`` and ``claims``, so MongoDB deletes
 what has expired by itself (its TTL monitor runs once a minute); queries never rely on it
-and compare ``e`` with the current time.
+and compare ``e`` with the current time. In ``events``, ``e`` is the message's expiry as
+the event saw it, and only ``x`` is a TTL field.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from typing import Any
 from bson import ObjectId
 from pymongo import ASCENDING, IndexModel
 
+from delayq import events
 from delayq.message import Message
 
 # Collections
@@ -43,6 +54,7 @@ QUEUES = "queues"
 MESSAGES = "messages"
 CLAIMS = "claims"
 CLOCK = "clock"
+EVENTS = "events"
 
 # Fields (short: they are repeated in every document)
 ID = "_id"
@@ -65,11 +77,27 @@ MOVED = "m"
 GRACE = "g"
 CLOCK_TIME = "t"
 
+# Event fields: kind and time, when the TTL monitor removes the event, and the optional
+# fields of delayq.events.Event (those a message document has too keep its name).
+EVENT_KIND = "ev"
+EVENT_TIME = "at"
+FORGET_AT = "x"
+MESSAGE_ID = "i"
+TARGET = "dq"
+EVENT_FIELDS = {
+    "message_id": MESSAGE_ID, "claim_id": CLAIM, "claim_count": CLAIM_COUNT, "due": DUE,
+    "ttl": TTL, "expires": EXPIRES, "source": SOURCE, "target": TARGET, "body": BODY,
+}
+# Which optional event fields are stored as what: ids as ObjectIds, times as dates.
+EVENT_IDS = ("message_id", "claim_id")
+EVENT_TIMES = ("due", "expires")
+
 # Index names, used as query hints so each hot query keeps its index whatever the planner
 # would pick from statistics.
 CLAIMABLE_INDEX = "claimable"
 LISTING_INDEX = "listing"
 CLAIM_INDEX = "claim"
+TRAIL_INDEX = "trail"
 
 INDEXES: dict[str, list[IndexModel]] = {
     QUEUES: [
@@ -87,10 +115,19 @@ INDEXES: dict[str, list[IndexModel]] = {
     CLAIMS: [
         IndexModel([(EXPIRES, ASCENDING)], name="expiry", expireAfterSeconds=0),
     ],
+    EVENTS: [
+        # One queue's trail in order, and the queues that have one (distinct p, q).
+        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (EVENT_TIME, ASCENDING),
+                    (ID, ASCENDING)], name=TRAIL_INDEX),
+        IndexModel([(FORGET_AT, ASCENDING)], name="expiry", expireAfterSeconds=0),
+    ],
 }
 
 CLAIMABLE_ORDER = [(AVAILABLE, ASCENDING), (SEQ, ASCENDING)]
 POST_ORDER = [(SEQ, ASCENDING)]
+# Oldest first; events of the same millisecond in the order written, as their ObjectIds
+# (made in order by the writing process) sort.
+TRAIL_ORDER = [(EVENT_TIME, ASCENDING), (ID, ASCENDING)]
 
 EPOCH = datetime(1970, 1, 1)
 ONE_MS = timedelta(milliseconds=1)
@@ -157,3 +194,34 @@ def message(doc: dict[str, Any], now: int) -> Message:
         claim_expires=ms(claim_expires) / 1000 if claim_expires is not None else 0.0,
         claim_count=doc.get(CLAIM_COUNT, 0), as_of=now / 1000,
         source_queue=doc.get(SOURCE), moved_at=ms(moved) / 1000 if moved else None)
+
+
+def new_event(project: str, queue: str, kind: str, now: int, retention: int,
+              **fields: Any) -> dict[str, Any]:
+    """An event document of *kind* at *now* (ms), forgotten *retention* seconds later.
+
+    *fields* are optional Event fields as the driver holds them: ids as ObjectIds, due
+    and expires in ms; None leaves a field out.
+    """
+    doc = {ID: ObjectId(), PROJECT: project, QUEUE: queue, EVENT_KIND: kind,
+           EVENT_TIME: date(now), FORGET_AT: date(now + retention * 1000)}
+    for name, value in fields.items():
+        if value is not None:
+            doc[EVENT_FIELDS[name]] = date(value) if name in EVENT_TIMES else value
+    return doc
+
+
+def event(doc: dict[str, Any]) -> events.Event:
+    """The Event an event document stores."""
+    fields: dict[str, Any] = {}
+    for name, stored in EVENT_FIELDS.items():
+        value = doc.get(stored)
+        if value is None:
+            continue
+        if name in EVENT_IDS:
+            value = str(value)
+        elif name in EVENT_TIMES:
+            value = ms(value) / 1000
+        fields[name] = value
+    return events.Event(project=doc[PROJECT], queue=doc[QUEUE], kind=doc[EVENT_KIND],
+                        time=ms(doc[EVENT_TIME]) / 1000, **fields)
