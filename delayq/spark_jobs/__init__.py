@@ -1,0 +1,13 @@
+"""PySpark audits of delays and dead-lettering, read from the event trail (docs/audits.md).
+
+- ``store``: where the store is (a configuration file or a driver URI) and opening it;
+- ``source``: the ``delayq`` Python Data Source, ``spark.read.format("delayq")``;
+- ``trail``: per-message derivations from the trail, shared by both audits;
+- ``stats``: exact percentile summaries and their rounding;
+- ``bodies``: the dotted keys and scalar values of message bodies;
+- ``delay_audit`` and ``dead_letter_audit``: the two audits, one row per queue;
+- ``output``: audit.json and the Parquet files; ``report``: the HTML report;
+- ``progress``: what the CLI prints on stderr; ``cli``: ``delayq-audit``.
+
+Only this package imports pyspark (the ``spark`` extra); the service never imports it.
+"""

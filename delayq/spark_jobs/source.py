@@ -1,0 +1,278 @@
+"""The ``delayq`` PySpark Python Data Source: a store's event trail or live messages.
+
+::
+
+    from delayq.spark_jobs import source
+    source.register(spark)
+    events = (spark.read.format("delayq")
+              .option("config_file", "/etc/delayq/delayq.conf")  # or .option("uri", ...)
+              .option("project", "shop").option("queues", "orders,orders-dlq")
+              .load())                                           # kind=events by default
+
+Options: ``config_file`` or ``uri`` (exactly one), ``project``, ``queues`` (comma-separated
+names), ``kind`` = ``events`` | ``messages``, ``partitions`` (default: the session's
+default parallelism when registered with ``register``, else one per queue).
+
+Planning lists the ``(project, queue)`` pairs with ``Driver.trail_queues`` and deals them
+round-robin into at most ``partitions`` input partitions, so a cluster reads queues in
+parallel and no partition holds more than one queue more than another. Each partition
+opens its own driver from the same location (executors may be other machines) and closes
+it when its rows are read.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import (
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from delayq.events import Event, body_text
+from delayq.message import Message
+from delayq.spark_jobs.store import StoreLocation, open_driver
+from delayq.storage.base import Driver
+
+FORMAT = "delayq"
+EVENTS = "events"
+MESSAGES = "messages"
+KINDS = (EVENTS, MESSAGES)
+
+_SPARK_TYPES: dict[type, DataType] = {str: StringType(), float: DoubleType(), int: LongType()}
+
+
+def _field(name: str, hint: Any) -> StructField:
+    """A Spark field for a dataclass field typed ``T`` or ``T | None``."""
+    if isinstance(hint, types.UnionType):
+        (inner,) = (arg for arg in typing.get_args(hint) if arg is not type(None))
+        return StructField(name, _SPARK_TYPES[inner], nullable=True)
+    return StructField(name, _SPARK_TYPES[hint], nullable=False)
+
+
+# One column per field of delayq.events.Event, so the schema follows the trail's own
+# definition: times and due/expires as double POSIX seconds.
+EVENT_SCHEMA = StructType([_field(name, hint)
+                           for name, hint in typing.get_type_hints(Event).items()])
+
+MESSAGE_SCHEMA = StructType([
+    StructField("project", StringType(), False),
+    StructField("queue", StringType(), False),
+    StructField("message_id", StringType(), False),
+    StructField("body", StringType(), False),  # JSON text
+    StructField("ttl", LongType(), False),
+    StructField("created", DoubleType(), False),
+    StructField("due", DoubleType(), False),
+    StructField("expires", DoubleType(), False),
+    StructField("claim_id", StringType(), True),
+    StructField("claim_expires", DoubleType(), True),
+    StructField("claim_count", LongType(), False),
+    StructField("source_queue", StringType(), True),
+    StructField("moved_at", DoubleType(), True),
+    StructField("as_of", DoubleType(), False),
+])
+
+SCHEMAS = {EVENTS: EVENT_SCHEMA, MESSAGES: MESSAGE_SCHEMA}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """The data source's options, checked."""
+
+    location: StoreLocation
+    project: str | None = None
+    queues: tuple[str, ...] | None = None
+    kind: str = EVENTS
+    partitions: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        """Options as Spark passes them (strings); raises ValueError naming a bad one."""
+        kind = options.get("kind") or EVENTS
+        if kind not in KINDS:
+            raise ValueError(f"delayq option kind must be one of {', '.join(KINDS)}, "
+                             f"not {kind!r}")
+        return cls(location=StoreLocation.from_options(options),
+                   project=options.get("project") or None,
+                   queues=parse_queues(options.get("queues")),
+                   kind=kind,
+                   partitions=parse_partitions(options.get("partitions")))
+
+
+def parse_queues(text: str | None) -> tuple[str, ...] | None:
+    """Comma-separated queue names, blanks and repeats dropped; None when none given."""
+    if not text:
+        return None
+    names = [name.strip() for name in text.split(",")]
+    unique = tuple(dict.fromkeys(name for name in names if name))
+    if not unique:
+        raise ValueError(f"queues names no queue: {text!r}")
+    return unique
+
+
+def parse_partitions(text: str | None) -> int | None:
+    """A positive partition count, or None when not given."""
+    if text is None or text == "":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        raise ValueError(f"partitions must be a positive integer, not {text!r}") from None
+    if count < 1:
+        raise ValueError(f"partitions must be a positive integer, not {count}")
+    return count
+
+
+def format_queues(queues: Sequence[str]) -> str:
+    """The ``queues`` option naming *queues*."""
+    return ",".join(queues)
+
+
+# Reading
+
+
+@dataclass
+class QueueSlice(InputPartition):
+    """One input partition: the ``(project, queue)`` pairs one task reads, in order."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+
+def selected_pairs(driver: Driver, project: str | None,
+                   queues: Sequence[str] | None) -> list[tuple[str, str]]:
+    """The ``(project, queue)`` pairs with a trail or messages, narrowed to *queues*."""
+    pairs = driver.trail_queues(project)
+    if queues is None:
+        return list(pairs)
+    wanted = set(queues)
+    return [(p, q) for p, q in pairs if q in wanted]
+
+
+def deal(pairs: Sequence[tuple[str, str]], partitions: int) -> list[QueueSlice]:
+    """*pairs* dealt round-robin into at most *partitions* slices, at least one.
+
+    The trail gives no cheap size per queue, so balance means equal numbers of queues;
+    dealing (not chunking) spreads a project's neighbouring queues over the tasks.
+    """
+    count = max(1, min(partitions, len(pairs)))
+    return [QueueSlice(tuple(pairs[i::count])) for i in range(count)]
+
+
+def _casters(schema: StructType) -> list[Callable[[Any], Any]]:
+    """Per column, a function coercing a driver's value to the column's Python type
+    (drivers may hand back an int time, say), None kept."""
+    by_type = {DoubleType(): float, LongType(): int, StringType(): str}
+    return [by_type[field.dataType] for field in schema.fields]
+
+
+def _typed(casters: Sequence[Callable[[Any], Any]], values: Sequence[Any]) -> tuple:
+    return tuple(None if value is None else cast(value)
+                 for cast, value in zip(casters, values, strict=True))
+
+
+def event_values(event: Event) -> tuple:
+    """An event as EVENT_SCHEMA's column values."""
+    return tuple(getattr(event, field.name) for field in EVENT_SCHEMA.fields)
+
+
+def message_values(project: str, queue: str, message: Message) -> tuple:
+    """A live message as MESSAGE_SCHEMA's column values."""
+    return (project, queue, message.id, body_text(message.body), message.ttl,
+            message.created, message.due, message.expires, message.claim_id,
+            message.claim_expires, message.claim_count, message.source_queue,
+            message.moved_at, message.as_of)
+
+
+def queue_rows(driver: Driver, kind: str, project: str, queue: str) -> Iterator[tuple]:
+    """Untyped rows of one queue: its events or its live messages."""
+    if kind == EVENTS:
+        return map(event_values, driver.read_events(project, queue))
+    return (message_values(project, queue, m) for m in driver.read_messages(project, queue))
+
+
+class DelayqReader(DataSourceReader):
+    """Plans the queue slices on the Spark driver and reads one slice per task."""
+
+    def __init__(self, options: ReadOptions, default_partitions: int | None) -> None:
+        self.options = options
+        self.default_partitions = default_partitions
+
+    def partitions(self) -> list[QueueSlice]:
+        driver = open_driver(self.options.location)
+        try:
+            pairs = selected_pairs(driver, self.options.project, self.options.queues)
+        finally:
+            driver.close()
+        wanted = self.options.partitions or self.default_partitions or len(pairs)
+        return deal(pairs, wanted)
+
+    def read(self, partition: QueueSlice | None) -> Iterator[tuple]:
+        # Spark hands None to the one task of a reader that planned no partition.
+        pairs = partition.pairs if partition is not None else ()
+        if not pairs:
+            return
+        casters = _casters(SCHEMAS[self.options.kind])
+        driver = open_driver(self.options.location)
+        try:
+            for project, queue in pairs:
+                for values in queue_rows(driver, self.options.kind, project, queue):
+                    yield _typed(casters, values)
+        finally:
+            driver.close()
+
+
+class DelayqDataSource(DataSource):
+    """``spark.read.format("delayq")``: the event trail or the live messages of a store."""
+
+    # Set by register() to the session's default parallelism: the data source runs in a
+    # Python worker that cannot ask the session itself.
+    default_partitions: int | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SCHEMAS[ReadOptions.parse(self.options).kind]
+
+    def reader(self, schema: StructType) -> DelayqReader:
+        return DelayqReader(ReadOptions.parse(self.options), self.default_partitions)
+
+
+def default_parallelism(spark: SparkSession) -> int | None:
+    """The session's default parallelism; None where it is not known (Spark Connect)."""
+    try:
+        return spark.sparkContext.defaultParallelism
+    except Exception:  # Spark Connect sessions have no SparkContext
+        return None
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``delayq`` format on *spark*, partitions defaulting to its parallelism."""
+    bound = type("SessionDelayqDataSource", (DelayqDataSource,),
+                 {"default_partitions": default_parallelism(spark), "__module__": __name__})
+    spark.dataSource.register(bound)
+
+
+def read(spark: SparkSession, location: StoreLocation, *, kind: str = EVENTS,
+         project: str | None = None, queues: Sequence[str] | None = None,
+         partitions: int | None = None) -> DataFrame:
+    """A DataFrame of the store's events or messages; register() must have run."""
+    reader = spark.read.format(FORMAT).options(**location.as_options()).option("kind", kind)
+    if project is not None:
+        reader = reader.option("project", project)
+    if queues is not None:
+        reader = reader.option("queues", format_queues(queues))
+    if partitions is not None:
+        reader = reader.option("partitions", str(partitions))
+    return reader.load()
