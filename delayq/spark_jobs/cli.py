@@ -1,0 +1,225 @@
+"""``delayq-audit``: the delay and dead-letter audits of a delayq store, on Spark.
+
+::
+
+    delayq-audit {delay,dlq,all} (--config-file F | --uri U) --output DIR
+                 [--project P] [--queues a,b] [--as-of T] [--master URL] [--partitions N]
+
+Writes DIR/audit.json, DIR/delay.parquet, DIR/dead_letter.parquet (for the audits run)
+and DIR/report.html; progress goes to stderr. Exit status: 0 done, 1 the store or Spark
+failed, 2 bad arguments.
+
+Spark: a session already active in the process is used and left running (so a test or
+a notebook can call ``main``); otherwise delayq-audit starts one with ``--master``, the
+master spark-submit was given, or ``local[*]``, and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+import time
+from datetime import datetime
+from typing import NoReturn
+
+from pyspark.sql import SparkSession
+
+from delayq.spark_jobs import job, output, report, source
+from delayq.spark_jobs.output import AUDITS, DEAD_LETTER, DELAY
+from delayq.spark_jobs.progress import Progress
+from delayq.spark_jobs.scope import Scope
+from delayq.spark_jobs.store import StoreError, StoreLocation
+
+PROG = "delayq-audit"
+COMMANDS = {"delay": (DELAY,), "dlq": (DEAD_LETTER,), "all": AUDITS}
+DEFAULT_MASTER = "local[*]"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# A line of an error report naming the exception: "package.SomeError: what happened".
+EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception)\b[^:\n]*: .+$", re.MULTILINE)
+
+
+class UsageError(Exception):
+    """Bad arguments: reported with the usage, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of exiting, so main() can return 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_as_of(text: str) -> float:
+    """POSIX seconds from ``--as-of``: a number of seconds or an RFC 3339 time."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither POSIX seconds nor an RFC 3339 time such as "
+                "2026-05-09T07:35:25Z") from None
+        if moment.tzinfo is None:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} has no UTC offset; add Z or one like +02:00") from None
+        return moment.timestamp()
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time")
+    return seconds
+
+
+def positive_int(text: str) -> int:
+    """``--partitions``: an integer of at least 1."""
+    try:
+        return source.parse_partitions(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def queue_list(text: str) -> tuple[str, ...]:
+    """``--queues``: comma-separated queue names."""
+    try:
+        return source.parse_queues(text) or ()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=(
+        "Audit delays and dead-lettering from a delayq store's event trail, on Spark. "
+        "Writes audit.json, Parquet files and report.html into --output."))
+    parser.add_argument("command", choices=list(COMMANDS),
+                        help="delay: the delay audit; dlq: the dead-letter audit; all: both")
+    store = parser.add_mutually_exclusive_group(required=True)
+    store.add_argument("--config-file", metavar="F",
+                       help="the delayq configuration file of the store (any driver)")
+    store.add_argument("--uri", metavar="U", help="the store as sqlite:///path, "
+                       "redis://host:port[/db] or mongodb://...")
+    parser.add_argument("--output", metavar="DIR", required=True,
+                        help="directory for the outputs (created if needed)")
+    parser.add_argument("--project", metavar="P", help="audit this project only")
+    parser.add_argument("--queues", metavar="a,b", type=queue_list,
+                        help="report these queues only (comma-separated)")
+    parser.add_argument("--as-of", metavar="T", type=parse_as_of,
+                        help="audit time: POSIX seconds or RFC 3339 (default: the store's "
+                             "clock at start); later events are ignored")
+    parser.add_argument("--master", metavar="URL",
+                        help=f"Spark master (default: spark-submit's, else {DEFAULT_MASTER})")
+    parser.add_argument("--partitions", metavar="N", type=positive_int,
+                        help="Spark partitions to read the store with (default: Spark's "
+                             "default parallelism)")
+    return parser
+
+
+def request_from(args: argparse.Namespace) -> job.Request:
+    location = StoreLocation(config_file=args.config_file, uri=args.uri)
+    return job.Request(location=location,
+                       scope=Scope(project=args.project, queues=args.queues or None),
+                       audits=COMMANDS[args.command], as_of=args.as_of,
+                       partitions=args.partitions)
+
+
+def reason(exc: BaseException) -> str:
+    """One line saying why *exc* happened, out of a Spark or Python error report."""
+    text = str(exc).strip()
+    named = list(EXCEPTION_LINE.finditer(text))
+    if named:  # the last one is the root cause in a Python traceback
+        return named[-1].group(0).strip()[:500]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return (first or type(exc).__name__)[:500]
+
+
+def _under_spark_submit() -> bool:
+    # spark-submit starts the JVM first and tells the Python driver where it is.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(master: str | None, progress: Progress) -> tuple[SparkSession, bool]:
+    """The session to run on, and whether delayq-audit started it (and must stop it)."""
+    from pyspark import SparkContext
+
+    active = SparkSession.getActiveSession()
+    if active is None and SparkContext._active_spark_context is not None:
+        active = SparkSession.builder.getOrCreate()  # a session of another thread
+    if active is not None:
+        if master is not None:
+            progress.say(f"--master {master} ignored: using the Spark session already "
+                         "running in this process")
+        return active, False
+    chosen = master or (None if _under_spark_submit() else DEFAULT_MASTER)
+    builder = (SparkSession.builder.appName(PROG)
+               .config("spark.ui.showConsoleProgress", "true"))
+    if chosen is not None:
+        builder = builder.master(chosen)
+    if chosen is not None and chosen.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        # Local Python workers must run this interpreter (it has delayq and pyspark);
+        # whatever python3 is first on PATH may have neither.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, True
+
+
+def write_outputs(spark: SparkSession, request: job.Request, the_plan: job.Plan,
+                  rows: dict, progress: Progress, directory: str) -> None:
+    """audit.json, the Parquet files of the audits run, and report.html."""
+    with progress.step(f"writing {directory}") as note:
+        path = output.prepare(directory)
+        doc = output.document(as_of=the_plan.as_of, driver=the_plan.driver,
+                              scope=request.scope, rows=rows, generated_at=time.time())
+        written = [output.write_json(path, doc)]
+        for audit in request.audits:
+            written.append(output.write_parquet(spark, path, audit, rows[audit],
+                                                job.ROW_SCHEMAS[audit]))
+        written.append(output.write_text(path, output.REPORT_HTML, report.render(doc)))
+        note(", ".join(p.name for p in written))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run delayq-audit with *argv* (default: the command line); the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        request = request_from(args)
+        output.check(args.output)
+    except (UsageError, ValueError) as exc:
+        sys.stderr.write(f"{parser.format_usage()}{PROG}: error: {exc}\n")
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    progress = Progress()
+    try:
+        the_plan = job.plan(request)
+    except ValueError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return EXIT_USAGE
+    except (StoreError, NotImplementedError) as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return EXIT_FAILED
+    progress.say(f"store: {the_plan.driver}, {the_plan.queue_count} queue(s) to read, "
+                 f"as of {output.rfc3339(the_plan.as_of)}")
+    try:
+        spark, owned = spark_session(args.master, progress)
+    except Exception as exc:  # no Java, a master that does not answer, ...
+        sys.stderr.write(f"{PROG}: error: cannot start Spark: {reason(exc)}\n")
+        return EXIT_FAILED
+    try:
+        progress.say(f"Spark {spark.version}, master {spark.conf.get('spark.master', '?')}")
+        rows = job.run(spark, request, the_plan, progress)
+        write_outputs(spark, request, the_plan, rows, progress, args.output)
+    except Exception as exc:  # a store failing mid-read, Spark errors: one line, not pages
+        sys.stderr.write(f"{PROG}: error: the audit failed: {reason(exc)}\n")
+        return EXIT_FAILED
+    finally:
+        if owned:
+            spark.stop()
+    progress.say(f"done in {progress.elapsed:.1f}s")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
