@@ -22,6 +22,7 @@ from delayq.spark_jobs.output import DEAD_LETTER, DELAY
 
 GOOD, BAD, MAIN, WARN, MUTED, ALT = (
     "#1a7f37", "#cf222e", "#0969da", "#bf8700", "#8c959f", "#8250df")
+MAX_BARS = 20  # widest claim-count histogram drawn with its empty counts
 QUANTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("max", "max"))
 
 CSS = """
@@ -37,6 +38,8 @@ main { padding: 8px 32px 40px; max-width: 1180px; }
 h2 { margin: 32px 0 8px; font-size: 19px; border-bottom: 1px solid var(--line);
      padding-bottom: 6px; }
 h3 { margin: 0 0 8px; font-size: 16px; }
+h3 code { font-size: 15px; }
+h2 small, h3 small { font-weight: normal; }
 h4 { margin: 12px 0 4px; font-size: 13px; color: var(--muted); text-transform: uppercase;
      letter-spacing: .04em; }
 .cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 12px 0; }
@@ -64,6 +67,7 @@ code { font: 13px ui-monospace, SFMono-Regular, Menlo, monospace; background: va
 .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(330px, 1fr));
         gap: 8px 24px; }
 .none { color: var(--muted); font-style: italic; }
+.axis { color: var(--muted); font-size: 12px; margin: 0; }
 .legend span { margin-right: 14px; font-size: 13px; white-space: nowrap; }
 .legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
             margin-right: 4px; }
@@ -152,7 +156,8 @@ def stacked_bar(parts: Sequence[tuple[str, int, str]]) -> str:
 
 
 def histogram(buckets: Sequence[tuple[str, int]], color: str) -> str:
-    """Vertical bars, one per (label, count), with the count above each bar."""
+    """Vertical bars, one per (label, count), with the count above each bar and the
+    label below it."""
     if not buckets:
         return '<p class="none">none</p>'
     bar_w, gap, plot_h = 34, 10, 110
@@ -224,6 +229,7 @@ def summary(doc: dict[str, Any]) -> str:
     if DELAY in doc:
         rows = doc[DELAY]["queues"]
         early = sum(r["early_deliveries"] for r in rows)
+        out.append("<h4>delays</h4>")
         out.append('<div class="cards">'
                    + card("early deliveries", early, "good" if early == 0 else "bad")
                    + card("queues with posts", len(rows))
@@ -241,6 +247,7 @@ def summary(doc: dict[str, Any]) -> str:
               *_lateness_cells(r["lateness_seconds"])] for r in rows], text_columns=2))
     if DEAD_LETTER in doc:
         rows = doc[DEAD_LETTER]["queues"]
+        out.append("<h4>dead letters</h4>")
         out.append('<div class="cards">'
                    + card("dead-letter queue × source pairs", len(rows))
                    + card("moved to a dead-letter queue", sum(r["moved"] for r in rows))
@@ -248,6 +255,32 @@ def summary(doc: dict[str, Any]) -> str:
                    + card("still in a dead-letter queue", sum(r["still_in_dlq"] for r in rows))
                    + "</div>")
     return "".join(out)
+
+
+def claim_buckets(histogram_: dict[str, int]) -> list[tuple[str, int]]:
+    """The claim-count histogram as bars in increasing count, the counts between the
+    smallest and the largest included (as zeros) when that stays readable."""
+    counts = {int(claims): n for claims, n in histogram_.items()}
+    if not counts:
+        return []
+    low, high = min(counts), max(counts)
+    keys = range(low, high + 1) if high - low < MAX_BARS else sorted(counts)
+    return [(str(claims), counts.get(claims, 0)) for claims in keys]
+
+
+def share_bar(count: int, total: int) -> str:
+    """A small bar of count / total, for the top-keys tables."""
+    width = 80
+    filled = width * count / total if total else 0
+    return (f'<svg viewBox="0 0 {width} 10" width="{width}" height="10" role="img">'
+            f'<rect width="{width}" height="10" rx="2" fill="#eaeef2"/>'
+            f'<rect width="{filled:.1f}" height="10" rx="2" fill="{ALT}"/></svg> '
+            f'{100 * count / total if total else 0:.0f}%')
+
+
+def number(value: float) -> str:
+    """A figure without a useless ``.0``."""
+    return f"{value:g}"
 
 
 def _lateness_cells(figures: dict[str, float] | None) -> list[str]:
@@ -263,8 +296,10 @@ def delay_queue(row: dict[str, Any]) -> str:
         ("delivered", row["delivered"], GOOD),
         ("expired before due", row["expired_before_due"], BAD),
         ("waiting", row["waiting"], MAIN),
-        ("deleted, purged or expired after due, undelivered", ended_otherwise, MUTED),
+        ("other undelivered", ended_otherwise, MUTED),
     ])
+    other = ('<p class="axis">other undelivered: due but not claimed yet, or deleted, purged '
+             'or expired after due without a delivery</p>' if ended_otherwise else "")
     return (f'<section class="queue">{queue_title(row)}'
             f'<div class="cards">{card("messages", row["messages"])}'
             f'{card("delayed", row["delayed"])}'
@@ -274,7 +309,7 @@ def delay_queue(row: dict[str, Any]) -> str:
             f'{distribution_chart(row["delay_seconds"], MAIN)}</div>'
             f'<div><h4>lateness (first delivery − due)</h4>'
             f'{distribution_chart(row["lateness_seconds"], WARN)}</div></div>'
-            f'<h4>delayed messages</h4>{outcome}</section>')
+            f'<h4>what became of the delayed messages</h4>{outcome}{other}</section>')
 
 
 def _tone(row: dict[str, Any]) -> str:
@@ -283,20 +318,24 @@ def _tone(row: dict[str, Any]) -> str:
 
 def dead_letter_queue(row: dict[str, Any]) -> str:
     claims = row["claim_count"]
-    buckets = sorted(claims["histogram"].items(), key=lambda item: int(item[0]))
     stay = stacked_bar([("left", row["left"], GOOD), ("still in the DLQ",
                                                        row["still_in_dlq"], WARN)])
-    keys = table(["key", "messages"],
-                 [[body_key(k["key"]), str(k["count"])] for k in row["top_keys"]])
-    values = table(["key", "value", "messages"],
-                   [[body_key(v["key"]), f"<code>{esc(v['value'])}</code>", str(v["count"])]
-                    for v in row["top_values"]], text_columns=2)
+    messages = row["moved"]
+    keys = table(["key", "messages", "of moved"],
+                 [[body_key(k["key"]), str(k["count"]), share_bar(k["count"], messages)]
+                  for k in row["top_keys"]])
+    values = table(["key", "value", "messages", "of moved"],
+                   [[body_key(v["key"]), f"<code>{esc(v['value'])}</code>", str(v["count"]),
+                     share_bar(v["count"], messages)] for v in row["top_values"]],
+                   text_columns=2)
     return (f'<section class="queue">{queue_title(row, with_source=True)}'
             f'<div class="cards">{card("moved", row["moved"])}'
-            f'{card("median claim count at the move", claims["p50"])}'
-            f'{card("max claim count", claims["max"])}</div>'
+            f'{card("median claim count at the move", number(claims["p50"]))}'
+            f'{card("max claim count at the move", claims["max"])}'
+            f'{card("still in the dead-letter queue", row["still_in_dlq"])}</div>'
             f'<div class="grid"><div><h4>claim count at the move</h4>'
-            f'{histogram(buckets, ALT)}</div>'
+            f'{histogram(claim_buckets(claims["histogram"]), ALT)}'
+            f'<p class="axis">messages moved, by claims before the move</p></div>'
             f'<div><h4>time in the dead-letter queue (of those that left)</h4>'
             f'{distribution_chart(row["time_in_dlq_seconds"], MAIN)}'
             f'<h4>moved messages</h4>{stay}</div></div>'
