@@ -23,7 +23,7 @@ import re
 import sys
 import time
 from datetime import datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pyspark.sql import SparkSession
 
@@ -164,12 +164,13 @@ def spark_session(master: str | None, progress: Progress) -> tuple[SparkSession,
     return spark, True
 
 
-def write_outputs(spark: SparkSession, request: job.Request, the_plan: job.Plan,
-                  rows: dict, progress: Progress, directory: str) -> None:
+def write_outputs(spark: SparkSession, request: job.Request, plan: job.Plan,
+                  rows: dict[str, list[dict[str, Any]]], progress: Progress,
+                  directory: str) -> None:
     """audit.json, the Parquet files of the audits run, and report.html."""
     with progress.step(f"writing {directory}") as note:
         path = output.prepare(directory)
-        doc = output.document(as_of=the_plan.as_of, driver=the_plan.driver,
+        doc = output.document(as_of=plan.as_of, driver=plan.driver,
                               scope=request.scope, rows=rows, generated_at=time.time())
         written = [output.write_json(path, doc)]
         for audit in request.audits:
@@ -193,15 +194,15 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     progress = Progress()
     try:
-        the_plan = job.plan(request)
+        plan = job.make_plan(request)
     except ValueError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return EXIT_USAGE
     except (StoreError, NotImplementedError) as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return EXIT_FAILED
-    progress.say(f"store: {the_plan.driver}, {the_plan.queue_count} queue(s) to read, "
-                 f"as of {output.rfc3339(the_plan.as_of)}")
+    progress.say(f"store: {plan.driver}, {plan.queue_count} queue(s) to read, "
+                 f"as of {output.rfc3339(plan.as_of)}")
     try:
         spark, owned = spark_session(args.master, progress)
     except Exception as exc:  # no Java, a master that does not answer, ...
@@ -209,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     try:
         progress.say(f"Spark {spark.version}, master {spark.conf.get('spark.master', '?')}")
-        rows = job.run(spark, request, the_plan, progress)
-        write_outputs(spark, request, the_plan, rows, progress, args.output)
+        rows = job.run(spark, request, plan, progress)
+        write_outputs(spark, request, plan, rows, progress, args.output)
     except Exception as exc:  # a store failing mid-read, Spark errors: one line, not pages
         sys.stderr.write(f"{PROG}: error: the audit failed: {reason(exc)}\n")
         return EXIT_FAILED

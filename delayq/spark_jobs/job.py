@@ -1,6 +1,6 @@
 """One audit run: ask the store what to read, read the trail once, run the audits.
 
-``plan`` talks to the store directly (from the machine running delayq-audit) before any
+``make_plan`` talks to the store directly (from the machine running delayq-audit) before any
 Spark work, so a wrong location or an unreachable store fails fast with a clear message.
 ``run`` reads the trail through the ``delayq`` data source, cut at the audit time and
 persisted, so every audit sees the same events and the store is read once.
@@ -45,7 +45,7 @@ class Plan:
     queue_count: int  # (project, queue) pairs the read covers
 
 
-def plan(request: Request) -> Plan:
+def make_plan(request: Request) -> Plan:
     """Open the store, take the audit time and list the queues to read.
 
     Raises ValueError for a bad location, StoreError when the store does not answer,
@@ -71,42 +71,42 @@ def _read(spark: SparkSession, request: Request, as_of: float,
     return trail.until(events, as_of)
 
 
-def read_trail(spark: SparkSession, request: Request, the_plan: Plan,
+def read_trail(spark: SparkSession, request: Request, plan: Plan,
                progress: Progress) -> DataFrame:
     """The trail the audits need, at or before the audit time, persisted."""
     source.register(spark)
     partitions = (request.partitions or source.default_parallelism(spark)
-                  or the_plan.queue_count or 1)
-    slices = max(1, min(partitions, the_plan.queue_count))
-    with progress.step(f"reading the trail of {the_plan.queue_count} queue(s) in "
+                  or plan.queue_count or 1)
+    slices = max(1, min(partitions, plan.queue_count))
+    with progress.step(f"reading the trail of {plan.queue_count} queue(s) in "
                        f"{slices} partition(s)") as note:
-        events = _read(spark, request, the_plan.as_of, the_plan.read_queues, partitions)
+        events = _read(spark, request, plan.as_of, plan.read_queues, partitions)
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
         note(f"{events.count()} events")
-    if DEAD_LETTER not in request.audits or the_plan.read_queues is None:
+    if DEAD_LETTER not in request.audits or plan.read_queues is None:
         return events
     # Stays in dead-letter queues that were not listed are in their own trails.
-    targets = tuple(scope.move_targets(events, the_plan.read_queues))
+    targets = tuple(scope.move_targets(events, plan.read_queues))
     if not targets:
         return events
     with progress.step(f"reading the trail of dead-letter queue(s) {', '.join(targets)}"
                        ) as note:
-        more = _read(spark, request, the_plan.as_of, targets, partitions)
+        more = _read(spark, request, plan.as_of, targets, partitions)
         combined = events.unionByName(more).persist(StorageLevel.MEMORY_AND_DISK)
         note(f"{combined.count()} events in all")
     events.unpersist()
     return combined
 
 
-def run(spark: SparkSession, request: Request, the_plan: Plan, progress: Progress
+def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress
         ) -> dict[str, list[dict[str, Any]]]:
     """The rows of each requested audit."""
-    events = read_trail(spark, request, the_plan, progress)
+    events = read_trail(spark, request, plan, progress)
     rows: dict[str, list[dict[str, Any]]] = {}
     try:
         for audit in request.audits:
             with progress.step(TITLES[audit]) as note:
-                rows[audit] = RUNNERS[audit](events, the_plan.as_of, request.scope.queues)
+                rows[audit] = RUNNERS[audit](events, plan.as_of, request.scope.queues)
                 note(f"{len(rows[audit])} row(s)")
     finally:
         events.unpersist()

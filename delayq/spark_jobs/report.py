@@ -14,7 +14,7 @@ move, the time spent in the dead-letter queue and the most common body keys and 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from delayq.spark_jobs.bodies import ROOT
@@ -108,7 +108,8 @@ def body_key(key: str) -> str:
 # Charts
 
 
-def bar_chart(bars: Sequence[tuple[str, float]], color: str, fmt=seconds) -> str:
+def bar_chart(bars: Sequence[tuple[str, float]], color: str,
+              fmt: Callable[[float], str] = seconds) -> str:
     """Horizontal bars, one per (label, value), scaled to the largest magnitude."""
     width, label_w, value_w, row_h = 360, 40, 80, 22
     span = max((abs(v) for _, v in bars), default=0) or 1
