@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, NotImplementedError) as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return EXIT_FAILED
+    except Exception as exc:  # the store failing while listing its queues
+        sys.stderr.write(f"{PROG}: error: cannot read the store: {reason(exc)}\n")
+        return EXIT_FAILED
     progress.say(f"store: {plan.driver}, {plan.queue_count} queue(s) to read, "
                  f"as of {output.rfc3339(plan.as_of)}")
     try:
