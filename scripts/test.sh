@@ -23,12 +23,49 @@ if python3 -c 'import venv, ensurepip' 2>/dev/null; then
     missing=("${missing[@]/python3}")
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
-if [ "${#missing[@]}" -gt 0 ]; then
+
+# The audit tests run PySpark 4, which needs Java 17 or newer: the java of $JAVA_HOME when
+# it is set (as PySpark does), else the one on PATH.
+java_major() {
+    local version
+    version=$("${1:-${JAVA_HOME:+$JAVA_HOME/bin/}java}" -version 2>&1 \
+              | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -n 1) || true
+    version=${version#1.}  # 1.8.0_402 is Java 8
+    version=${version%%[!0-9]*}
+    echo "${version:-0}"
+}
+need_java=false
+[ "$(java_major)" -ge 17 ] || need_java=true
+
+if [ "${#missing[@]}" -gt 0 ] || $need_java; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    echo "==> apt-get install ${missing[*]}"
     $SUDO apt-get update -qq
+    if $need_java; then
+        # Debian 12 has openjdk-17; elsewhere the default JRE may be new enough.
+        if apt-cache show openjdk-17-jre-headless >/dev/null 2>&1; then
+            missing+=(openjdk-17-jre-headless)
+        else
+            missing+=(default-jre-headless)
+        fi
+        # Slim images drop /usr/share/man, where the JRE's postinst links java.1.gz.
+        $SUDO mkdir -p /usr/share/man/man1
+    fi
+    echo "==> apt-get install ${missing[*]}"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+if $need_java && [ "$(java_major)" -lt 17 ]; then
+    # An older Java still comes first ($JAVA_HOME, or the java alternative): point
+    # JAVA_HOME at the JVM apt installed (Spark 4 is tested on 17 and 21), for PySpark.
+    for home in /usr/lib/jvm/java-17-openjdk-*/ /usr/lib/jvm/default-java/ \
+                $(ls -d /usr/lib/jvm/*/ 2>/dev/null | sort -V); do
+        if [ "$(java_major "${home}bin/java")" -ge 17 ]; then
+            export JAVA_HOME="${home%/}"
+            break
+        fi
+    done
+    [ "$(java_major)" -ge 17 ] \
+        || echo "warning: no Java 17 or newer found; the PySpark audit tests will fail" >&2
 fi
 
 if [ ! -x .venv/bin/python ]; then
