@@ -654,3 +654,25 @@ def test_more_partitions_read_the_same_rows(spark, store):
         rows_one = sorted(repr(tuple(r)) for r in one.select(*columns).collect())
         rows_three = sorted(repr(tuple(r)) for r in three.select(*columns).collect())
         assert rows_one == rows_three and rows_one, kind
+
+
+def test_an_audit_before_the_first_event_is_empty_and_replaces_the_last_one(spark, store,
+                                                                            tmp_path):
+    """A daily audit writes into the same directory every day: the new outputs replace
+    the old ones. At T0 - 1 nothing had happened yet: no rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    (out / "delay.parquet").mkdir(parents=True)
+    pq.write_table(pa.table({"project": ["stale"], "queue": ["stale"]}),
+                   str(out / "delay.parquet" / "part-stale.parquet"))
+    (out / "audit.json").write_text('{"stale": true}')
+    run_cli("all", "--config-file", str(store.config_file), "--output", str(out),
+            "--as-of", repr(T0 - 1))
+    audit = load_audit(out)
+    assert audit["as_of"] == T0 - 1
+    assert (audit["delay"], audit["dead_letter"]) == ({"queues": []}, {"queues": []})
+    assert parquet_rows(out / "delay.parquet") == []
+    assert parquet_rows(out / "dead_letter.parquet") == []
+    assert (out / "report.html").is_file()
