@@ -1055,7 +1055,9 @@ def test_a_bulk_delete_racing_another_records_no_message_twice(backend, clock):
 
 
 def trail_scenario(broker: Broker, clock: FakeClock) -> dict[str, str]:
-    """A history touching every event kind the MongoDB driver writes; names -> ids."""
+    """A history with an event of every kind but expired (which drivers whose backend
+    expires messages do not write), through *broker*; names of messages and claims -> ids.
+    test_swift_driver replays it too."""
     project = contract.PROJECT
     contract.create(broker, "q", _max_claim_count=1, _dead_letter_queue="dlq",
                     _dead_letter_queue_messages_ttl=300)

@@ -11,6 +11,8 @@ The Swift is tests/swift_server.py's, each test under a container prefix of its 
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import multiprocessing
 import signal
@@ -24,9 +26,10 @@ from typing import Any
 import pytest
 from falcon import testing
 from swiftclient.client import Connection
+from swiftclient.exceptions import ClientException
 
 from delayq import conf as delayq_conf
-from delayq import errors
+from delayq import errors, events
 from delayq.api.app import create_app
 from delayq.broker import Broker
 from delayq.message import NewMessage
@@ -34,9 +37,10 @@ from delayq.storage import load_driver
 from delayq.storage.swift import layout
 from delayq.storage.swift.driver import Driver
 from delayq.validation import Limits
-from tests.contract.drivers import FakeClock
+from tests.contract.drivers import DriverSpec, FakeClock, open_driver
 from tests.server import free_port
 from tests.swift_server import SWIFT
+from tests.test_mongo_driver import comparable, trail_scenario  # one history for both
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,10 +86,13 @@ def make_driver(prefix) -> Iterator[Callable[..., Driver]]:
     opened: list[Driver] = []
 
     def make(*, clock: Callable[[], float] | None = None,
-             wrap: Callable[[Connection], Any] | None = None, **options: Any) -> Driver:
+             wrap: Callable[[Connection], Any] | None = None, apart: bool = False,
+             **options: Any) -> Driver:
+        """*apart*: under a prefix of its own, sharing nothing with the test's others."""
         auth = SWIFT.auth()
-        driver = Driver(connector(auth.auth_url, auth.user, auth.key, wrap), prefix=prefix,
-                        clock=clock, **options)
+        driver = Driver(connector(auth.auth_url, auth.user, auth.key, wrap),
+                        prefix=f"{prefix}x{len(opened)}" if apart else prefix, clock=clock,
+                        **options)
         opened.append(driver)
         return driver
 
@@ -493,6 +500,8 @@ def test_an_expired_message_is_invisible_to_every_read_at_once(make_driver, pref
 
 # Swift requests per operation
 
+TRAIL_PUT = 1  # the one object of a request's events
+
 
 class RequestLog:
     """Counts the requests of every connection it wraps (not their token fetches)."""
@@ -534,14 +543,15 @@ class RequestLog:
         return sum(spent.values()), spent, result
 
 
-def request_costs(make_driver: Callable[..., Driver], busy: int
+def request_costs(make_driver: Callable[..., Driver], busy: int, **options: Any
                   ) -> dict[str, tuple[int, Counter[str]]]:
     """Swift requests of each API operation (through the broker, as the API calls it) on a
-    queue that also holds *busy* delayed and *busy* claimed messages, posted earlier."""
+    queue that also holds *busy* delayed and *busy* claimed messages, posted earlier;
+    *options* go to make_driver."""
     log = RequestLog()
     clock = FakeClock(START)
     queue = f"q{busy}"
-    driver = make_driver(clock=clock, wrap=log.wrap)
+    driver = make_driver(clock=clock, wrap=log.wrap, **options)
     broker = Broker(driver, Limits())
     broker.create_queue(PROJECT, queue, {})
     if busy:
@@ -618,9 +628,10 @@ def test_swift_requests_per_operation_do_not_grow_with_delayed_or_claimed_messag
         name: total for name, (total, _) in full.items() if name not in pages}
     assert empty["list a page of 10 (claimed, delayed included)"][0] <= 1 + 20
     assert full["list a page of 10 (claimed, delayed included)"][0] <= 1 + 20
-    assert empty["claim 1 message"][0] <= 10
-    assert empty["claim 10 messages"][0] <= 10 * 7 + 3
-    assert empty["post 10 messages"][0] <= 10 * 2 + 1
+    # The event trail (on by default) adds its object's PUT to each post and claim.
+    assert empty["claim 1 message"][0] <= 10 + TRAIL_PUT
+    assert empty["claim 10 messages"][0] <= 10 * 7 + 3 + TRAIL_PUT
+    assert empty["post 10 messages"][0] <= 10 * 2 + 1 + TRAIL_PUT
 
 
 def test_a_page_of_free_messages_costs_the_same_behind_delayed_ones(make_driver):
@@ -740,8 +751,202 @@ def test_load_driver_builds_a_working_swift_driver_from_the_configuration(prefix
         assert time.monotonic() - began >= 0.4  # the configured settle time
         assert [m.id for m in claim.messages] == [message_id]
         _, containers = raw.get_account(prefix=f"{prefix}:")
+        # The event trail is on by default: the queue's events container is made with it.
         assert [c["name"] for c in containers] == sorted([
-            layout.clock_container(prefix), layout.container(prefix, PROJECT, "from-conf")])
+            layout.clock_container(prefix), layout.container(prefix, PROJECT, "from-conf"),
+            layout.events_container(prefix, PROJECT, "from-conf")])
         assert abs(driver.now() - time.time()) < 0.05  # the proxy's clock
     finally:
         driver.close()
+
+
+# The event trail: one object per request, in a container that outlives the queue's
+
+
+def trail_objects(raw: Connection, prefix: str, queue: str, project: str = PROJECT
+                  ) -> list[str]:
+    _, listing = raw.get_container(layout.events_container(prefix, project, queue),
+                                   full_listing=True)
+    return [item["name"] for item in listing]
+
+
+def test_a_requests_events_are_one_object_that_swift_deletes_after_the_retention(
+        make_driver, prefix, clock, raw):
+    driver = make_driver(clock=clock, events_settings=events.Settings(retention=600))
+    ids = post(driver, "q", 3, ttl=60)
+    [name] = trail_objects(raw, prefix, "q")
+    assert name.split(".")[0] == layout.time_name(round(START * 1_000_000))
+    headers, body = raw.get_object(layout.events_container(prefix, PROJECT, "q"), name)
+    assert int(headers["x-delete-at"]) == 4_000_000_001 + 600  # START rounded up
+    assert headers["content-type"] == layout.EVENTS_CONTENT_TYPE
+    lines = [json.loads(line) for line in body.splitlines()]
+    assert lines == [{"project": PROJECT, "queue": "q", "kind": "posted", "time": START,
+                      "message_id": i, "due": START, "ttl": 60, "expires": START + 60}
+                     for i in ids]
+    # The queue's own container holds no event.
+    assert {n.split("/")[0] for n in names(raw, prefix, "q")} == {"meta", "m", "a"}
+
+
+def test_the_trail_outlives_the_queue_container(make_driver, prefix, clock, raw):
+    driver = make_driver(clock=clock)
+    post(driver, "q", 2)
+    clock.advance(1)
+    driver.delete_queue(PROJECT, "q")
+    with pytest.raises(ClientException) as gone:
+        raw.head_container(layout.container(prefix, PROJECT, "q"))
+    assert gone.value.http_status == 404
+    assert len(trail_objects(raw, prefix, "q")) == 2  # the post's, the deletion's
+    assert [e.kind for e in driver.read_events(PROJECT, "q")] == [
+        events.POSTED, events.POSTED, events.PURGED]
+    assert driver.trail_queues(PROJECT) == driver.trail_queues(None) == [(PROJECT, "q")]
+    # Deleting or purging the absent queue again records nothing.
+    driver.delete_queue(PROJECT, "q")
+    driver.purge_queue(PROJECT, "q")
+    assert len(trail_objects(raw, prefix, "q")) == 2
+
+
+def cost_delta(on: Counter[str], off: Counter[str]) -> dict[str, int]:
+    """Requests by kind that *on* made more (or, negative, fewer) than *off*."""
+    delta = Counter(on)
+    delta.subtract(off)
+    return {kind: n for kind, n in delta.items() if n}
+
+
+def trail_costs(make_driver: Callable[..., Driver], settings: events.Settings
+                ) -> dict[str, Counter[str]]:
+    """Swift requests of the operations request_costs leaves out."""
+    log = RequestLog()
+    driver = make_driver(clock=FakeClock(START), wrap=log.wrap, apart=True,
+                         events_settings=settings)
+    costs: dict[str, Counter[str]] = {}
+
+    def measure(name: str, operation: Callable[[], Any]) -> None:
+        costs[name] = log.measure(operation)[1]
+
+    measure("create a queue", lambda: driver.create_queue(PROJECT, "q", {}))
+    ids = post(driver, "q", 4)
+    measure("delete 2 messages by id", lambda: driver.delete_messages(PROJECT, "q", ids[:2]))
+    measure("pop 1 message", lambda: driver.pop_messages(PROJECT, "q", 1))
+    measure("purge a queue of 1", lambda: driver.purge_queue(PROJECT, "q"))
+    measure("delete a queue", lambda: driver.delete_queue(PROJECT, "q"))
+    measure("post to a new queue", lambda: post(driver, "new", 1))
+    return costs
+
+
+def test_the_trail_costs_one_put_per_request_that_changes_messages(make_driver):
+    on = request_costs(make_driver, 0, apart=True)
+    off = request_costs(make_driver, 0, apart=True, events_settings=events.OFF)
+    one_put = {"put_object": 1}
+    changes = {"post 1 message", "post 10 messages", "claim 1 message",
+               "claim 10 messages", "delete 1 message with its claim"}
+    # The move creates the dead-letter queue, whose events container is made with it.
+    moving = "claim meeting 1 worn-out message (dead-letter move)"
+    assert cost_delta(on[moving][1], off[moving][1]) == {"put_object": 1,
+                                                         "put_container": 1}
+    for name in on.keys() - {moving}:
+        assert cost_delta(on[name][1], off[name][1]) == (one_put if name in changes
+                                                         else {}), name
+
+    on, off = trail_costs(make_driver, events.ON), trail_costs(make_driver, events.OFF)
+    expected = {"create a queue": {"put_container": 1},
+                "post to a new queue": {"put_container": 1, "put_object": 1}}
+    for name in on:
+        assert cost_delta(on[name], off[name]) == expected.get(name, one_put), name
+
+
+def test_with_the_trail_off_nothing_of_it_is_stored(make_driver, prefix, clock, raw):
+    driver = make_driver(clock=clock, events_settings=events.OFF)
+    broker = Broker(driver, Limits())
+    broker.create_queue(PROJECT, "q", POLICY)
+    ids = post(driver, "q", 3)
+    claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=1)
+    clock.advance(60)
+    broker.claim(PROJECT, "q", ttl=60, grace=60, limit=1)  # moves the first one
+    broker.delete_messages(PROJECT, "q", ids[1:2])
+    broker.pop(PROJECT, "q", 1)
+    broker.delete_queue(PROJECT, "q")
+    assert claim is not None
+    _, containers = raw.get_account(prefix=layout.events_prefix(prefix))
+    assert containers == []
+    assert driver.trail_queues(PROJECT) == [(PROJECT, "dlq")]
+
+
+class FailingTrail:
+    """A connection whose PUTs into events containers fail as an overloaded Swift's."""
+
+    def __init__(self, conn: Connection, prefix: str) -> None:
+        self._conn = conn
+        self._events = layout.events_prefix(prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def put_object(self, container: str, *args: Any, **kwargs: Any) -> Any:
+        if container.startswith(self._events):
+            raise ClientException("overloaded", http_status=503)
+        return self._conn.put_object(container, *args, **kwargs)
+
+
+def test_an_event_write_that_fails_loses_the_events_not_the_request(make_driver, prefix,
+                                                                     clock, caplog):
+    driver = make_driver(clock=clock, wrap=lambda conn: FailingTrail(conn, prefix))
+    with caplog.at_level(logging.WARNING, logger="delayq.storage.swift.driver"):
+        ids = post(driver, "q", 2)
+    assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
+    assert any("event(s) of the trail lost" in r.getMessage() for r in caplog.records)
+    assert list(driver.read_events(PROJECT, "q")) == []
+
+
+class DeletedFirst:
+    """A connection whose DELETE of a message finds it deleted an instant earlier, as by a
+    concurrent request (which records that deletion itself)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def delete_object(self, container: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith(layout.MESSAGE_PREFIX):
+            self._conn.delete_object(container, name)
+        return self._conn.delete_object(container, name, *args, **kwargs)
+
+
+def test_only_the_request_whose_delete_found_the_message_records_its_end(make_driver,
+                                                                         clock):
+    driver = make_driver(clock=clock)
+    loser = make_driver(clock=clock, wrap=DeletedFirst)
+    ids = post(driver, "q", 3)
+    loser.delete_messages(PROJECT, "q", ids[:1])
+    loser.delete_message(PROJECT, "q", ids[1], None)
+    assert [m.id for m in loser.pop_messages(PROJECT, "q", 1)] == ids[2:]
+    assert [e.kind for e in driver.read_events(PROJECT, "q")] == [events.POSTED] * 3
+    assert driver.get_messages(PROJECT, "q", ids) == []
+
+
+def test_trail_queues_names_a_hashed_project_from_its_events(make_driver, clock):
+    project = "p" * 200  # past layout.LONG_PROJECT: hashed in container names
+    assert layout.project_part(project).startswith(layout.HASHED)
+    driver = make_driver(clock=clock)
+    driver.post_messages(project, "traced", CLIENT, [NewMessage(1, 60, 0)])
+    driver.delete_queue(project, "traced")
+    silent = make_driver(clock=clock, events_settings=events.OFF)
+    silent.post_messages(project, "untraced", CLIENT, [NewMessage(1, 60, 0)])
+    expected = [(project, "traced"), (project, "untraced")]
+    assert driver.trail_queues(None) == driver.trail_queues(project) == expected
+
+
+def test_the_trail_has_the_fields_sqlite_writes_for_the_same_history(make_driver, tmp_path):
+    sqlite_clock, swift_clock = FakeClock(START), FakeClock(START)
+    sqlite = open_driver(DriverSpec("sqlite", {"path": str(tmp_path / "t.sqlite")}),
+                         sqlite_clock)
+    try:
+        expected = comparable(sqlite, trail_scenario(Broker(sqlite, Limits()),
+                                                     sqlite_clock))
+    finally:
+        sqlite.close()
+    swift = make_driver(clock=swift_clock)
+    got = comparable(swift, trail_scenario(Broker(swift, Limits()), swift_clock))
+    assert got == expected
+    assert {dict(row)["kind"] for row in got} == set(events.KINDS) - {events.EXPIRED}

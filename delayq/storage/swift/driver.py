@@ -32,6 +32,17 @@ Expiry
 Time
     The Swift proxy's clock (``delayq.storage.clock``), so API hosts whose own clocks are
     skewed agree on when a message is due.
+Event trail
+    Each request that changed messages writes its events (``delayq.events``) as one more
+    object, ``PUT`` right *after* the change succeeded, into the queue's events container
+    (``layout.py``), which outlives the queue's; ``X-Delete-At`` is the retention. Swift
+    cannot write both at once, so a process dying (or Swift failing) in between loses
+    those events; none is recorded for a change this request did not make: only the
+    winner of a marker records the claim or move it won, and only the request whose
+    ``DELETE`` found a message records its deletion or pop. A failed event write is
+    logged, not answered with 503: the change is done, and a client retrying would post or
+    claim again. The object expirer removes expired messages unseen, so no ``expired``
+    event is written (``expiry_events``).
 
 Per-message requests of one API request run in parallel (``concurrency``).
 """
@@ -47,6 +58,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import requests
@@ -54,8 +66,9 @@ from oslo_config import cfg
 from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
 
-from delayq import errors
+from delayq import errors, events
 from delayq.claim import Claim, delete_refusal, refuse_delete
+from delayq.conf import events_settings
 from delayq.message import Message, NewMessage
 from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
 from delayq.storage import base
@@ -73,6 +86,8 @@ CLAIM_BATCH = 32  # index entries read per listing while claiming
 MARKER_MARGIN = 86_400
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
 DELETE_ROUNDS = 5  # attempts to delete a queue container that racing posts refill
+TRAIL_BATCH = 64  # event objects read at once by read_events
+MESSAGES_BATCH = 100  # messages read at once by read_messages
 
 T = TypeVar("T")
 
@@ -99,18 +114,39 @@ def delete_at(expires_us: int, margin: int = 0) -> str:
     return str(-(-expires_us // US) + margin)
 
 
+@dataclass(frozen=True)
+class Moved:
+    """A dead-letter move this request won and completed."""
+
+    message_id: str
+    record: Record  # the source's record, marked moving
+    body: bytes
+    marker: dict[str, Any]  # the move's marker: target queue, ttl, time
+
+
+def dead_lettered(record: Record, marker: dict[str, Any]) -> tuple[int, int]:
+    """The ttl and expiry (µs) of a message the move *marker* takes to its queue."""
+    return dead_lettered_ttl(marker["ttl"], record.ttl, record.created, marker["at"], US)
+
+
 class Driver(base.Driver):
     """Queues, messages and claims in an OpenStack Swift account."""
 
     name = "swift"
+    expiry_events = False  # the object expirer removes expired messages unseen
 
     def __init__(self, connect: Callable[[], swift.Connection], *, prefix: str = "dq",
                  concurrency: int = 16, claim_settle_time: float = 0.1,
                  clock_sync_interval: float = 30.0,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 events_settings: events.Settings = events.ON) -> None:
         """*connect* makes a connection (one per thread: swiftclient's are not shared);
-        *clock* replaces the proxy's clock (tests)."""
+        *clock* replaces the proxy's clock (tests); *events_settings* turns the event
+        trail on or off."""
         self._connect = connect
+        self._events = events_settings
+        self._writer = secrets.token_hex(4)  # names this process's event objects
+        self._serial = 0
         self._prefix = prefix
         self._settle = claim_settle_time
         self._last_id_us = 0
@@ -144,7 +180,8 @@ class Driver(base.Driver):
 
         return cls(connect, prefix=group.container_prefix, concurrency=group.concurrency,
                    claim_settle_time=group.claim_settle_time,
-                   clock_sync_interval=group.clock_sync_interval)
+                   clock_sync_interval=group.clock_sync_interval,
+                   events_settings=events_settings(conf))
 
     # Connections, time
 
@@ -218,12 +255,15 @@ class Driver(base.Driver):
                 return None
             raise
 
-    def _delete(self, container: str, name: str) -> None:
+    def _delete(self, container: str, name: str) -> bool:
+        """Delete the object; False when it was not there (deleted by someone else)."""
         try:
             self._swift.delete_object(container, name)
         except ClientException as exc:
             if not is_status(exc, 404):
                 raise
+            return False
+        return True
 
     def _create(self, container: str, name: str, body: bytes, headers: dict[str, str]
                 ) -> bool:
@@ -320,15 +360,67 @@ class Driver(base.Driver):
             claim_count=record.count, as_of=now / US, source_queue=record.source or None,
             moved_at=record.moved / US if record.moved else None)
 
+    # The event trail
+
+    def _event(self, project: str, queue: str, kind: str, now: int, **fields: Any
+               ) -> events.Event:
+        """An event of *kind* at *now* (µs); *fields* as ``events.Event`` has them."""
+        return events.Event(project=project, queue=queue, kind=kind, time=now / US, **fields)
+
+    def _record(self, project: str, queue: str, now: int, trail: list[events.Event]
+                ) -> None:
+        """Write a request's events as one object, once the change they record is done.
+
+        Swift failing now loses these events, and only them: the change stands, so the
+        request must not fail (a client would repeat it).
+        """
+        if not trail or not self._events.enabled:
+            return
+        container = lay.events_container(self._prefix, project, queue)
+        with self._lock:
+            self._serial += 1
+            name = lay.event_object(now, self._serial, self._writer)
+        body = lay.encode_events(trail)
+        headers = {"X-Delete-At": delete_at(now, self._events.retention)}
+        try:
+            with unavailable_as_503():
+                try:
+                    self._put_events(container, name, body, headers)
+                except ClientException as exc:
+                    if not is_status(exc, 404):
+                        raise
+                    # A queue made before its trail was on: its events container now.
+                    self._swift.put_container(container)
+                    self._put_events(container, name, body, headers)
+        except errors.StorageUnavailable as exc:
+            LOG.warning("%d event(s) of the trail lost: Swift failed after the change "
+                        "they record was made: %s", len(trail), exc.description)
+
+    def _put_events(self, container: str, name: str, body: bytes, headers: dict[str, str]
+                    ) -> None:
+        self._swift.put_object(container, name, body, content_type=lay.EVENTS_CONTENT_TYPE,
+                               headers=headers)
+
+    def _deleted(self, project: str, queue: str, now: int, message_id: str, record: Record,
+                 claim_id: str | None = None) -> events.Event:
+        return self._event(project, queue, events.DELETED, now, message_id=message_id,
+                           claim_id=claim_id, claim_count=record.count)
+
     # Queues
 
     def _container(self, project: str, queue: str) -> str:
         return lay.container(self._prefix, project, queue)
 
     def _ensure_queue(self, project: str, queue: str, metadata: dict[str, Any]) -> bool:
-        """Create the queue's container and metadata; False if the queue existed."""
+        """Create the queue's container and metadata; False if the queue existed.
+
+        With the trail on, the queue's events container too, so that writing events is
+        one PUT from the first request on.
+        """
         container = self._container(project, queue)
         self._swift.put_container(container)
+        if self._events.enabled:
+            self._swift.put_container(lay.events_container(self._prefix, project, queue))
         # The metadata object is what makes a queue exist for readers; a creation
         # interrupted before it is completed by the next one.
         return self._create(container, lay.META, lay.encode(metadata), {})
@@ -364,24 +456,38 @@ class Driver(base.Driver):
     def delete_queue(self, project: str, name: str) -> None:
         container = self._container(project, name)
         with unavailable_as_503():
-            for _ in range(DELETE_ROUNDS):
-                self._delete_objects(container, self._list(container, ""))
-                try:
-                    self._swift.delete_container(container)
-                    return
-                except ClientException as exc:
-                    if is_status(exc, 404):
-                        return
-                    if not is_status(exc, 409):  # 409: a racing post added an object
-                        raise
-            raise errors.StorageUnavailable(f"Queue {name!r} keeps receiving messages "
-                                            "while being deleted; retry.")
+            now = self._now_us()
+            if self._delete_container(container, name):
+                self._record(project, name, now,
+                             [self._event(project, name, events.PURGED, now)])
+
+    def _delete_container(self, container: str, queue: str) -> bool:
+        """Delete a queue's container and everything in it; False if there was none."""
+        existed = False
+        for _ in range(DELETE_ROUNDS):
+            names = self._list(container, "")
+            existed = existed or bool(names)
+            self._delete_objects(container, names)
+            try:
+                self._swift.delete_container(container)
+                return True
+            except ClientException as exc:
+                if is_status(exc, 404):
+                    return existed
+                if not is_status(exc, 409):  # 409: a racing post added an object
+                    raise
+        raise errors.StorageUnavailable(f"Queue {queue!r} keeps receiving messages while "
+                                        "being deleted; retry.")
 
     def purge_queue(self, project: str, name: str) -> None:
         container = self._container(project, name)
         with unavailable_as_503():
-            names = [n for n in self._list(container, "") if n != lay.META]
-            self._delete_objects(container, names)
+            now = self._now_us()
+            listing = self._list(container, "")
+            self._delete_objects(container, [n for n in listing if n != lay.META])
+            if listing:  # an absent queue is not purged
+                self._record(project, name, now,
+                             [self._event(project, name, events.PURGED, now)])
 
     def _delete_objects(self, container: str, names: list[str]) -> None:
         self._parallel(lambda name: self._delete(container, name), names)
@@ -474,6 +580,10 @@ class Driver(base.Driver):
                     raise
                 self._ensure_queue(project, queue, {})
                 self._parallel(store, records)
+            self._record(project, queue, now, [
+                self._event(project, queue, events.POSTED, now, message_id=message_id,
+                            due=record.due / US, ttl=record.ttl, expires=record.expires / US)
+                for message_id, _, record in records])
         return [message_id for message_id, _, _ in records]
 
     def _new_id(self, now: int) -> str:
@@ -562,10 +672,12 @@ class Driver(base.Driver):
             wanted = sorted({i for i in ids if lay.is_message_id(i)})
             return self._live(project, queue, wanted, now)
 
-    def _forget(self, container: str, message_id: str, record: Record) -> None:
-        """Delete a message and its index entry."""
-        self._delete(container, lay.message_name(message_id))
+    def _forget(self, container: str, message_id: str, record: Record) -> bool:
+        """Delete a message and its index entry; False if the message was gone already
+        (another request deleted it, and records that)."""
+        deleted = self._delete(container, lay.message_name(message_id))
         self._delete(container, record.entry(message_id).name)
+        return deleted
 
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
@@ -578,37 +690,58 @@ class Driver(base.Driver):
             record = found[0]
             holder = record.claim if record.is_claimed(now) else None
             refuse_delete(delete_refusal(claim_id, holder), message_id, claim_id)
-            self._forget(container, message_id, record)
+            # A message marked moving has left this queue already: its move is recorded.
+            if self._forget(container, message_id, record) and not record.moving:
+                self._record(project, queue, now, [
+                    self._deleted(project, queue, now, message_id, record, holder)])
 
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         container = self._container(project, queue)
         with unavailable_as_503():
-            def forget(message_id: str) -> None:
-                found = self._read(container, message_id) if lay.is_message_id(message_id) else None
-                if found is not None:
-                    self._forget(container, message_id, found[0])
+            now = self._now_us()
 
-            self._parallel(forget, set(ids))
+            def forget(message_id: str) -> events.Event | None:
+                found = self._read(container, message_id) if lay.is_message_id(message_id) else None
+                if found is None:
+                    return None
+                record = found[0]
+                deleted = self._forget(container, message_id, record)
+                # One that expired already (the expirer had not removed it yet) ended with
+                # its expiry, which the trail does not record; a moving one with its move.
+                if not deleted or record.expires <= now or record.moving:
+                    return None
+                return self._deleted(project, queue, now, message_id, record)
+
+            trail = self._parallel(forget, sorted(set(ids)))
+            self._record(project, queue, now, [event for event in trail if event])
 
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         container = self._container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             pop_id = uuid.uuid4().hex
-            taken = self._take(project, queue, now, limit, pop_id, now + POP_LEASE * US, 0,
-                               None)
-            self._parallel(lambda t: self._forget(container, t[0], t[1]), taken)
-            # A popped message is reported as it was before the pop marked it.
+            taken, _ = self._take(project, queue, now, limit, pop_id, now + POP_LEASE * US,
+                                  0, None)
+            forgotten = self._parallel(lambda t: self._forget(container, t[0], t[1]), taken)
+            # Popped as it was before the pop marked it; one a concurrent delete took
+            # first is that delete's to record.
+            self._record(project, queue, now, [
+                self._event(project, queue, events.POPPED, now, message_id=message_id,
+                            claim_count=before.count)
+                for (message_id, _, _, before), deleted in zip(taken, forgotten, strict=True)
+                if deleted])
             return [self._message(i, before, body, now) for i, _, body, before in taken]
 
     # Claims
 
     def _take(self, project: str, queue: str, now: int, limit: int, claim_id: str,
               claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-              ) -> list[tuple[str, Record, bytes, Record]]:
-        """Claim up to *limit* claimable messages; ``(id, new record, body, old record)``."""
+              ) -> tuple[list[tuple[str, Record, bytes, Record]], list[Moved]]:
+        """Claim up to *limit* claimable messages; ``(id, new record, body, old record)``
+        of each, and the dead-letter moves made on the way."""
         container = self._container(project, queue)
         taken: list[tuple[str, Record, bytes, Record]] = []
+        moved: list[Moved] = []
         after = lay.INDEX_PREFIX
         end = lay.index_end(now)
         dlq_ready = False
@@ -628,14 +761,18 @@ class Driver(base.Driver):
             # No more attempts at once than messages still wanted: each success is a
             # claim (and a claim count) that cannot be taken back.
             attempt, entries = entries[:limit - len(taken)], entries[limit - len(taken):]
-            taken += [result for result in self._parallel(
-                lambda e: self._take_one(project, queue, e, now, claim_id, claim_expires,
-                                         grace, dead_letter), attempt) if result is not None]
-        return taken
+            for result in self._parallel(
+                    lambda e: self._take_one(project, queue, e, now, claim_id, claim_expires,
+                                             grace, dead_letter), attempt):
+                if isinstance(result, Moved):
+                    moved.append(result)
+                elif result is not None:
+                    taken.append(result)
+        return taken, moved
 
     def _take_one(self, project: str, queue: str, entry: Entry, now: int, claim_id: str,
                   claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-                  ) -> tuple[str, Record, bytes, Record] | None:
+                  ) -> tuple[str, Record, bytes, Record] | Moved | None:
         container = self._container(project, queue)
         message_id = entry.message_id
         if entry.expires <= now:
@@ -669,7 +806,7 @@ class Driver(base.Driver):
                                "moving": json.dumps(move)})
             self._write_record(container, message_id, moving)
             self._finish_move(project, queue, message_id, moving, body, move, now, entry)
-            return None
+            return Moved(message_id, moving, body, move)
         record = Record(**{**vars(before), "count": entry.count + 1,
                            "generation": entry.generation + 1, "claim": claim_id,
                            "claim_expires": claim_expires,
@@ -705,8 +842,7 @@ class Driver(base.Driver):
         source = self._container(project, queue)
         target = self._container(project, marker["queue"])
         moved_at = marker["at"]
-        ttl, expires = dead_lettered_ttl(marker["ttl"], record.ttl, record.created, moved_at,
-                                         US)
+        ttl, expires = dead_lettered(record, marker)
         base = marker.get("base", 0)
         moved = Record(ttl=ttl, created=record.created, due=record.due, client=record.client,
                        expires=expires, count=record.count, generation=base, source=queue,
@@ -802,18 +938,35 @@ class Driver(base.Driver):
             now = self._now_us()
             claim_id = uuid.uuid4().hex
             expires = now + ttl * US
-            taken = self._take(project, queue, now, limit, claim_id, expires, grace,
-                               dead_letter)
+            taken, moved = self._take(project, queue, now, limit, claim_id, expires, grace,
+                                      dead_letter)
+            trail = [self._dead_lettered(project, queue, now, move) for move in moved]
             if not taken:
+                self._record(project, queue, now, trail)
                 return None
             claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
                      "messages": [[i, record.generation] for i, record, _, _ in taken]}
             self._swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
                                    headers={"X-Delete-At": delete_at(expires)})
+            self._record(project, queue, now, trail + [
+                self._event(project, queue, events.CLAIMED, now, message_id=message_id,
+                            claim_id=claim_id, claim_count=record.count,
+                            expires=record.expires / US)
+                for message_id, record, _, _ in taken])
         return Claim(id=claim_id, ttl=ttl, grace=grace, created=now / US,
                      expires=expires / US, as_of=now / US,
                      messages=[self._message(i, record, body, now)
                                for i, record, body, _ in taken])
+
+    def _dead_lettered(self, project: str, queue: str, now: int, move: Moved
+                       ) -> events.Event:
+        """The event of a move, for the source's trail, with the message as the target
+        queue holds it."""
+        ttl, expires = dead_lettered(move.record, move.marker)
+        return self._event(project, queue, events.DEAD_LETTERED, now,
+                           message_id=move.message_id, claim_count=move.record.count,
+                           source=queue, target=move.marker["queue"], ttl=ttl,
+                           expires=expires / US, body=move.body.decode())
 
     def _live_claim(self, container: str, claim_id: str, now: int) -> dict[str, Any]:
         found = None
@@ -881,3 +1034,79 @@ class Driver(base.Driver):
             self._parallel(lambda item: self._release_one(container, item[0], item[1], now),
                            self._held(container, claim_id, claim, now))
             self._delete(container, lay.claim_name(claim_id))
+
+    # Audit reads: whole queues, for delayq.spark_jobs. The listings are Swift's, which
+    # may lag a little behind the latest writes.
+
+    def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
+        starts = ([f"{self._prefix}:"] if project is None else
+                  [lay.queue_prefix(self._prefix, project),
+                   lay.events_prefix(self._prefix, project)])
+        with unavailable_as_503():
+            containers = [name for start in starts for name in self._account(start)]
+            queues = {parsed for parsed in (lay.parse_container(self._prefix, name)
+                                            for name in containers) if parsed}
+            trails = [parsed for parsed in (lay.parse_events_container(self._prefix, name)
+                                            for name in containers) if parsed]
+            # A deleted queue's events container stays, empty once its events expired.
+            firsts = self._parallel(lambda parsed: self._list(
+                lay.events_container_of_part(self._prefix, *parsed), "", limit=1), trails)
+            held = {parsed: names[0] for parsed, names in zip(trails, firsts, strict=True)
+                    if names}
+            parts = {part for part, _ in queues | held.keys()}
+            projects = {part: project if project is not None else lay.project_of_part(part)
+                        for part in parts}
+            for (part, queue), first in held.items():
+                if projects[part] is None:  # a hashed project part: its events name it
+                    projects[part] = self._project_of_trail(part, queue, first)
+        return sorted((projects[part], queue) for part, queue in queues | held.keys()
+                      if projects[part] is not None)
+
+    def _account(self, start: str) -> list[str]:
+        """Every container of the account whose name begins with *start*."""
+        names: list[str] = []
+        while True:
+            _, listing = self._swift.get_account(prefix=start, marker=names[-1] if names
+                                                 else "", limit=LISTING_PAGE)
+            names += [item["name"] for item in listing]
+            if len(listing) < LISTING_PAGE:
+                return names
+
+    def _project_of_trail(self, part: str, queue: str, name: str) -> str | None:
+        """The project of a hashed project part, from the events object *name*."""
+        found = self._get(lay.events_container_of_part(self._prefix, part, queue), name)
+        trail = lay.decode_events(found[1]) if found else []
+        return trail[0].project if trail else None
+
+    def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
+        container = lay.events_container(self._prefix, project, queue)
+        after = ""
+        while True:
+            with unavailable_as_503():
+                names = self._list(container, "", marker=after, limit=LISTING_PAGE)
+            for start in range(0, len(names), TRAIL_BATCH):
+                with unavailable_as_503():
+                    bodies = self._parallel(lambda name: self._get(container, name),
+                                            names[start:start + TRAIL_BATCH])
+                for found in bodies:
+                    if found is not None:  # past its retention (X-Delete-At)
+                        yield from lay.decode_events(found[1])
+            if len(names) < LISTING_PAGE:
+                return
+            after = names[-1]
+
+    def read_messages(self, project: str, queue: str) -> Iterator[Message]:
+        container = self._container(project, queue)
+        after = lay.MESSAGE_PREFIX
+        with unavailable_as_503():
+            now = self._now_us()
+        while True:
+            with unavailable_as_503():
+                names = self._list(container, lay.MESSAGE_PREFIX, marker=after,
+                                   limit=MESSAGES_BATCH)
+                if not names:
+                    return
+                ids = [name[len(lay.MESSAGE_PREFIX):] for name in names]
+                live = self._live(project, queue, ids, now)
+            yield from live
+            after = names[-1]

@@ -24,6 +24,18 @@ Inside it:
 ``k/<claim id>``
     A claim: ttl, grace, times and the ``[id, generation]`` pairs it holds.
 
+The event trail (``delayq.events``) of a queue lives in a container of its own,
+``<prefix>:events,<project>,<queue>``, which deleting the queue leaves alone (the
+project part as in the queue's container; neither it nor a queue name can hold a comma,
+and no queue container's name has a comma right after the prefix's colon). It holds one
+object per request that changed messages:
+
+``<time>.<serial>.<writer>``
+    That request's events, one JSON object a line (the fields of ``delayq.events.Event``
+    that are set), with ``X-Delete-At`` at its time plus ``[events] retention``. Names
+    sort by the request's time, then by the writing process's serial number (the order
+    it wrote in), then by the writer, a token of that process (so no two collide).
+
 Times in names are microseconds in 14 hexadecimal digits, so names sort by time.
 """
 
@@ -32,9 +44,12 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
+
+from delayq import events
 
 META = "meta"
 MESSAGE_PREFIX = "m/"
@@ -50,7 +65,13 @@ CLAIM = "claim"
 
 TIME_DIGITS = 14
 GENERATION_DIGITS = 6
+SERIAL_DIGITS = 12
 LONG_PROJECT = 120  # longer (encoded) project ids are hashed into container names
+HASHED = "#"  # starts a hashed project part (quote() encodes a project's own "#")
+
+EVENTS = "events"
+EVENTS_SEPARATOR = ","  # between the parts of an events container's name
+EVENTS_CONTENT_TYPE = "application/x-ndjson"
 
 # Message state headers (Swift hands X-Object-Meta-* back lower-cased).
 META_HEADER = "x-object-meta-"
@@ -66,7 +87,12 @@ def project_part(project: str) -> str:
     encoded = quote(project, safe="")
     if len(encoded) <= LONG_PROJECT:
         return encoded
-    return "#" + hashlib.sha256(project.encode("utf-8", "surrogatepass")).hexdigest()
+    return HASHED + hashlib.sha256(project.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def project_of_part(part: str) -> str | None:
+    """The project a container name's project part names; None when it is hashed."""
+    return None if part.startswith(HASHED) else unquote(part)
 
 
 def queue_prefix(prefix: str, project: str) -> str:
@@ -80,6 +106,53 @@ def container(prefix: str, project: str, queue: str) -> str:
 
 def clock_container(prefix: str) -> str:
     return f"{prefix}:clock"
+
+
+def parse_container(prefix: str, name: str) -> tuple[str, str] | None:
+    """``(project part, queue)`` of a queue container's name; None for any other."""
+    part, colon, queue = name[len(prefix) + 1:].partition(":")
+    return (part, queue) if name.startswith(prefix + ":") and colon and queue else None
+
+
+def events_prefix(prefix: str, project: str | None = None) -> str:
+    """The start of the names of every events container (of *project*, when given)."""
+    start = f"{prefix}:{EVENTS}{EVENTS_SEPARATOR}"
+    return start if project is None else start + project_part(project) + EVENTS_SEPARATOR
+
+
+def events_container(prefix: str, project: str, queue: str) -> str:
+    """The container of a queue's event trail: it outlives the queue's own."""
+    return events_container_of_part(prefix, project_part(project), queue)
+
+
+def events_container_of_part(prefix: str, part: str, queue: str) -> str:
+    """``events_container`` from the project part its name holds."""
+    return f"{events_prefix(prefix)}{part}{EVENTS_SEPARATOR}{queue}"
+
+
+def parse_events_container(prefix: str, name: str) -> tuple[str, str] | None:
+    """``(project part, queue)`` of an events container's name; None for any other."""
+    start = events_prefix(prefix)
+    if not name.startswith(start):
+        return None
+    part, separator, queue = name[len(start):].partition(EVENTS_SEPARATOR)
+    return (part, queue) if separator and queue else None
+
+
+def event_object(time_us: int, serial: int, writer: str) -> str:
+    """The name of one request's events: by time, then in the order *writer* wrote."""
+    return f"{time_name(time_us)}.{serial:0{SERIAL_DIGITS}x}.{writer}"
+
+
+def encode_events(trail: Iterable[events.Event]) -> bytes:
+    """Events as JSON lines, each with only the fields that are set."""
+    return b"".join(
+        encode({name: value for name, value in event.as_row().items() if value is not None})
+        + b"\n" for event in trail)
+
+
+def decode_events(body: bytes) -> list[events.Event]:
+    return [events.Event(**json.loads(line)) for line in body.splitlines() if line]
 
 
 def new_message_id(now_us: int) -> str:
