@@ -1,8 +1,11 @@
 """Bad input: every case is a 4xx with a JSON {"title", "description"}, and stores nothing.
 
 The ``world`` fixture builds a small known state (a queue with metadata, two messages,
-one of them claimed); each test sends bad input, checks the error, and then checks that
-the whole observable state is exactly what it was (``world.assert_unchanged()``).
+one of them claimed) once per driver for the whole module; each test sends bad input,
+checks the error, and then checks that the whole observable state is exactly what it was
+(``world.assert_unchanged()``). Sharing the world is what keeps hundreds of cases cheap on
+the slower stores (a claim on Swift alone takes a quarter of a second); a case that did
+change it fails itself, and the cases after it on that driver fail too.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pytest
 from falcon import testing
 
 from delayq.api.app import create_app
+from tests.apps import HTTP_DRIVERS, http_client, sqlite_conf
 
 PATCH_TYPE = "application/openstack-messaging-v2.0-json-patch"
 SELF = object()  # stands for "the queue's own name" in reserved-attribute cases
@@ -55,7 +59,10 @@ def send(client, method, path, headers, body=None, *, query="", content_type=Non
 class World:
     """Known state in project-a: queue ``full`` (metadata, 2 messages, 1 claimed)."""
 
-    METADATA = {"a": 1, "_default_message_ttl": 600}
+    # Long enough for every case of the module to see the same world: nothing in it may
+    # expire meanwhile.
+    METADATA = {"a": 1, "_default_message_ttl": 7200}
+    CLAIM = {"ttl": 3600, "grace": 70}
 
     def __init__(self, client, headers):
         self.client = client
@@ -68,7 +75,7 @@ class World:
         assert resp.status_code == 201
         self.message_ids = [h.rsplit("/", 1)[1] for h in resp.json["resources"]]
         resp = client.simulate_post("/v2/queues/full/claims", headers=headers,
-                                    params={"limit": 1}, json={"ttl": 100, "grace": 70})
+                                    params={"limit": 1}, json=self.CLAIM)
         assert resp.status_code == 201
         self.claim_id = resp.headers["location"].rsplit("/", 1)[1]
         self.before = self.snapshot()
@@ -106,8 +113,15 @@ class World:
                                         headers=self.headers).status_code == 404
 
 
+@pytest.fixture(scope="module", params=HTTP_DRIVERS)
+def world(request, tmp_path_factory) -> World:
+    client = http_client(request.param, sqlite_conf(tmp_path_factory.mktemp("world")))
+    return World(client, {"Client-ID": str(uuid.uuid4()), "X-Project-ID": "project-a"})
+
+
 @pytest.fixture
-def world(client, headers) -> World:
+def own_world(client, headers) -> World:
+    """A world of this test's own, for a test that changes it on purpose first."""
     return World(client, headers)
 
 
@@ -324,16 +338,16 @@ def test_post_bad_messages(world, queue, document, names):
     world.assert_unchanged()
 
 
-def test_post_bad_messages_on_delayed_queue(world):
+def test_post_bad_messages_on_delayed_queue(own_world):
     """A delayed queue takes a message's delay; out-of-range ones are still refused."""
-    world.client.simulate_put("/v2/queues/delayed", headers=world.headers,
+    own_world.client.simulate_put("/v2/queues/delayed", headers=own_world.headers,
                               json={"_default_message_delay": 5})
-    world.before = world.snapshot()
+    own_world.before = own_world.snapshot()
     for delay in (-1, 901, 1.5, "5"):
-        resp = body_call(world, "post", messages({"body": 1, "delay": delay}),
+        resp = body_call(own_world, "post", messages({"body": 1, "delay": delay}),
                          queue="delayed")
         assert_rejected(resp, 400, "delay")
-    world.assert_unchanged()
+    own_world.assert_unchanged()
 
 
 # Oversize bodies
@@ -387,19 +401,19 @@ async def _asgi_request(app, method, path, headers, chunks):
     return status, body
 
 
-def test_post_chunked_body_over_limit(world):
+def test_post_chunked_body_over_limit(own_world):
     body = json.dumps(messages({"body": "x" * 300000})).encode()
     chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)]
     status, raw = asyncio.run(_asgi_request(
-        world.client.app, "POST", "/v2/queues/fresh/messages",
-        {**world.headers, "Content-Type": "application/json"}, chunks))
+        own_world.client.app, "POST", "/v2/queues/fresh/messages",
+        {**own_world.headers, "Content-Type": "application/json"}, chunks))
     assert status == 400, raw
     error = json.loads(raw)
     assert error["title"] and "262144" in error["description"]
     # The same path in small chunks, under the limit, is accepted.
     small = json.dumps(messages({"body": "y"})).encode()
     status, raw = asyncio.run(_asgi_request(
-        world.client.app, "POST", "/v2/queues/chunked/messages", world.headers,
+        own_world.client.app, "POST", "/v2/queues/chunked/messages", own_world.headers,
         [small[:5], small[5:]]))
     assert status == 201, raw
 
@@ -416,15 +430,15 @@ def test_post_over_configured_limit(make_conf, headers):
     assert client.simulate_get("/v2/queues/q", headers=headers).status_code == 404
 
 
-def test_queue_max_messages_post_size_rejects_larger_post(world):
-    c, h = world.client, world.headers
+def test_queue_max_messages_post_size_rejects_larger_post(own_world):
+    c, h = own_world.client, own_world.headers
     assert c.simulate_put("/v2/queues/small", headers=h,
                           json={"_max_messages_post_size": 200}).status_code == 201
-    world.before = world.snapshot()
+    own_world.before = own_world.snapshot()
     resp = c.simulate_post("/v2/queues/small/messages", headers=h,
                            json=messages({"body": "x" * 200}))
     assert_rejected(resp, 400, "200")
-    world.assert_unchanged()
+    own_world.assert_unchanged()
     resp = c.simulate_post("/v2/queues/small/messages", headers=h,
                            json=messages({"body": "x" * 100}))
     assert resp.status_code == 201
@@ -441,16 +455,16 @@ def test_queue_metadata_over_max_queue_metadata(world):
     world.assert_unchanged()
 
 
-def test_patch_result_over_max_queue_metadata(world):
+def test_patch_result_over_max_queue_metadata(own_world):
     """Each patch is small; the metadata they add up to is not."""
-    first = body_call(world, "patch", [
+    first = body_call(own_world, "patch", [
         {"op": "add", "path": "/metadata/blob1", "value": "x" * 40000}])
     assert first.status_code == 200
-    world.before = world.snapshot()
-    resp = body_call(world, "patch", [
+    own_world.before = own_world.snapshot()
+    resp = body_call(own_world, "patch", [
         {"op": "add", "path": "/metadata/blob2", "value": "x" * 40000}])
     assert_rejected(resp, 400, "65536")
-    world.assert_unchanged()
+    own_world.assert_unchanged()
 
 
 def test_claim_body_too_large(world):
@@ -544,11 +558,11 @@ def test_dead_letter_attributes_need_each_other(world, metadata, names):
     world.assert_unchanged()
 
 
-def test_removing_half_a_dead_letter_policy(world):
-    c, h = world.client, world.headers
+def test_removing_half_a_dead_letter_policy(own_world):
+    c, h = own_world.client, own_world.headers
     assert c.simulate_put("/v2/queues/dl", headers=h, json={
         "_max_claim_count": 2, "_dead_letter_queue": "full"}).status_code == 201
-    world.before = world.snapshot()
+    own_world.before = own_world.snapshot()
     for name, other in (("_dead_letter_queue", "_max_claim_count"),
                         ("_max_claim_count", "_dead_letter_queue")):
         resp = send(c, "PATCH", "/v2/queues/dl", h,
@@ -558,7 +572,7 @@ def test_removing_half_a_dead_letter_policy(world):
                     [{"op": "replace", "path": f"/metadata/{name}", "value": None}],
                     content_type=PATCH_TYPE)
         assert_rejected(resp, 400, name)
-    world.assert_unchanged()
+    own_world.assert_unchanged()
 
 
 # Claims
@@ -744,17 +758,17 @@ def test_purge_unhashable_resource_types(world, body):
 
 
 @pytest.mark.parametrize("route", ["post", "put"])
-def test_lone_surrogates(world, route):
+def test_lone_surrogates(own_world, route):
     document = (messages({"body": "\\ud800"}) if route == "post"
                 else {"k": "\\udfff"})
     raw = json.dumps(document).replace("\\\\u", "\\u")
-    resp = body_call(world, route, raw)
+    resp = body_call(own_world, route, raw)
     if resp.status_code >= 400:
         assert_rejected(resp, 400)
-        world.assert_unchanged()
+        own_world.assert_unchanged()
         return
     # Accepted: then every read of it must work.
-    c, h = world.client, world.headers
+    c, h = own_world.client, own_world.headers
     for path, params in (("/v2/queues/fresh", None), ("/v2/queues", {"detailed": "true"}),
                          ("/v2/queues/fresh/messages", {"echo": "true"})):
         reply = c.simulate_get(path, headers=h, params=params)
