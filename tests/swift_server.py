@@ -130,6 +130,15 @@ for arg in sys.argv[3:]:
     builder.get_ring().save(os.path.join(swift_dir, name + ".ring.gz"))
 """
 
+#: Swift's timeouts suit dedicated servers: on a busy two-core test machine a server that
+#: takes over half a second to accept a connection makes the proxy answer 503 (and then
+#: shun that server, our only one, for a minute after ten such errors), and an object
+#: server that takes over a second to update the container listing answers before the
+#: object is listed. Patient settings keep load on the machine from looking like a
+#: Swift outage or a listing lag the tests did not ask for.
+PATIENT_BACKEND = {"conn_timeout": 5, "node_timeout": 30, "container_update_timeout": 30}
+PATIENT_PROXY = {"conn_timeout": 5, "node_timeout": 30, "error_suppression_limit": 1000}
+
 PIPELINE = (
     # listing_formats, copy, dlo and versioned_writes are required by the proxy, which
     # would insert them itself (and log that it did).
@@ -318,7 +327,8 @@ class SwiftCluster:
         for name, port in ports.items():
             conf = root / f"{name}-server.conf"
             conf.write_text(ini({
-                "DEFAULT": {**common, "bind_port": port, "log_name": f"{name}-server"},
+                "DEFAULT": {**common, **PATIENT_BACKEND, "bind_port": port,
+                            "log_name": f"{name}-server"},
                 "pipeline:main": {"pipeline": f"{name}-server"},
                 f"app:{name}-server": {"use": f"egg:swift#{name}"},
             }))
@@ -330,7 +340,7 @@ class SwiftCluster:
             "pipeline:main": {"pipeline": PIPELINE},
             "app:proxy-server": {"use": "egg:swift#proxy",
                                  "allow_account_management": "true",
-                                 "account_autocreate": "true"},
+                                 "account_autocreate": "true", **PATIENT_PROXY},
             "filter:tempauth": {"use": "egg:swift#tempauth",
                                 "user_test_tester": "testing .admin",
                                 "user_test2_tester2": "testing2 .admin"},

@@ -27,19 +27,32 @@ def assert_each_exactly_once(claimed: list[str], posted: list[str]) -> None:
 
 
 def claim_in_threads(broker, queue: str, threads: int) -> list[str]:
+    """Every message id the claims of *threads* threads returned, each claiming until none.
+
+    A claim that fails fails the test with its own error: a claimer that died quietly
+    would only show up as messages missing from the result.
+    """
     barrier = threading.Barrier(threads)
     found: list[list[str]] = [[] for _ in range(threads)]
+    failures: list[BaseException] = []
 
     def work(slot: int) -> None:
-        barrier.wait()
-        while (result := claim(broker, queue, limit=3)) is not None:
-            found[slot].extend(m.id for m in result.messages)
+        try:
+            barrier.wait()
+            while (result := claim(broker, queue, limit=3)) is not None:
+                found[slot].extend(m.id for m in result.messages)
+        except BaseException as exc:
+            failures.append(exc)
+            raise
 
     workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(timeout=120)
+        assert not worker.is_alive(), "a claimer still runs after 120 s"
+    if failures:
+        raise failures[0]
     return [mid for ids in found for mid in ids]
 
 
@@ -50,7 +63,10 @@ def claim_in_processes(spec, queue: str, processes: int) -> list[str]:
                 for _ in range(processes)]
     for child in children:
         child.start()
-    found = [mid for _ in children for mid in results.get(timeout=120)]
+    reports = [results.get(timeout=120) for _ in children]
+    for report in reports:
+        assert not isinstance(report, str), f"a claimer failed:\n{report}"
+    found = [mid for ids in reports for mid in ids]
     for child in children:
         child.join(timeout=30)
         assert child.exitcode == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 from delayq.broker import Broker
 from delayq.validation import Limits
 from tests.contract.drivers import DriverSpec, open_driver
@@ -9,18 +11,26 @@ from tests.contract.helpers import PROJECT
 
 
 def claim_until_empty(spec: DriverSpec, queue: str, barrier, results, limit: int = 5) -> None:
-    """Claim (ttl one hour) until nothing is left; report every id claimed."""
+    """Claim (ttl one hour) until nothing is left; report every id claimed.
+
+    A failing claim is reported instead, as its traceback (a string).
+    """
     driver = open_driver(spec)
     broker = Broker(driver, Limits())
     barrier.wait(timeout=60)
     got: list[str] = []
-    while True:
-        claim = broker.claim(PROJECT, queue, ttl=3600, grace=60, limit=limit)
-        if claim is None:
-            break
-        got.extend(m.id for m in claim.messages)
+    try:
+        while True:
+            claim = broker.claim(PROJECT, queue, ttl=3600, grace=60, limit=limit)
+            if claim is None:
+                break
+            got.extend(m.id for m in claim.messages)
+    except Exception:
+        results.put(traceback.format_exc())
+        raise
+    finally:
+        driver.close()
     results.put(got)
-    driver.close()
 
 
 def claim_and_release_forever(spec: DriverSpec, queue: str, working) -> None:
