@@ -49,15 +49,13 @@ from pymongo import monitoring
 
 from delayq import errors, events
 from delayq.api.app import create_app
-from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo.driver import Driver, make_client, parse_write_concern
-from delayq.validation import Limits
-from tests.contract import helpers as contract
-from tests.contract.drivers import DriverSpec, FakeClock, open_driver
+from tests.contract.drivers import FakeClock
 from tests.mongo_backend import MONGO, URI_VARIABLE
+from tests.trail_history import replayed_trail, sqlite_trail
 
 PROJECT = "proj"
 CLIENT = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
@@ -1054,66 +1052,9 @@ def test_a_bulk_delete_racing_another_records_no_message_twice(backend, clock):
 # The same history as the SQLite driver writes
 
 
-def trail_scenario(broker: Broker, clock: FakeClock) -> dict[str, str]:
-    """A history with an event of every kind but expired (which drivers whose backend
-    expires messages do not write), through *broker*; names of messages and claims -> ids.
-    test_swift_driver replays it too."""
-    project = contract.PROJECT
-    contract.create(broker, "q", _max_claim_count=1, _dead_letter_queue="dlq",
-                    _dead_letter_queue_messages_ttl=300)
-    contract.create(broker, "slow", _default_message_delay=30)
-    names: dict[str, str] = {}
-    [names["delayed"]] = contract.post(broker, "slow", {"wait": 1}, ttl=600)
-    [names["worn"]] = contract.post(broker, "q", {"order": 1, "tags": ["a", "b"]}, ttl=900)
-    names["first claim"] = contract.claim(broker, "q", limit=1, ttl=60, grace=120).id
-    clock.advance(61)
-    kept, held, popped, bulk = contract.post(broker, "q", "kept", "held", "popped", "bulk",
-                                             ttl=900)
-    names.update(kept=kept, held=held, popped=popped, bulk=bulk)
-    clock.advance(2)
-    second = contract.claim(broker, "q", limit=2, ttl=100, grace=60)  # moves "worn"
-    names["second claim"] = second.id
-    clock.advance(3)
-    broker.delete_message(project, "q", kept, second.id)
-    broker.delete_messages(project, "q", [bulk, held])
-    [names["after"]] = contract.post(broker, "q", "after")
-    clock.advance(1)
-    broker.pop(project, "q", 5)
-    clock.advance(1)
-    names["dlq claim"] = contract.claim(broker, "dlq", ttl=60).id
-    broker.delete_message(project, "dlq", names["worn"], names["dlq claim"])
-    clock.advance(31)
-    names["slow claim"] = contract.claim(broker, "slow", ttl=60).id
-    broker.purge_queue(project, "q")
-    broker.delete_queue(project, "slow")
-    return names
-
-
-def comparable(driver, names: dict[str, str]) -> list[tuple]:
-    """Every queue's trail with ids replaced by their names and bodies parsed."""
-    named = {value: name for name, value in names.items()}
-    rows = []
-    for project, queue in driver.trail_queues(contract.PROJECT):
-        for event in driver.read_events(project, queue):
-            row = event.as_row()
-            row["message_id"] = named.get(row["message_id"], row["message_id"])
-            row["claim_id"] = named.get(row["claim_id"], row["claim_id"])
-            row["body"] = json.loads(row["body"]) if row["body"] is not None else None
-            rows.append(tuple(row.items()))
-    return sorted(rows, key=lambda row: (dict(row)["time"], repr(row)))
-
-
 def test_the_trail_has_the_fields_sqlite_writes_for_the_same_history(backend, tmp_path):
-    sqlite_clock, mongo_clock = FakeClock(FAR_FUTURE), FakeClock(FAR_FUTURE)
-    sqlite = open_driver(DriverSpec("sqlite", {"path": str(tmp_path / "t.sqlite")}),
-                         sqlite_clock)
-    try:
-        expected = comparable(sqlite, trail_scenario(Broker(sqlite, Limits()),
-                                                     sqlite_clock))
-    finally:
-        sqlite.close()
-    mongo = backend.driver(mongo_clock)
-    got = comparable(mongo, trail_scenario(Broker(mongo, Limits()), mongo_clock))
+    expected = sqlite_trail(tmp_path, FAR_FUTURE)
+    got = replayed_trail(backend.driver, FAR_FUTURE)
     assert got == expected
     kinds = {dict(row)["kind"] for row in got}
     assert kinds == set(events.KINDS) - {events.EXPIRED}

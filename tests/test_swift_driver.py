@@ -37,10 +37,10 @@ from delayq.storage import load_driver
 from delayq.storage.swift import layout
 from delayq.storage.swift.driver import Driver
 from delayq.validation import Limits
-from tests.contract.drivers import DriverSpec, FakeClock, open_driver
+from tests.contract.drivers import FakeClock
 from tests.server import free_port
 from tests.swift_server import SWIFT
-from tests.test_mongo_driver import comparable, trail_scenario  # one history for both
+from tests.trail_history import replayed_trail, sqlite_trail
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -938,15 +938,7 @@ def test_trail_queues_names_a_hashed_project_from_its_events(make_driver, clock)
 
 
 def test_the_trail_has_the_fields_sqlite_writes_for_the_same_history(make_driver, tmp_path):
-    sqlite_clock, swift_clock = FakeClock(START), FakeClock(START)
-    sqlite = open_driver(DriverSpec("sqlite", {"path": str(tmp_path / "t.sqlite")}),
-                         sqlite_clock)
-    try:
-        expected = comparable(sqlite, trail_scenario(Broker(sqlite, Limits()),
-                                                     sqlite_clock))
-    finally:
-        sqlite.close()
-    swift = make_driver(clock=swift_clock)
-    got = comparable(swift, trail_scenario(Broker(swift, Limits()), swift_clock))
+    expected = sqlite_trail(tmp_path, START)
+    got = replayed_trail(lambda clock: make_driver(clock=clock), START)
     assert got == expected
     assert {dict(row)["kind"] for row in got} == set(events.KINDS) - {events.EXPIRED}
