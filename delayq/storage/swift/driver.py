@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import secrets
 import threading
 import time
@@ -122,6 +123,13 @@ class Moved:
     record: Record  # the source's record, marked moving
     body: bytes
     marker: dict[str, Any]  # the move's marker: target queue, ttl, time
+
+
+class Lost:
+    """What a claim attempt gives when another claimer won the message's marker."""
+
+
+LOST = Lost()
 
 
 def dead_lettered(record: Record, marker: dict[str, Any]) -> tuple[int, int]:
@@ -745,6 +753,7 @@ class Driver(base.Driver):
         after = lay.INDEX_PREFIX
         end = lay.index_end(now)
         dlq_ready = False
+        contended = False
         entries: list[Entry] = []
         while len(taken) < limit:
             if not entries:
@@ -754,6 +763,11 @@ class Driver(base.Driver):
                     break
                 after = names[-1]
                 entries = [e for e in map(Entry.parse, names) if e is not None]
+            if contended:
+                # Other claimers bid for the same oldest entries: going on in order would
+                # meet them again at every step, each loss costing every loser a round of
+                # requests. At random through the rest of the batch, most bids win.
+                random.shuffle(entries)
             if dead_letter and not dlq_ready and any(
                     e.count >= dead_letter.max_claim_count for e in entries):
                 self._ensure_queue(project, dead_letter.queue, {})
@@ -764,7 +778,9 @@ class Driver(base.Driver):
             for result in self._parallel(
                     lambda e: self._take_one(project, queue, e, now, claim_id, claim_expires,
                                              grace, dead_letter), attempt):
-                if isinstance(result, Moved):
+                if result is LOST:
+                    contended = True
+                elif isinstance(result, Moved):
                     moved.append(result)
                 elif result is not None:
                     taken.append(result)
@@ -772,7 +788,7 @@ class Driver(base.Driver):
 
     def _take_one(self, project: str, queue: str, entry: Entry, now: int, claim_id: str,
                   claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-                  ) -> tuple[str, Record, bytes, Record] | Moved | None:
+                  ) -> tuple[str, Record, bytes, Record] | Moved | Lost | None:
         container = self._container(project, queue)
         message_id = entry.message_id
         if entry.expires <= now:
@@ -794,7 +810,7 @@ class Driver(base.Driver):
                         {"X-Delete-At": delete_at(entry.expires, MARKER_MARGIN)})
         if not won:
             self._repair(project, queue, entry, now)
-            return None
+            return LOST
         found = self._read(container, message_id)
         if found is None:  # deleted (or expired) since the listing
             self._delete(container, entry.name)
