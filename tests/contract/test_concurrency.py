@@ -85,11 +85,19 @@ def test_concurrent_processes_never_share_a_message(live_broker, spec):
 
 
 def _worn_out_messages(broker, count: int) -> list[str]:
-    """*count* messages in 'q' that the next claim must dead-letter."""
+    """*count* messages in 'q' that the next claim must dead-letter.
+
+    Each is claimed once and released: a second claim would already move them.
+    """
     create(broker, "q", _max_claim_count=1, _dead_letter_queue="dlq")
     posted = [mid for _ in range(count // 20) for mid in post(broker, "q", *range(20))]
+    claims = []
     while (result := claim(broker, "q", limit=20)) is not None:
-        broker.release_claim(PROJECT, "q", result.id)
+        claims.append(result.id)
+    for claim_id in claims:
+        broker.release_claim(PROJECT, "q", claim_id)
+    assert broker.stats(PROJECT, "q").free == count
+    assert broker.stats(PROJECT, "dlq").total == 0
     return posted
 
 
