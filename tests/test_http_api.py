@@ -557,9 +557,13 @@ def test_list_limit(client, headers):
 
 
 def test_delayed_queue_visibility(client, headers):
+    # Long enough for every check before it is due, even on Swift on a busy machine (a
+    # claim there takes a quarter of a second); only the rest of it is slept.
+    delay = 3
     resp = client.simulate_put("/v2/queues/dq", headers=headers,
-                               json={"_default_message_delay": 1})
+                               json={"_default_message_delay": delay})
     assert resp.status_code == 201
+    due = time.monotonic() + delay
     (delayed,) = post(client, headers, "dq", "later")
     (now,) = post(client, headers, "dq", "now", delay=0)
     assert message_ids(listing(client, headers, "dq")["messages"]) == [now]
@@ -581,7 +585,8 @@ def test_delayed_queue_visibility(client, headers):
                                   params={"pop": 5})
     assert message_ids(resp.json["messages"]) == [now]
     assert claim(client, headers, "dq") is None
-    time.sleep(1.1)
+    assert time.monotonic() < due, "the checks before the due time took longer than it"
+    time.sleep(due - time.monotonic() + 0.1)
     assert message_ids(listing(client, headers, "dq")["messages"]) == [delayed]
     assert stats(client, headers, "dq")["delayed"] == 0
     _, messages = claim(client, headers, "dq")
