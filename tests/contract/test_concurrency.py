@@ -131,7 +131,7 @@ def test_killed_claimer_never_leaves_a_message_in_both_queues_or_neither(live_br
         source = f"q{round_}"
         create(live_broker, source, _max_claim_count=1, _dead_letter_queue="dlq")
         moved_before = live_broker.stats(PROJECT, "dlq").total
-        posted = [mid for _ in range(30) for mid in post(live_broker, source, *range(20))]
+        posted = [mid for _ in range(15) for mid in post(live_broker, source, *range(20))]
         working = SPAWN.Event()
         child = SPAWN.Process(target=claim_and_release_forever, args=(spec, source, working))
         child.start()
