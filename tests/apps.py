@@ -32,11 +32,12 @@ HTTP_DRIVERS = ["sqlite", "redis", "mongodb", "swift"]
 def http_client(name: str, conf: cfg.ConfigOpts) -> testing.TestClient:
     """An in-process HTTP client of the app on a fresh store of driver *name*.
 
-    *conf* comes from ``make_conf`` (SQLite in a temporary directory). ``redis`` is a real
-    redis-server (tests/redis_servers.py), its keys under a namespace of their own;
-    ``mongodb`` is a database of its own on the MongoDB named by DELAYQ_TEST_MONGODB_URI,
-    or on mongomock without one (tests/mongo_backend.py); ``swift`` a real Swift on
-    loopback (tests/swift_server.py), containers under a prefix of their own.
+    *conf* comes from ``sqlite_conf``; the other drivers' options are set on it.
+    ``redis`` is a real redis-server (tests/redis_servers.py), its keys under a namespace
+    of their own; ``mongodb`` is a database of its own on the MongoDB named by
+    DELAYQ_TEST_MONGODB_URI, or on mongomock without one (tests/mongo_backend.py);
+    ``swift`` a real Swift on loopback (tests/swift_server.py), containers under a
+    prefix of their own.
     """
     driver = None
     if name == "redis":

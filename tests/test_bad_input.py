@@ -341,7 +341,7 @@ def test_post_bad_messages(world, queue, document, names):
 def test_post_bad_messages_on_delayed_queue(own_world):
     """A delayed queue takes a message's delay; out-of-range ones are still refused."""
     own_world.client.simulate_put("/v2/queues/delayed", headers=own_world.headers,
-                              json={"_default_message_delay": 5})
+                                  json={"_default_message_delay": 5})
     own_world.before = own_world.snapshot()
     for delay in (-1, 901, 1.5, "5"):
         resp = body_call(own_world, "post", messages({"body": 1, "delay": delay}),

@@ -74,15 +74,10 @@ def replayed_trail(make_driver: Callable[[FakeClock], Driver], start: float) -> 
 
 def sqlite_trail(directory: Path, start: float) -> list[tuple]:
     """The trail SQLite writes of the history, in a file in *directory*."""
-    opened: list[Driver] = []
-
-    def make(clock: FakeClock) -> Driver:
-        opened.append(open_driver(
-            DriverSpec("sqlite", {"path": str(directory / "trail.sqlite")}), clock))
-        return opened[-1]
-
+    spec = DriverSpec("sqlite", {"path": str(directory / "trail.sqlite")})
+    clock = FakeClock(start)
+    driver = open_driver(spec, clock)
     try:
-        return replayed_trail(make, start)
+        return comparable(driver, trail_scenario(Broker(driver, Limits()), clock))
     finally:
-        for driver in opened:
-            driver.close()
+        driver.close()
