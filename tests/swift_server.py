@@ -41,6 +41,13 @@ pins the main points)
   X-Timestamp) is what stays. Reading the object back after a 201 and comparing a nonce
   in it picked exactly one winner in every round tried, but a racer whose check passed
   may still land later: If-None-Match alone is no exclusive claim.
+* A ``GET``, ``HEAD`` or ``POST`` of an object that races a ``POST`` of the same object
+  may answer 404 although the object exists: the object server lists the object's
+  directory, and the other POST replaces the .meta file before it is opened
+  (swift/obj/diskfile.py, ENOENT becomes DiskFileNotExist). Two threads POSTing one
+  object while two others read it saw 8 GET and 12 HEAD 404s in 1064 reads each, and
+  racing POSTs answer 404 or 409 now and then. A 404 is only proof of absence when asking
+  again agrees.
 * ``X-Delete-After`` / ``X-Delete-At``: once the time has passed, ``GET`` and ``HEAD`` of
   the object answer 404 with no object-expirer running (the object server compares
   X-Delete-At with its clock). The container listing still lists the object, and the

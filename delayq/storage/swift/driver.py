@@ -44,6 +44,13 @@ Event trail
     claim again. The object expirer removes expired messages unseen, so no ``expired``
     event is written (``expiry_events``).
 
+404 is not always "gone"
+    A GET, HEAD or POST that races a POST of the same object may be answered 404 (the
+    object server opens the .meta file the other POST has just replaced). Every read of
+    an object and every rewrite of a message's state asks again, twice, before taking a
+    404 for absence (``ABSENCE_RECHECKS``): a winner that took one for "deleted" dropped
+    the message it had won, which then stayed claimed by a claim that did not list it.
+
 Per-message requests of one API request run in parallel (``concurrency``).
 """
 
@@ -89,6 +96,12 @@ POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash fre
 DELETE_ROUNDS = 5  # attempts to delete a queue container that racing posts refill
 TRAIL_BATCH = 64  # event objects read at once by read_events
 MESSAGES_BATCH = 100  # messages read at once by read_messages
+# Pauses before asking again when Swift answers 404 for an object that may well exist.
+# The object server answers 404 to a GET, HEAD or POST that races a POST of the same
+# object (it opens the .meta file the other POST has just replaced): about one read in a
+# hundred while two processes rewrite a message's state. Taken for "deleted", such an
+# answer made a claim drop a message it had won. Only a 404 every time is "gone".
+ABSENCE_RECHECKS = (0.005, 0.025)
 
 T = TypeVar("T")
 
@@ -253,15 +266,30 @@ class Driver(base.Driver):
 
     # Objects
 
+    @staticmethod
+    def _unless_absent(request: Callable[[bool], T]) -> T | None:
+        """``request(recheck)``'s answer; None only when Swift answers 404 each time.
+
+        *recheck* is True for the requests after a 404 (``ABSENCE_RECHECKS``).
+        """
+        for attempt, pause in enumerate((0.0, *ABSENCE_RECHECKS)):
+            time.sleep(pause)
+            try:
+                return request(attempt > 0)
+            except ClientException as exc:
+                if not is_status(exc, 404):
+                    raise
+        return None
+
     def _get(self, container: str, name: str, *, newest: bool = False
              ) -> tuple[dict[str, str], bytes] | None:
-        try:
-            return self._swift.get_object(container, name,
-                                          headers={"X-Newest": "true"} if newest else None)
-        except ClientException as exc:
-            if is_status(exc, 404):
-                return None
-            raise
+        """The object's headers and body; None when it is absent."""
+        return self._unless_absent(lambda recheck: self._swift.get_object(
+            container, name, headers={"X-Newest": "true"} if newest or recheck else None))
+
+    def _exists(self, container: str, name: str) -> bool:
+        return self._unless_absent(lambda recheck: self._swift.head_object(
+            container, name, headers={"X-Newest": "true"} if recheck else None)) is not None
 
     def _delete(self, container: str, name: str) -> bool:
         """Delete the object; False when it was not there (deleted by someone else)."""
@@ -333,23 +361,21 @@ class Driver(base.Driver):
         if new.name != old.name:
             self._put_entry(container, new)
             self._delete(container, old.name)
-        try:
-            self._swift.head_object(container, lay.message_name(message_id))
-        except ClientException as exc:
-            if not is_status(exc, 404):
-                raise
+        if not self._exists(container, lay.message_name(message_id)):
             self._delete(container, new.name)
             return False
         return True
 
     def _write_record(self, container: str, message_id: str, record: Record) -> None:
+        """Rewrite the message's state; nothing when the message is gone (deleted)."""
+        headers = {**record.headers(), "X-Delete-At": delete_at(record.expires)}
         try:
-            self._swift.post_object(container, lay.message_name(message_id), headers={
-                **record.headers(), "X-Delete-At": delete_at(record.expires)})
+            self._unless_absent(lambda _: self._swift.post_object(
+                container, lay.message_name(message_id), headers=headers))
         except ClientException as exc:
-            # 409: a newer write of the record landed first (a repairer and the claimer
-            # it repairs for write the same state); 404: deleted meanwhile.
-            if not is_status(exc, 409, 404):
+            # A newer write of the record landed first (a repairer and the claimer it
+            # repairs for write the same state).
+            if not is_status(exc, 409):
                 raise
 
     def _read(self, container: str, message_id: str) -> tuple[Record, bytes] | None:
