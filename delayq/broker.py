@@ -95,12 +95,24 @@ class Broker:
         validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
         default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
         queue_delay = metadata[q.DEFAULT_MESSAGE_DELAY]
+        delays = self._own_delays(messages)
         resolved = [
             NewMessage(body=m.body,
                        ttl=m.ttl if m.ttl is not None else default_ttl,
-                       delay=resolve_delay(queue_delay, m.delay))
-            for m in messages]
+                       delay=resolve_delay(queue_delay, delay))
+            for m, delay in zip(messages, delays, strict=True)]
         return self.driver.post_messages(project, queue, client_id, resolved)
+
+    def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
+        """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
+        on the backend's clock (read once, only when a message has one)."""
+        if all(m.deliver_at is None for m in messages):
+            return [m.delay for m in messages]
+        now = self.driver.now()
+        return [m.delay if m.deliver_at is None else validation.delay_until(
+                    m.deliver_at, now, self.limits.max_message_delay,
+                    f"messages[{index}].deliver_at")
+                for index, m in enumerate(messages)]
 
     def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
                       limit: int, echo: bool, include_claimed: bool,
@@ -151,7 +163,7 @@ class Broker:
         self.driver.release_claim(project, queue, claim_id)
 
 
-def resolve_delay(queue_delay: int, message_delay: int | None) -> int:
+def resolve_delay(queue_delay: int, message_delay: float | None) -> float:
     """The delay a message gets.
 
     A normal queue (default delay 0) ignores a message's own delay, so it never pays for

@@ -20,7 +20,8 @@ class NewMessage:
 
     body: Any
     ttl: int
-    delay: int = 0
+    #: Seconds, in whole milliseconds (a ``deliver_at`` gives a fraction).
+    delay: float = 0
 
 
 @dataclass(frozen=True, slots=True)

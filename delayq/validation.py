@@ -8,8 +8,11 @@ parameter, so that the client can fix its request.
 from __future__ import annotations
 
 import json
+import math
+import re
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from oslo_config import cfg
@@ -211,6 +214,40 @@ class PostedMessage:
     body: Any
     ttl: int | None
     delay: int | None
+    #: ``deliver_at`` as POSIX seconds; the broker turns it into a delay.
+    deliver_at: float | None = None
+
+
+# RFC 3339's date-time: a full date and time with seconds and an offset ("Z" for UTC).
+# datetime.fromisoformat alone would also take ISO forms RFC 3339 lacks (a bare date,
+# no offset, basic format).
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def rfc3339(value: Any, name: str) -> float:
+    """*value*, an RFC 3339 date-time string, as POSIX seconds."""
+    text = value if isinstance(value, str) else None
+    if text is None or not RFC3339.fullmatch(text):
+        raise ValidationError(f"{name} must be an RFC 3339 date-time such as "
+                              f'"2026-11-24T18:30:00Z", not {json.dumps(value)[:60]}.')
+    whole, _, rest = text.partition(".")
+    digits = re.match(r"\d*", rest).group() if rest else ""
+    # fromisoformat takes at most microseconds: the rest of a longer fraction is cut.
+    trimmed = whole + ("." + digits[:6] if digits else "") + rest[len(digits):]
+    try:
+        return datetime.fromisoformat(trimmed.replace("z", "Z").replace("t", "T")).timestamp()
+    except (ValueError, OverflowError):
+        raise ValidationError(f"{name} is not a valid date-time: {text}.") from None
+
+
+def delay_until(deliver_at: float, now: float, limit: int, name: str) -> float:
+    """The delay, in seconds (whole milliseconds, rounded up), that makes a message due
+    at *deliver_at* when stored at *now*: never early. A moment past is no delay."""
+    ahead = deliver_at - now
+    if ahead > limit:
+        raise ValidationError(f"{name} is {ahead:.0f} seconds ahead; at most "
+                              f"max_message_delay ({limit}) seconds ahead is allowed.")
+    return max(0.0, math.ceil(ahead * 1000) / 1000)
 
 
 def post_size(length: int, limit: int) -> None:
@@ -246,7 +283,12 @@ def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
         delay = message.get("delay")
         if delay is not None:
             integer(delay, f"{where}.delay", 0, limits.max_message_delay)
-        checked.append(PostedMessage(message["body"], ttl, delay))
+        deliver_at = message.get("deliver_at")
+        if deliver_at is not None:
+            if delay is not None:
+                raise ValidationError(f"{where} has both delay and deliver_at; give one.")
+            deliver_at = rfc3339(deliver_at, f"{where}.deliver_at")
+        checked.append(PostedMessage(message["body"], ttl, delay, deliver_at))
     return checked
 
 

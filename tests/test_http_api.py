@@ -593,6 +593,34 @@ def test_delayed_queue_visibility(client, headers):
     assert message_ids(messages) == [delayed]
 
 
+
+def test_deliver_at_sets_the_delay_expiry(client, headers):
+    client.simulate_put("/v2/queues/dq", headers=headers,
+                        json={"_default_message_delay": 60})
+    at = int(time.time()) + 600
+    text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    (mid,) = post(client, headers, "dq", "later", deliver_at=text)
+    assert get_message(client, headers, "dq", mid, details="true").json[
+        "delay_expires"] == text
+    assert claim(client, headers, "dq") is None
+    assert stats(client, headers, "dq")["delayed"] == 1
+
+
+@pytest.mark.parametrize(("fields", "complaint"), [
+    ({"deliver_at": "in ten minutes"}, "messages[0].deliver_at must be an RFC 3339"),
+    ({"deliver_at": "2026-11-24T10:00:00Z", "delay": 5}, "has both delay and deliver_at"),
+    ({"deliver_at": "2999-01-01T00:00:00Z"}, "at most max_message_delay (900) seconds"),
+])
+def test_a_bad_deliver_at_is_a_400_that_stores_nothing(client, headers, fields, complaint):
+    client.simulate_put("/v2/queues/dq", headers=headers,
+                        json={"_default_message_delay": 60})
+    resp = client.simulate_post("/v2/queues/dq/messages", headers=headers,
+                                json={"messages": [{"body": 1}, {"body": 2, **fields}]})
+    assert resp.status_code == 400
+    assert complaint.replace("[0]", "[1]") in resp.json["description"]
+    assert stats(client, headers, "dq")["total"] == 0
+
+
 # Messages: get by ids, bulk delete, pop
 
 

@@ -164,10 +164,10 @@ def encode_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: int,
+def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: float,
                 client_id: str, now: int) -> dict[str, Any]:
     """A message document posted at *now* (ms)."""
-    due = now + delay * 1000
+    due = now + round(delay * 1000)
     doc = {ID: ObjectId(), PROJECT: project, QUEUE: queue, SEQ: seq,
            BODY: encode_json(body), TTL: ttl, CREATED: date(now),
            EXPIRES: date(now + ttl * 1000), AVAILABLE: date(due), CLIENT: client_id}

@@ -587,7 +587,7 @@ class Driver(base.Driver):
         with unavailable_as_503():
             now = self._now_us()
             records = [(self._new_id(now), m,
-                        Record(ttl=m.ttl, created=now, due=now + m.delay * US,
+                        Record(ttl=m.ttl, created=now, due=now + round(m.delay * US),
                                client=client_id, expires=now + m.ttl * US))
                        for i, m in enumerate(messages)]
 

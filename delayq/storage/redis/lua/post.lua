@@ -12,7 +12,7 @@ for i = 0, count - 1 do
   local at = 4 + i * 4
   local ttl, delay = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local m = {body = ARGV[at], client = ARGV[at + 1], created = now, ttl = ttl,
-             due = now + delay * US, expires = now + ttl * US, claim = 0,
+             due = now + math.floor(delay * US + 0.5), expires = now + ttl * US, claim = 0,
              claim_expires = 0, count = 0, id = '', source = '', moved = 0}
   local seq = seq_name(first + i)
   store(P, seq, m)
