@@ -114,6 +114,12 @@ class Broker:
                     f"messages[{index}].deliver_at")
                 for index, m in enumerate(messages)]
 
+    def redrive(self, project: str, queue: str, *, destination: str | None = None,
+                limit: int = validation.DEFAULT_REDRIVE) -> int:
+        """Send dead-lettered messages of *queue* back (``Driver.redrive``)."""
+        validation.redrive(queue, destination, limit)
+        return self.driver.redrive(project, queue, destination=destination, limit=limit)
+
     def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
                       limit: int, echo: bool, include_claimed: bool,
                       include_delayed: bool) -> tuple[list[Message], str | None]:

@@ -15,6 +15,8 @@ popped          message_id, claim_count — delivered and deleted in one step
 deleted         message_id, claim_id (when deleted under a claim), claim_count
 dead_lettered   message_id, claim_count, source, target, ttl, expires, body — written
                 in the source queue's trail
+redriven        message_id, claim_count (before the redrive reset it), source (this
+                dead-letter queue), target (the queue it went to), expires
 expired         message_id, claim_count; ``time`` is the instant it expired (the
                 backend may notice later), ``expires`` the same instant
 purged          no message: every message the queue held at ``time`` is gone
@@ -42,10 +44,11 @@ DELETED = "deleted"
 DEAD_LETTERED = "dead_lettered"
 EXPIRED = "expired"
 PURGED = "purged"
-KINDS = (POSTED, CLAIMED, POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED)
+REDRIVEN = "redriven"
+KINDS = (POSTED, CLAIMED, POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED, REDRIVEN)
 
 # Events that end a message's life in the queue named by the event.
-ENDINGS = (POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED)
+ENDINGS = (POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED, REDRIVEN)
 
 DEFAULT_RETENTION = 24 * 3600  # a daily audit sees a whole day; see docs for sizing
 

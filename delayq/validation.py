@@ -26,6 +26,10 @@ MIN_CLAIM_TTL = 60
 MIN_CLAIM_GRACE = 60
 MAX_PROJECT_ID_LENGTH = 256
 DEFAULT_CLAIM_LIMIT = 10
+# One redrive request moves at most this many messages (a client repeats it until it
+# answers 0), so that a request on a large dead-letter queue stays short.
+MAX_REDRIVE = 1000
+DEFAULT_REDRIVE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +294,33 @@ def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
             deliver_at = rfc3339(deliver_at, f"{where}.deliver_at")
         checked.append(PostedMessage(message["body"], ttl, delay, deliver_at))
     return checked
+
+
+def redrive_options(document: Any) -> tuple[str | None, int]:
+    """``(destination, limit)`` of a redrive request body; ``{}`` takes the defaults."""
+    if not isinstance(document, dict):
+        raise ValidationError("The redrive body must be a JSON object.")
+    unknown = sorted(set(document) - {"destination", "limit"})
+    if unknown:
+        raise ValidationError(f"Unknown redrive option {unknown[0][:40]!r}: use destination "
+                              "and limit.")
+    destination = document.get("destination")
+    if destination is not None and not isinstance(destination, str):
+        raise ValidationError("destination must be a queue name.")
+    limit = document.get("limit")
+    return destination, DEFAULT_REDRIVE if limit is None else limit
+
+
+def redrive(queue: str, destination: str | None, limit: int) -> None:
+    """Check a redrive of *queue* to *destination* moving at most *limit* messages."""
+    if destination is not None:
+        try:
+            queue_name(destination)
+        except ValidationError as exc:
+            raise ValidationError(f"destination: {exc}") from None
+        if destination == queue:
+            raise ValidationError("destination is the queue being redriven.")
+    integer(limit, "limit", 1, MAX_REDRIVE)
 
 
 def claim_options(document: Any, limits: Limits) -> tuple[int, int]:

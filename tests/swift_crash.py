@@ -123,3 +123,16 @@ def claim_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: s
     driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
     Broker(driver, Limits()).claim(project, queue, ttl=60, grace=60, limit=1)
     raise SystemExit("the claim finished without reaching the crash point")
+
+
+def redrive_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
+                    queue: str, now: float) -> None:
+    """Redrive one message of *queue* at time *now* with a driver that dies at *kind*."""
+    auth_url, user, key = auth
+
+    def connect() -> Connection:
+        return Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
+
+    driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
+    Broker(driver, Limits()).redrive(project, queue, limit=1)
+    raise SystemExit("the redrive finished without reaching the crash point")

@@ -628,6 +628,54 @@ def test_a_bad_deliver_at_is_a_400_that_stores_nothing(client, headers, fields, 
     assert stats(client, headers, "dq")["total"] == 0
 
 
+
+def dead_lettered(client, headers, *bodies) -> list[str]:
+    """Post *bodies* to "q" (one claim allowed) and move them to "dlq"."""
+    client.simulate_put("/v2/queues/q", headers=headers,
+                        json={"_max_claim_count": 1, "_dead_letter_queue": "dlq"})
+    ids = post(client, headers, "q", *bodies)
+    claim_id, _ = claim(client, headers, "q", limit=20)
+    client.simulate_delete(f"/v2/queues/q/claims/{claim_id}", headers=headers)
+    assert claim(client, headers, "q") is None  # the second claim moved them
+    assert stats(client, headers, "dlq")["total"] == len(ids)
+    return ids
+
+
+def test_redrive_moves_messages_back_and_says_how_many(client, headers):
+    ids = dead_lettered(client, headers, "a", "b", "c")
+    resp = client.simulate_post("/v2/queues/dlq/redrive", headers=headers,
+                                json={"limit": 2})
+    assert (resp.status_code, resp.json) == (200, {"moved": 2})
+    resp = client.simulate_post("/v2/queues/dlq/redrive", headers=headers)
+    assert (resp.status_code, resp.json) == (200, {"moved": 1})
+    assert sorted(message_ids(listing(client, headers, "q")["messages"])) == sorted(ids)
+    view = get_message(client, headers, "q", ids[0], details="true").json
+    assert (view["claim_count"], view["source_queue"], view["moved_at"]) == (0, None, None)
+    resp = client.simulate_post("/v2/queues/missing/redrive", headers=headers)
+    assert (resp.status_code, resp.json) == (200, {"moved": 0})
+
+
+def test_redrive_to_a_destination(client, headers):
+    ids = dead_lettered(client, headers, "a")
+    resp = client.simulate_post("/v2/queues/dlq/redrive", headers=headers,
+                                json={"destination": "retry"})
+    assert (resp.status_code, resp.json) == (200, {"moved": 1})
+    assert message_ids(listing(client, headers, "retry")["messages"]) == ids
+
+
+@pytest.mark.parametrize(("document", "complaint"), [
+    ({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"limit": "5"}, "limit"),
+    ({"destination": "dlq"}, "destination"), ({"destination": "a.b"}, "destination"),
+    ({"destination": 5}, "destination"), ({"where": "q"}, "where"), ([], "JSON object"),
+])
+def test_a_bad_redrive_is_a_400_that_moves_nothing(client, headers, document, complaint):
+    dead_lettered(client, headers, "a")
+    resp = client.simulate_post("/v2/queues/dlq/redrive", headers=headers, json=document)
+    assert resp.status_code == 400
+    assert complaint in resp.json["description"]
+    assert stats(client, headers, "dlq")["total"] == 1
+
+
 # Messages: get by ids, bulk delete, pop
 
 

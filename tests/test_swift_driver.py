@@ -202,11 +202,12 @@ def test_the_settle_time_is_what_keeps_late_landing_racers_from_winning_too(make
 # A process killed at every step of a claim or a move
 
 
-def crash(kind: str, prefix: str, queue: str, now: float) -> None:
-    from tests.swift_crash import claim_and_die
+def crash(kind: str, prefix: str, queue: str, now: float, *, redrive: bool = False
+          ) -> None:
+    from tests.swift_crash import claim_and_die, redrive_and_die
 
     auth = SWIFT.auth()
-    child = SPAWN.Process(target=claim_and_die, args=(
+    child = SPAWN.Process(target=redrive_and_die if redrive else claim_and_die, args=(
         kind, (auth.auth_url, auth.user, auth.key), prefix, PROJECT, queue, now))
     child.start()
     child.join(timeout=60)
@@ -301,6 +302,44 @@ def test_a_mover_killed_between_steps_leaves_each_message_in_exactly_one_queue(
     assert len(names(raw, prefix, "dlq", "m/")) == len(names(raw, prefix, "dlq", "a/")) == 3
     again = broker.claim(PROJECT, "dlq", ttl=60, grace=60, limit=10)
     assert sorted((m.id, m.claim_count) for m in again.messages) == [(i, 2) for i in ids]
+
+
+
+@pytest.mark.parametrize("completer", ["reader", "redrive"])
+@pytest.mark.parametrize("kind", MOVE_STEPS)
+def test_a_redrive_killed_between_steps_leaves_each_message_in_exactly_one_queue(
+        make_driver, prefix, clock, raw, kind, completer):
+    driver = make_driver(clock=clock)
+    broker = Broker(driver, Limits())
+    broker.create_queue(PROJECT, "q", POLICY)
+    ids = post(driver, "q", 3)
+    claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3)
+    broker.release_claim(PROJECT, "q", claim.id)
+    clock.advance(1)
+    assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3) is None  # all moved
+    clock.advance(1)
+    crash(kind, prefix, "dlq", clock.now, redrive=True)  # died redriving one of them
+
+    if completer == "reader":
+        # Reading the dead-letter queue completes a redrive under way.
+        in_dlq = [m.id for m in driver.get_messages(PROJECT, "dlq", ids)]
+        assert len(in_dlq) == (3 if kind == "after-move-bid" else 2)
+    clock.advance(1)
+    # The dead redrive's message is completed on the way (its won marker says where it
+    # goes), not counted again.
+    assert broker.redrive(PROJECT, "dlq") == 2
+    for view in (lambda q: [m.id for m in driver.get_messages(PROJECT, q, ids)],
+                 lambda q: listed(broker, q)):
+        assert Counter(view("q")) + Counter(view("dlq")) == Counter(ids)
+    assert listed(broker, "dlq") == []
+    back = driver.get_messages(PROJECT, "q", ids)
+    assert sorted((m.id, m.claim_count, m.source_queue) for m in back) == [
+        (i, 0, None) for i in sorted(ids)]
+    assert [n for n in names(raw, prefix, "dlq") if n.startswith(("m/", "a/"))] == []
+    assert len(names(raw, prefix, "q", "m/")) == len(names(raw, prefix, "q", "a/")) == 3
+    again = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=10)
+    assert sorted((m.id, m.claim_count) for m in again.messages) == [
+        (i, 1) for i in sorted(ids)]
 
 
 # A claim racing a delete

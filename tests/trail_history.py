@@ -46,6 +46,9 @@ def trail_scenario(broker: Broker, clock: FakeClock) -> dict[str, str]:
     broker.delete_message(project, "dlq", names["worn"], names["dlq claim"])
     clock.advance(31)
     names["slow claim"] = contract.claim(broker, "slow", ttl=60).id
+    clock.advance(1)
+    [names["redriven"]] = contract.post(broker, "dlq", "again", ttl=900)
+    assert broker.redrive(project, "dlq", destination="q") == 1
     broker.purge_queue(project, "q")
     broker.delete_queue(project, "slow")
     return names

@@ -51,6 +51,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     app.add_route("/v2/queues/{name}", queues.Queue(run))
     app.add_route("/v2/queues/{name}/stats", queues.QueueStats(run))
     app.add_route("/v2/queues/{name}/purge", queues.QueuePurge(run))
+    app.add_route("/v2/queues/{name}/redrive", queues.QueueRedrive(run))
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(run))
     app.add_route("/v2/queues/{name}/messages/{message_id}", messages.Message(run))
     app.add_route("/v2/queues/{name}/claims", claims.ClaimCollection(run))

@@ -124,3 +124,24 @@ class QueuePurge:
         if "messages" in types:
             await self.run(self.run.broker.purge_queue, project, name)
         resp.status = falcon.HTTP_204
+
+
+# A redrive body is {"destination", "limit"}: anything much larger is not one.
+MAX_REDRIVE_BODY = 4096
+
+
+class QueueRedrive:
+    """``/v2/queues/{name}/redrive`` (delayq): send dead-lettered messages back."""
+
+    def __init__(self, run: Runner) -> None:
+        self.run = run
+
+    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        document = await request.json_body(req, MAX_REDRIVE_BODY, "redrive request",
+                                           if_empty={})
+        destination, limit = validation.redrive_options(document)
+        moved = await self.run(self.run.broker.redrive, project, name,
+                               destination=destination, limit=limit)
+        resp.media = {"moved": moved}

@@ -119,6 +119,21 @@ class Driver(abc.ABC):
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         """Delete and return up to *limit* claimable (free and due) messages."""
 
+    @abc.abstractmethod
+    def redrive(self, project: str, queue: str, *, destination: str | None,
+                limit: int) -> int:
+        """Move up to *limit* messages of *queue* that no live claim holds, oldest
+        availability first, each in one atomic step, to the queue it was dead-lettered
+        from, or to *destination* when given (created when missing). Without
+        *destination*, a message that was never dead-lettered stays. Expired messages
+        are not moved.
+
+        A moved message keeps its id, body, creation time, ttl and expiry; its claim
+        count is reset to 0, it is due at once (``due = min(due, now)``) and it has no
+        source or move time any more. Each move is a ``redriven`` event in *queue*'s
+        trail. Returns how many moved (0 for a missing queue).
+        """
+
     # Claims
 
     @abc.abstractmethod

@@ -100,8 +100,8 @@ class Move:
     """A dead-letter move a claim attempts: the message as read, and what it becomes."""
 
     doc: dict[str, Any]
-    target: str  # the dead-letter queue
-    position: int  # its position in the dead-letter queue, reserved for this move only
+    target: str  # the dead-letter queue (for a redrive, the queue it goes back to)
+    position: int  # its position in the target queue, reserved for this move only
     ttl: int
     expires: int  # ms
 
@@ -546,6 +546,49 @@ class Driver(base.Driver):
                                           claim_count=doc.get(s.CLAIM_COUNT, 0))
                               for doc in taken])
         return [s.message(doc, now) for doc in taken]
+
+    @backend_call
+    def redrive(self, project: str, queue: str, *, destination: str | None,
+                limit: int) -> int:
+        now = self._now_ms()
+        where: dict[str, Any] = {
+            s.PROJECT: project, s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)},
+            "$or": [{s.CLAIM_EXPIRES: {"$exists": False}},
+                    {s.CLAIM_EXPIRES: {"$lte": s.date(now)}}]}
+        if destination is None:
+            where[s.SOURCE] = {"$exists": True}
+        docs = list(self._messages.find(where).sort(s.CLAIMABLE_ORDER).limit(limit)
+                    .hint(s.CLAIMABLE_INDEX))
+        moves = []
+        for target in sorted({destination or doc[s.SOURCE] for doc in docs}):
+            group = [doc for doc in docs if (destination or doc[s.SOURCE]) == target]
+            first = self._allocate(project, target, len(group), now)
+            moves += [Move(doc, target, position, doc[s.TTL], s.ms(doc[s.EXPIRES]))
+                      for position, doc in enumerate(group, start=first)]
+        if not moves:
+            return 0
+        result = self._messages.bulk_write(
+            [self._redrive_op(project, queue, move, now) for move in moves], ordered=False)
+        if result.modified_count != len(moves):
+            # A concurrent claim, move or delete took some first.
+            _, moves = self._won(project, ObjectId(), [], moves)
+        self._record([self._event(project, queue, events.REDRIVEN, now,
+                                  message_id=move.doc[s.ID],
+                                  claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
+                                  target=move.target, expires=move.expires)
+                      for move in moves])
+        return len(moves)
+
+    def _redrive_op(self, project: str, queue: str, move: Move, now: int) -> UpdateOne:
+        """The single-document update of a redrive, pinned like a claim: a fresh
+        message of the target queue, due at once."""
+        due = {s.DUE: s.date(now)} if s.DUE in move.doc and s.ms(move.doc[s.DUE]) > now \
+            else {}
+        return UpdateOne(self._pinned(project, queue, move.doc), {
+            "$set": {s.QUEUE: move.target, s.SEQ: move.position, s.AVAILABLE: s.date(now),
+                     **due},
+            "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: "", s.CLAIM_COUNT: "", s.SOURCE: "",
+                       s.MOVED: ""}})
 
     # Claims
 

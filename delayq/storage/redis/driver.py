@@ -60,6 +60,7 @@ NONCE_LENGTH = 10
 CLAIM_BUDGET = 256  # expired or dead-lettered candidates a claim or pop skips per call
 LIST_BUDGET = 1000  # records a listing reads per call
 WRITE_REAP_BUDGET = 2  # expiry buckets each write reaps on the side
+REDRIVE_SKIP_BUDGET = 10_000  # messages without a source a redrive steps over per call
 READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
 CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
 
@@ -510,6 +511,17 @@ class Driver(base.Driver):
                 nonce, as_of, more = reply[:3]
                 if len(reply) > 3 or not more:
                     return self._messages(nonce, reply[3:], as_of)
+
+    def redrive(self, project: str, queue: str, *, destination: str | None,
+                limit: int) -> int:
+        with unavailable_as_503():
+            moved, outbox = self._scripts.redrive(
+                keys=[self.queue_key(project, queue)],
+                args=[self._now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
+                      WRITE_REAP_BUDGET])
+            if outbox:
+                self._settle(project, queue)
+        return moved
 
     # Claims
 

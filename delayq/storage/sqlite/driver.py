@@ -35,6 +35,7 @@ TTL = sql.MESSAGE_COLUMNS.index("ttl")
 CREATED = sql.MESSAGE_COLUMNS.index("created")
 EXPIRES = sql.MESSAGE_COLUMNS.index("expires")
 CLAIM_COUNT = sql.MESSAGE_COLUMNS.index("claim_count")
+SOURCE = sql.MESSAGE_COLUMNS.index("source_queue")
 NO_EVENT = dict.fromkeys(sql.EVENT_COLUMNS)
 
 
@@ -315,6 +316,32 @@ class Driver(base.Driver):
                                         time=now, message_id=m.id, claim_count=m.claim_count)
                               for m in popped])
             return popped
+
+    def redrive(self, project: str, queue: str, *, destination: str | None,
+                limit: int) -> int:
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            if queue_id is None:
+                return 0
+            rows = db.execute(sql.REDRIVABLE, {"queue": queue_id, "now": now,
+                                               "anything": destination is not None,
+                                               "limit": limit}).fetchall()
+            targets: dict[str, int] = {}
+            trail = []
+            for row in rows:
+                target = destination or row[SOURCE]
+                if target not in targets:
+                    targets[target] = self._ensure_queue(db, project, target, now)
+                db.execute(sql.MESSAGE_REDRIVE,
+                           {"target": targets[target], "now": now, "seq": row[SEQ]})
+                trail.append(event_row(
+                    project=project, queue=queue, kind=events.REDRIVEN, time=now,
+                    message_id=row[ID], claim_count=row[CLAIM_COUNT], source=queue,
+                    target=target, expires=row[EXPIRES]))
+            self._record(db, trail)
+            self._expire(db, now)
+            return len(rows)
 
     def _claimable(self, db: sqlite3.Connection, project: str, queue: str, queue_id: int,
                    now: float, batch: int) -> Iterator[tuple]:

@@ -164,6 +164,19 @@ SET queue_id = :target, claim_id = NULL, claim_expires = 0, available = :now,
     expires = CASE WHEN :ttl IS NULL THEN created + ttl ELSE :now + :ttl END
 WHERE seq = :seq
 """
+# A redrive takes every message no live claim holds, delayed ones too.
+REDRIVABLE = f"""
+SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY messages_available
+WHERE queue_id = :queue AND (claim_id IS NULL OR claim_expires <= :now) AND expires > :now
+  AND (:anything OR source_queue IS NOT NULL)
+ORDER BY available, seq LIMIT :limit
+"""
+MESSAGE_REDRIVE = """
+UPDATE messages
+SET queue_id = :target, claim_id = NULL, claim_expires = 0, claim_count = 0,
+    due = min(due, :now), available = min(due, :now), source_queue = NULL, moved_at = NULL
+WHERE seq = :seq
+"""
 
 # Claims
 

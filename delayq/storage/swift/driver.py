@@ -130,7 +130,7 @@ def delete_at(expires_us: int, margin: int = 0) -> str:
 
 @dataclass(frozen=True)
 class Moved:
-    """A dead-letter move this request won and completed."""
+    """A dead-letter move (or redrive) this request won and completed."""
 
     message_id: str
     record: Record  # the source's record, marked moving
@@ -884,12 +884,19 @@ class Driver(base.Driver):
         source = self._container(project, queue)
         target = self._container(project, marker["queue"])
         moved_at = marker["at"]
-        ttl, expires = dead_lettered(record, marker)
         base = marker.get("base", 0)
-        moved = Record(ttl=ttl, created=record.created, due=record.due, client=record.client,
-                       expires=expires, count=record.count, generation=base, source=queue,
-                       moved=moved_at)
-        entry = Entry(moved_at, message_id, moved.count, base, lay.FREE, expires)
+        if marker.get("redrive"):
+            expires = record.expires
+            moved = Record(ttl=record.ttl, created=record.created,
+                           due=min(record.due, moved_at), client=record.client,
+                           expires=expires, generation=base)
+            entry = moved.entry(message_id)
+        else:
+            ttl, expires = dead_lettered(record, marker)
+            moved = Record(ttl=ttl, created=record.created, due=record.due,
+                           client=record.client, expires=expires, count=record.count,
+                           generation=base, source=queue, moved=moved_at)
+            entry = Entry(moved_at, message_id, moved.count, base, lay.FREE, expires)
         if expires > now:
             headers = {**moved.headers(), "X-Delete-At": delete_at(expires)}
             try:
@@ -912,6 +919,79 @@ class Driver(base.Driver):
         for name in {record.entry(message_id).name, *([met.name] if met else [])}:
             self._delete(source, name)
         self._delete(source, lay.message_name(message_id))
+
+    # Redrive
+
+    def redrive(self, project: str, queue: str, *, destination: str | None,
+                limit: int) -> int:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            redrive_id = uuid.uuid4().hex
+            moved: list[Moved] = []
+            after = lay.INDEX_PREFIX
+            while len(moved) < limit:
+                names = self._list(container, lay.INDEX_PREFIX, marker=after,
+                                   limit=CLAIM_BATCH)
+                if not names:
+                    break
+                after = names[-1]
+                # Entries of live claims are skipped; delayed ones are taken.
+                entries = [e for e in map(Entry.parse, names)
+                           if e is not None and (e.state == lay.FREE or e.available <= now)]
+                while entries and len(moved) < limit:
+                    # No more moves at once than still wanted: each won bid is a move.
+                    take = min(self._concurrency, limit - len(moved))
+                    batch, entries = entries[:take], entries[take:]
+                    moved += [result for result in self._parallel(
+                        lambda e: self._redrive_one(project, queue, e, now, redrive_id,
+                                                    destination), batch)
+                              if isinstance(result, Moved)]
+            self._record(project, queue, now, [
+                self._event(project, queue, events.REDRIVEN, now, message_id=move.message_id,
+                            claim_count=move.record.count, source=queue,
+                            target=move.marker["queue"], expires=move.record.expires / US)
+                for move in moved])
+        return len(moved)
+
+    def _redrive_one(self, project: str, queue: str, entry: Entry, now: int,
+                     redrive_id: str, destination: str | None) -> Moved | Lost | None:
+        """Move one message back, bidding for its next generation like a claim."""
+        container = self._container(project, queue)
+        message_id = entry.message_id
+        if entry.expires <= now:
+            return None  # a claim or the object expirer takes care of it
+        found = self._read(container, message_id)
+        if found is None:
+            self._delete(container, entry.name)  # left by a move that a reader completed
+            return None
+        if found[0].moving:
+            # A move (or redrive) whose mover died: completed here, entry included.
+            self._finish_move(project, queue, message_id, found[0], found[1],
+                              json.loads(found[0].moving), now, entry)
+            return None
+        if found[0].expires <= now:
+            return None
+        target = destination or found[0].source
+        if not target:
+            return None  # never dead-lettered: it stays unless a destination is given
+        marker = {"kind": lay.MOVE, "claim": redrive_id, "expires": 0, "grace": 0,
+                  "at": now, "queue": target, "ttl": None, "redrive": True}
+        won = self._bid(container, lay.marker_name(message_id, entry.generation + 1), marker,
+                        {"X-Delete-At": delete_at(entry.expires, MARKER_MARGIN)})
+        if not won:
+            self._repair(project, queue, entry, now)
+            return LOST
+        found = self._read(container, message_id)
+        if found is None:
+            self._delete(container, entry.name)
+            return None
+        before, body = found
+        move = self._moving(project, message_id, marker)
+        moving = Record(**{**vars(before), "count": entry.count, "moving": json.dumps(move)})
+        self._write_record(container, message_id, moving)
+        self._finish_move(project, queue, message_id, moving, body, move, now, entry)
+        return Moved(message_id, moving, body, move)
 
     def _repair(self, project: str, queue: str, entry: Entry, now: int) -> None:
         """Bring a stale index entry in line with the message's markers and record.

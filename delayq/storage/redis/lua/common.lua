@@ -13,7 +13,7 @@
 --   P..'cl'      HASH  claim number -> claim record
 --   P..'ce'      ZSET  claim number -> claim expiry
 --   P..'a'       HASH  id -> seq, for messages whose id was not minted here (moved in)
---   P..'o'       HASH  token -> dead-letter move waiting to reach another slot
+--   P..'o'       HASH  token -> dead-letter move or redrive waiting to reach its queue
 --   P..'mv'      ZSET  token -> time, moves already received from another slot
 --   P..'ev'      STREAM the queue's event trail (delayq/events.py); outlives the queue
 -- A message is in exactly one of r, d, c. Times are integer microseconds.
