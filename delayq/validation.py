@@ -26,6 +26,9 @@ MIN_CLAIM_TTL = 60
 MIN_CLAIM_GRACE = 60
 MAX_PROJECT_ID_LENGTH = 256
 DEFAULT_CLAIM_LIMIT = 10
+# A long-poll claim (?wait=) waits at most this many seconds: well inside the timeouts
+# of the usual HTTP clients and proxies (python-zaqarclient's, nginx's 60 s).
+MAX_CLAIM_WAIT = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,11 @@ def query_integer(raw: str | None, name: str, low: int, high: int, default: int)
     except ValueError:
         raise ValidationError(f"{name} must be an integer; got {raw!r}.") from None
     return integer(value, name, low, high)
+
+
+def claim_wait(raw: str | None) -> int:
+    """The ``wait`` query parameter of a claim: seconds to wait for messages, 0 when absent."""
+    return query_integer(raw, "wait", 0, MAX_CLAIM_WAIT, 0)
 
 
 def query_bool(raw: str | None, name: str) -> bool:
