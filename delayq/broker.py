@@ -168,6 +168,12 @@ class Broker:
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         self.driver.release_claim(project, queue, claim_id)
 
+    # Waiting
+
+    def available_in(self, project: str, queue: str) -> float | None:
+        """Seconds until a claim on *queue* may find a message (``Driver.available_in``)."""
+        return self.driver.available_in(project, queue)
+
 
 def resolve_delay(queue_delay: int, message_delay: float | None) -> float:
     """The delay a message gets.

@@ -66,6 +66,14 @@ wsgi_opts = [
     cfg.IntOpt("workers", default=1, min=1,
                help="Number of gunicorn worker processes. Every worker serves the same "
                     "storage backend; none keeps state of its own."),
+    cfg.FloatOpt("claim_wait_poll_interval", default=1.0, min=0.05, max=20,
+                 help="Long-poll claims (POST .../claims?wait=S): longest time between "
+                      "two checks of a queue that has waiting claims, in seconds. Each "
+                      "worker process checks each such queue with one cheap backend read, "
+                      "whatever the number of waiters; a message posted through another "
+                      "worker or host is claimed within this time. Posts and releases "
+                      "served by the same worker wake its waiters at once, and a message "
+                      "known to come due sooner is claimed when due."),
 ]
 
 events_opts = [

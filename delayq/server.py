@@ -15,6 +15,7 @@ from oslo_config import cfg
 
 from delayq import conf as delayq_conf
 from delayq.conf import WSGI_GROUP
+from delayq.validation import MAX_CLAIM_WAIT
 
 WORKER_CLASS = "uvicorn_worker.UvicornWorker"
 
@@ -26,7 +27,10 @@ class Server(BaseApplication):
         self.conf = conf
         self.settings = {
             "bind": bind, "workers": workers, "worker_class": WORKER_CLASS,
-            "accesslog": None, "errorlog": "-", "loglevel": "info", "graceful_timeout": 10,
+            "accesslog": None, "errorlog": "-", "loglevel": "info",
+            # A stopping worker answers its long-poll claims (each waits at most
+            # MAX_CLAIM_WAIT) before it exits, rather than cutting their connections.
+            "graceful_timeout": MAX_CLAIM_WAIT + 5,
             # Consumers poll: keep their connections open between polls.
             "keepalive": 30,
             # gunicorn's control socket sits at one per-user path, so several servers on

@@ -30,6 +30,9 @@ DEFAULT_CLAIM_LIMIT = 10
 # answers 0), so that a request on a large dead-letter queue stays short.
 MAX_REDRIVE = 1000
 DEFAULT_REDRIVE = 100
+# A long-poll claim (?wait=) waits at most this many seconds: well inside the timeouts
+# of the usual HTTP clients and proxies (python-zaqarclient's, nginx's 60 s).
+MAX_CLAIM_WAIT = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,11 @@ def query_integer(raw: str | None, name: str, low: int, high: int, default: int)
     except ValueError:
         raise ValidationError(f"{name} must be an integer; got {raw!r}.") from None
     return integer(value, name, low, high)
+
+
+def claim_wait(raw: str | None) -> int:
+    """The ``wait`` query parameter of a claim: seconds to wait for messages, 0 when absent."""
+    return query_integer(raw, "wait", 0, MAX_CLAIM_WAIT, 0)
 
 
 def query_bool(raw: str | None, name: str) -> bool:

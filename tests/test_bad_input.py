@@ -644,6 +644,11 @@ QUERY_CASES = [
     ("POST", "/v2/queues/full/claims", "limit=0", "limit"),
     ("POST", "/v2/queues/full/claims", "limit=21", "limit"),
     ("POST", "/v2/queues/full/claims", "limit=x", "limit"),
+    ("POST", "/v2/queues/full/claims", "wait=-1", "wait"),
+    ("POST", "/v2/queues/full/claims", "wait=21", "wait"),
+    ("POST", "/v2/queues/full/claims", "wait=x", "wait"),
+    ("POST", "/v2/queues/full/claims", "wait=1.5", "wait"),
+    ("POST", "/v2/queues/full/claims", "wait=5&limit=0", "limit"),
     ("GET", "/v2/queues/full/messages/{message}", "details=x", "details"),
 ]
 

@@ -7,6 +7,7 @@ unless the test is about running without one.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import subprocess
 import threading
@@ -537,3 +538,63 @@ def test_sigterm_stops_master_and_workers_with_exit_code_zero(tmp_path):
             assert time.monotonic() < deadline, f"workers {workers} outlived the master"
             time.sleep(0.1)
         assert c.ping() is False
+
+
+# Long-poll claims across worker processes
+
+POLL_INTERVAL = 1
+WAIT = 5
+
+
+@pytest.fixture(scope="module")
+def twin_servers(tmp_path_factory):
+    """Two single-worker delayq-servers on one SQLite file: two worker processes whose
+    only link is the store, as workers of one server or API hosts are."""
+    cwd = tmp_path_factory.mktemp("e2e-long-poll")
+    config = {"drivers:transport:wsgi": {"workers": 1,
+                                         "claim_wait_poll_interval": POLL_INTERVAL},
+              "drivers:message_store:sqlite": {"path": str(cwd / "shared.sqlite")}}
+    with (delayq_server(cwd / "a", config=config) as first,
+          delayq_server(cwd / "b", config=config) as second):
+        yield first, second
+
+
+def test_a_waiting_claim_is_woken_by_a_post_in_another_worker(twin_servers):
+    waiter_server, poster_server = twin_servers
+    queue = unique("long-poll")
+    headers = http_headers()
+    waiters = 40  # more than a worker's 16 threads: waiting must hold none of them
+
+    async def scenario() -> tuple[list[httpx.Response], float, float]:
+        limits = httpx.Limits(max_connections=waiters + 2)
+        async with httpx.AsyncClient(base_url=waiter_server.url, timeout=30,
+                                     limits=limits) as client:
+            await client.put(f"/v2/queues/{queue}", headers=headers)
+            claims = [asyncio.ensure_future(client.post(
+                f"/v2/queues/{queue}/claims", params={"wait": WAIT, "limit": 1},
+                headers=headers, json={})) for _ in range(waiters)]
+            await asyncio.sleep(1)  # every claim found nothing and waits
+            assert not any(claim.done() for claim in claims), [
+                repr(c.exception() or c.result().text) for c in claims if c.done()][:3]
+            started = time.monotonic()
+            assert (await client.get("/v2/ping")).status_code == 204
+            ping_took = time.monotonic() - started
+            started = time.monotonic()
+            async with httpx.AsyncClient(base_url=poster_server.url, timeout=30) as other:
+                posted = await other.post(f"/v2/queues/{queue}/messages", headers=headers,
+                                          json={"messages": [{"body": "across"}]})
+                assert posted.status_code == 201, posted.text
+            done, _ = await asyncio.wait(claims, return_when=asyncio.FIRST_COMPLETED)
+            woken_after = time.monotonic() - started
+            answers = [claim.result() for claim in done]
+            await asyncio.gather(*claims)  # the others' waits end, with nothing
+            rest = [claim.result().status_code for claim in claims if claim not in done]
+            assert rest == [204] * (waiters - 1)
+            return answers, ping_took, woken_after
+
+    answers, ping_took, woken_after = asyncio.run(scenario())
+    assert ping_took < 1, waiter_server.stderr()
+    assert [a.status_code for a in answers] == [201], [a.text for a in answers]
+    assert [m["body"] for m in answers[0].json()["messages"]] == ["across"]
+    # Noticed by the waiting worker's next check of the store, well before the wait ends.
+    assert woken_after < POLL_INTERVAL + 1.5, waiter_server.stderr()

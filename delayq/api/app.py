@@ -12,7 +12,9 @@ from oslo_config import cfg
 
 from delayq.api import claims, errors, home, messages, queues
 from delayq.api.runner import Runner
+from delayq.api.waiting import Waiting
 from delayq.broker import Broker
+from delayq.conf import WSGI_GROUP
 from delayq.storage import load_driver
 from delayq.storage.base import Driver
 from delayq.validation import Limits
@@ -36,6 +38,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     """The API over *driver*, or over the driver *conf* selects."""
     broker = Broker(driver or load_driver(conf), Limits.from_conf(conf))
     run = Runner(broker)
+    waiting = Waiting(run, poll_interval=conf[WSGI_GROUP].claim_wait_poll_interval)
     app = falcon.asgi.App(middleware=[_Shutdown(run)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON may carry lone surrogates ("\ud800") that UTF-8 cannot encode; ASCII-escaped
@@ -52,8 +55,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     app.add_route("/v2/queues/{name}/stats", queues.QueueStats(run))
     app.add_route("/v2/queues/{name}/purge", queues.QueuePurge(run))
     app.add_route("/v2/queues/{name}/redrive", queues.QueueRedrive(run))
-    app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(run))
+    app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(run, waiting))
     app.add_route("/v2/queues/{name}/messages/{message_id}", messages.Message(run))
-    app.add_route("/v2/queues/{name}/claims", claims.ClaimCollection(run))
-    app.add_route("/v2/queues/{name}/claims/{claim_id}", claims.Claim(run))
+    app.add_route("/v2/queues/{name}/claims", claims.ClaimCollection(run, waiting))
+    app.add_route("/v2/queues/{name}/claims/{claim_id}", claims.Claim(run, waiting))
     return app

@@ -7,6 +7,8 @@ import falcon
 from delayq import validation
 from delayq.api import request, views
 from delayq.api.runner import Runner
+from delayq.api.waiting import Waiting
+from delayq.claim import Claim as ClaimResult
 
 # Claim bodies are tiny ({"ttl", "grace"}); anything much larger is not a claim request.
 MAX_CLAIM_BODY = 4096
@@ -15,8 +17,9 @@ MAX_CLAIM_BODY = 4096
 class ClaimCollection:
     """``/v2/queues/{name}/claims``"""
 
-    def __init__(self, run: Runner) -> None:
+    def __init__(self, run: Runner, waiting: Waiting) -> None:
         self.run = run
+        self.waiting = waiting
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
@@ -26,11 +29,16 @@ class ClaimCollection:
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
                                          limits.max_messages_per_claim_or_pop,
                                          validation.DEFAULT_CLAIM_LIMIT)
+        wait = validation.claim_wait(req.get_param("wait"))
         document = await request.json_body(req, MAX_CLAIM_BODY, "claim request",
                                            if_empty={})
         ttl, grace = validation.claim_options(document, limits)
-        claim = await self.run(self.run.broker.claim, project, name, ttl=ttl, grace=grace,
-                               limit=limit)
+
+        async def attempt() -> ClaimResult | None:
+            return await self.run(self.run.broker.claim, project, name, ttl=ttl,
+                                  grace=grace, limit=limit)
+
+        claim = await self.waiting.claim(project, name, attempt, limit=limit, wait=wait)
         if claim is None:
             resp.status = falcon.HTTP_204
             return
@@ -42,8 +50,9 @@ class ClaimCollection:
 class Claim:
     """``/v2/queues/{name}/claims/{claim_id}``"""
 
-    def __init__(self, run: Runner) -> None:
+    def __init__(self, run: Runner, waiting: Waiting) -> None:
         self.run = run
+        self.waiting = waiting
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
                      claim_id: str) -> None:
@@ -71,4 +80,5 @@ class Claim:
         request.client(req)
         validation.queue_name(name)
         await self.run(self.run.broker.release_claim, project, name, claim_id)
+        self.waiting.notify(project, name)
         resp.status = falcon.HTTP_204

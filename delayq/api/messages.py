@@ -7,14 +7,16 @@ import falcon
 from delayq import validation
 from delayq.api import request, views
 from delayq.api.runner import Runner
+from delayq.api.waiting import Waiting
 from delayq.errors import MessageNotFound, ValidationError
 
 
 class MessageCollection:
     """``/v2/queues/{name}/messages``"""
 
-    def __init__(self, run: Runner) -> None:
+    def __init__(self, run: Runner, waiting: Waiting) -> None:
         self.run = run
+        self.waiting = waiting
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
@@ -25,6 +27,7 @@ class MessageCollection:
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
         ids = await self.run(self.run.broker.post, project, name, client, posted, size)
+        self.waiting.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location = f"{views.queue_href(name)}/messages?ids={','.join(ids)}"
         resp.media = {"resources": [views.message_href(name, id_) for id_ in ids]}

@@ -162,6 +162,22 @@ class Driver(abc.ABC):
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         """Free the claim's messages at once; an absent claim is not an error."""
 
+    # Waiting (long-poll claims, delayq.api.waiting)
+
+    @abc.abstractmethod
+    def available_in(self, project: str, queue: str) -> float | None:
+        """Seconds, on the backend's clock, until some message of the queue is claimable.
+
+        0.0 when one is claimable now (free, due, or its claim expired); otherwise the
+        time until the earliest of the queue's delayed messages comes due or its
+        earliest claim expires. None when the queue holds no message or does not exist.
+
+        One cheap read of the structure a claim reads first (never a scan of the queue),
+        and no write. The answer is a hint for when to try a claim, not a promise: a
+        message expired but not yet removed may still count (the claim then removes it),
+        and a message dead-lettered by the claim counts as claimable.
+        """
+
     # Audit reads (delayq.spark_jobs): whole queues, in the backend's own order
 
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:

@@ -787,6 +787,18 @@ class Driver(base.Driver):
         self._claims.delete_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
                                  s.QUEUE: queue})
 
+    # Waiting
+
+    @backend_call
+    def available_in(self, project: str, queue: str) -> float | None:
+        # Covered by the claimable index: its first key of the queue, no document read.
+        head = list(self._messages.find({s.PROJECT: project, s.QUEUE: queue},
+                                        {s.AVAILABLE: 1, s.ID: 0})
+                    .sort(s.CLAIMABLE_ORDER).limit(1).hint(s.CLAIMABLE_INDEX))
+        if not head:
+            return None
+        return max(0, s.ms(head[0][s.AVAILABLE]) - self._now_ms()) / 1000
+
     # Audit reads: whole queues, for delayq.spark_jobs
 
     @backend_call

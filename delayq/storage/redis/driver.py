@@ -580,6 +580,14 @@ class Driver(base.Driver):
             self._scripts.release(keys=[self.queue_key(project, queue)],
                                   args=[self._now_arg(), claim_id])
 
+    # Waiting
+
+    def available_in(self, project: str, queue: str) -> float | None:
+        with unavailable_as_503():
+            reply = self._scripts.available_in(keys=[self.queue_key(project, queue)],
+                                               args=[self._now_arg()])
+        return reply[0] / US if reply else None
+
     # Dead-letter moves across slots, expiry of untouched queues
 
     def _settle(self, project: str, queue: str) -> None:

@@ -451,6 +451,14 @@ class Driver(base.Driver):
             db.execute(sql.CLAIM_RELEASE_MESSAGES, (claim_id, queue_id, now))
             db.execute(sql.CLAIM_DELETE, (claim_id, queue_id))
 
+    # Waiting
+
+    def available_in(self, project: str, queue: str) -> float | None:
+        row = self._db().execute(sql.NEXT_AVAILABLE, (project, queue)).fetchone()
+        if row is None:
+            return None
+        return max(0.0, row[0] - self.now())
+
     # Audit reads
 
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:

@@ -148,6 +148,12 @@ SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY messages_available
 WHERE queue_id = ? AND available <= ?
 ORDER BY available, seq LIMIT ?
 """
+# When a queue's next message is claimable: the first entry of its messages_available.
+NEXT_AVAILABLE = """
+SELECT available FROM messages INDEXED BY messages_available
+WHERE queue_id = (SELECT id FROM queues WHERE project = ? AND name = ?)
+ORDER BY available, seq LIMIT 1
+"""
 # RETURNING hands back the claimed message as stored, so a claim reads no row twice.
 MESSAGE_CLAIM = f"""
 UPDATE messages

@@ -1157,6 +1157,18 @@ class Driver(base.Driver):
                            self._held(container, claim_id, claim, now))
             self._delete(container, lay.claim_name(claim_id))
 
+    # Waiting
+
+    def available_in(self, project: str, queue: str) -> float | None:
+        # The index's first entry: names sort by availability. A queue that does not
+        # exist lists nothing.
+        with unavailable_as_503():
+            head = self._list(self._container(project, queue), lay.INDEX_PREFIX, limit=1)
+            entry = Entry.parse(head[0]) if head else None
+            if entry is None:
+                return None
+            return max(0, entry.available - self._now_us()) / US
+
     # Audit reads: whole queues, for delayq.spark_jobs. The listings are Swift's, which
     # may lag a little behind the latest writes.
 
