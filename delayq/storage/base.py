@@ -13,7 +13,7 @@ call from several threads and from several processes sharing one backend.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from oslo_config import cfg
@@ -32,6 +32,10 @@ class Driver(abc.ABC):
     # monitor, Swift's expirer) and so write no ``expired`` events; the audits then infer
     # expiry from the trail (delayq.events).
     expiry_events: bool = True
+    # Told, once a transition is stored, the kind of each message that left a queue by
+    # it (deleted, popped, dead_lettered, expired: one kind per message), whether or not
+    # the event trail is on. The API sets it to count them for /metrics.
+    endings: Callable[[Iterable[str]], None] = staticmethod(lambda kinds: None)
 
     @classmethod
     @abc.abstractmethod

@@ -95,12 +95,16 @@ class Driver(base.Driver):
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise errors.StorageUnavailable(f"SQLite is busy: {exc}") from exc
+        self._local.ended = []
         try:
             yield db
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        # Counted only once committed: a rolled-back transition ended nothing.
+        if self._local.ended:
+            self.endings(self._local.ended)
 
     def now(self) -> float:
         return self._clock()
@@ -123,6 +127,7 @@ class Driver(base.Driver):
         gone = db.execute(sql.EXPIRED_MESSAGES_DELETE, (now, self._expiry_batch)).fetchall()
         db.execute(sql.EXPIRED_CLAIMS_DELETE, (now, self._expiry_batch))
         if not self._events.enabled:
+            self._local.ended += [events.EXPIRED] * len(gone)
             return
         if gone:
             names = {id_: (project, name) for id_, project, name in db.execute(
@@ -136,7 +141,9 @@ class Driver(base.Driver):
         db.execute(sql.EVENTS_FORGET, (now - self._events.retention, self._expiry_batch * 4))
 
     def _record(self, db: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
-        """Append event rows (made by event_row) to the trail, when it is on."""
+        """Append event rows (made by event_row) to the trail, when it is on; note the
+        messages they end for ``endings`` either way."""
+        self._local.ended += [row["kind"] for row in rows if row["kind"] in events.ENDINGS]
         if rows and self._events.enabled:
             db.executemany(sql.EVENT_INSERT, rows)
 
