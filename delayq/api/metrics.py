@@ -1,8 +1,9 @@
 """``GET /metrics`` (Prometheus text format) and the request-latency middleware.
 
 The per-queue gauges are read from the store at scrape time, by the worker serving the
-scrape, through the driver's ``queue_stats``: nothing per queue is kept in the workers,
-so they never disagree and a deleted queue's series simply stop. A scrape names the
+scrape, through the driver's ``queue_counts`` (O(log n) per queue on SQLite and Redis):
+nothing per queue is kept in the workers, so they never disagree and a deleted queue's
+series simply stop. A scrape names the
 projects whose queues it wants (``?project=NAME``, repeatable); each contributes at most
 ``MAX_GAUGE_QUEUES`` queues, in name order, so one scrape's cost is bounded.
 """
@@ -96,9 +97,9 @@ def queue_counts(run: Runner, projects: list[str]) -> list[tuple[str, str, dict[
     out = []
     for project in projects:
         for name, _ in broker.driver.list_queues(project, None, MAX_GAUGE_QUEUES):
-            stats = broker.stats(project, name)
-            out.append((project, name, {"free": stats.free, "claimed": stats.claimed,
-                                        "delayed": stats.delayed}))
+            counts = broker.driver.queue_counts(project, name)
+            out.append((project, name, {"free": counts.free, "claimed": counts.claimed,
+                                        "delayed": counts.delayed}))
     return out
 
 
