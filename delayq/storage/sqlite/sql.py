@@ -249,6 +249,14 @@ _TALLY_INSTANTS = {
     TALLY_DELAYED: "min({r}.due, {r}.expires)",
     TALLY_CLAIMED: "min({r}.claim_expires, {r}.expires)",
 }
+# Which messages have an instant of the kind at all. A message posted without delay
+# (due = created) is never delayed after its post, nor is a never-claimed one
+# (claim_expires 0) claimed: leaving them out spares most writes most of the tally work.
+_TALLY_HAS = {
+    TALLY_LIVE: "1",
+    TALLY_DELAYED: "{r}.due > {r}.created",
+    TALLY_CLAIMED: "{r}.claim_expires > 0",
+}
 
 
 def _tally_ms(kind: int, row: str) -> str:
@@ -259,7 +267,8 @@ def _tally_add(kind: int, row: str, sign: int) -> str:
     values = ", ".join(
         f"({row}.queue_id, {kind}, {level}, {_tally_ms(kind, row)} >> "
         f"{TALLY_BITS * level}, {sign})" for level in range(TALLY_LEVELS))
-    return (f"INSERT INTO tallies (queue_id, kind, level, block, n) VALUES {values} "
+    return (f"INSERT INTO tallies (queue_id, kind, level, block, n) "
+            f"SELECT * FROM (VALUES {values}) WHERE {_TALLY_HAS[kind].format(r=row)} "
             "ON CONFLICT (queue_id, kind, level, block) DO UPDATE SET n = n + excluded.n;")
 
 
@@ -267,14 +276,20 @@ def _tally_triggers() -> list[str]:
     kinds = sorted(_TALLY_INSTANTS)
     inserted = "\n".join(_tally_add(k, "NEW", 1) for k in kinds)
     deleted = "\n".join(_tally_add(k, "OLD", -1) for k in kinds)
+
+    def changed(kind: int) -> str:
+        has = _TALLY_HAS[kind]
+        return (f"OLD.queue_id IS NOT NEW.queue_id\n"
+                f"  OR {_tally_ms(kind, 'OLD')} IS NOT {_tally_ms(kind, 'NEW')}\n"
+                f"  OR ({has.format(r='OLD')}) IS NOT ({has.format(r='NEW')})")
+
     return [
         f"CREATE TRIGGER IF NOT EXISTS tallies_insert AFTER INSERT ON messages BEGIN\n"
         f"{inserted}\nEND",
         f"CREATE TRIGGER IF NOT EXISTS tallies_delete AFTER DELETE ON messages BEGIN\n"
         f"{deleted}\nEND",
         *(f"CREATE TRIGGER IF NOT EXISTS tallies_update_{kind} AFTER UPDATE ON messages\n"
-          f"WHEN OLD.queue_id IS NOT NEW.queue_id\n"
-          f"  OR {_tally_ms(kind, 'OLD')} IS NOT {_tally_ms(kind, 'NEW')}\nBEGIN\n"
+          f"WHEN {changed(kind)}\nBEGIN\n"
           f"{_tally_add(kind, 'OLD', -1)}\n{_tally_add(kind, 'NEW', 1)}\nEND"
           for kind in kinds),
     ]
@@ -307,8 +322,10 @@ SELECT queue_id, kind, level, ms >> ({TALLY_BITS} * level), count(*)
 FROM (SELECT queue_id, {TALLY_LIVE} AS kind, {_tally_ms(TALLY_LIVE, "m")} AS ms FROM messages m
       UNION ALL
       SELECT queue_id, {TALLY_DELAYED}, {_tally_ms(TALLY_DELAYED, "m")} FROM messages m
+      WHERE {_TALLY_HAS[TALLY_DELAYED].format(r="m")}
       UNION ALL
-      SELECT queue_id, {TALLY_CLAIMED}, {_tally_ms(TALLY_CLAIMED, "m")} FROM messages m)
+      SELECT queue_id, {TALLY_CLAIMED}, {_tally_ms(TALLY_CLAIMED, "m")} FROM messages m
+      WHERE {_TALLY_HAS[TALLY_CLAIMED].format(r="m")})
 CROSS JOIN (SELECT column1 AS level FROM (VALUES {_LEVEL_VALUES}))
 WHERE true
 GROUP BY 1, 2, 3, 4
