@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from delayq import errors, validation
+from delayq import errors, metrics, validation
 from delayq import queue as q
 from delayq.claim import Claim
 from delayq.message import Message, NewMessage
@@ -26,9 +26,14 @@ PATCH_PREFIX = "/metadata/"
 class Broker:
     """Queues, messages and claims of every project, on one storage driver."""
 
-    def __init__(self, driver: Driver, limits: Limits) -> None:
+    def __init__(self, driver: Driver, limits: Limits,
+                 counters: metrics.Metrics | None = None) -> None:
         self.driver = driver
         self.limits = limits
+        # Posts and deliveries are counted here, from what the driver returns; messages
+        # leaving a queue are counted by the driver's ``endings`` (it alone sees expiries
+        # and dead-letter moves).
+        self.counters = counters
 
     # Queues
 
@@ -101,7 +106,9 @@ class Broker:
                        ttl=m.ttl if m.ttl is not None else default_ttl,
                        delay=resolve_delay(queue_delay, delay))
             for m, delay in zip(messages, delays, strict=True)]
-        return self.driver.post_messages(project, queue, client_id, resolved)
+        ids = self.driver.post_messages(project, queue, client_id, resolved)
+        self._count(metrics.POSTED, len(ids))
+        return ids
 
     def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
         """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
@@ -145,7 +152,9 @@ class Broker:
         self.driver.delete_messages(project, queue, ids)
 
     def pop(self, project: str, queue: str, limit: int) -> list[Message]:
-        return self.driver.pop_messages(project, queue, limit)
+        popped = self.driver.pop_messages(project, queue, limit)
+        self._count(metrics.CLAIMED, len(popped))
+        return popped
 
     # Claims
 
@@ -155,8 +164,15 @@ class Broker:
         metadata = self.driver.get_queue(project, queue)
         if metadata is None:
             return None
-        return self.driver.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
-                                 dead_letter=q.dead_letter_policy(metadata))
+        claim = self.driver.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
+                                  dead_letter=q.dead_letter_policy(metadata))
+        if claim is not None:
+            self._count(metrics.CLAIMED, len(claim.messages))
+        return claim
+
+    def _count(self, name: str, amount: int) -> None:
+        if self.counters is not None:
+            self.counters.count(name, amount)
 
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         return self.driver.get_claim(project, queue, claim_id)

@@ -60,6 +60,15 @@ def dead_lettered_ttl(messages_ttl: int | None, ttl: int, created: int, moved: i
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """A queue's live messages by state, without the oldest and newest of QueueStats."""
+
+    free: int
+    claimed: int
+    delayed: int
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """Counts of a queue's live messages; ``total`` counts free, claimed and delayed."""
 

@@ -3,12 +3,20 @@
 Settings come from ``[drivers:transport:wsgi]`` in the configuration file; ``--bind``,
 ``--port`` and ``--workers`` on the command line win over it. Each worker process builds
 its own app and storage connections after the fork.
+
+Workers share their Prometheus counters through files in one directory
+(``delayq.metrics``): ``--metrics-dir`` or ``PROMETHEUS_MULTIPROC_DIR`` names it, else a
+temporary directory is made and removed at exit. It is emptied at start either way.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
+import shutil
 import sys
+import tempfile
 
 from gunicorn.app.base import BaseApplication
 from oslo_config import cfg
@@ -16,6 +24,11 @@ from oslo_config import cfg
 from delayq import conf as delayq_conf
 from delayq.conf import WSGI_GROUP
 from delayq.validation import MAX_CLAIM_WAIT
+
+# delayq.metrics.MULTIPROC_ENV, spelled out: importing delayq.metrics (and so
+# prometheus_client) here, before the variable is set, would fix every forked worker in
+# single-process mode.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 WORKER_CLASS = "uvicorn_worker.UvicornWorker"
 
@@ -36,6 +49,7 @@ class Server(BaseApplication):
             # gunicorn's control socket sits at one per-user path, so several servers on
             # one host would unlink each other's; delayq has no use for it.
             "control_socket_disable": True,
+            "child_exit": child_exit,
         }
         super().__init__()
 
@@ -60,6 +74,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                                        "bind, 127.0.0.1).")
     parser.add_argument("--port", type=int, help="Listen port (default: "
                                                  "[drivers:transport:wsgi] port, 8888).")
+    parser.add_argument("--metrics-dir", metavar="DIR",
+                        help="Directory the workers share Prometheus values in; emptied "
+                             "at start (default: $PROMETHEUS_MULTIPROC_DIR, else a new "
+                             "temporary directory).")
     parser.add_argument("--workers", type=int, help="Worker processes (default: "
                                                     "[drivers:transport:wsgi] workers, 1).")
     return parser.parse_args(argv), [arg for f in parser.parse_args(argv).config_file
@@ -76,7 +94,30 @@ def main(argv: list[str] | None = None) -> None:
     if workers < 1:
         sys.exit("delayq-server: --workers must be at least 1")
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    use_metrics_dir(args.metrics_dir or os.environ.get(MULTIPROC_ENV))
     Server(conf, address, workers).run()
+
+
+def use_metrics_dir(directory: str | None) -> None:
+    """Make *directory* (or a new temporary one) the workers' shared metrics directory.
+
+    Set in the environment before gunicorn forks, so that every worker's
+    prometheus_client, imported after the fork with the app, starts in multiprocess mode.
+    """
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="delayq-metrics-")
+        atexit.register(shutil.rmtree, directory, True)
+    os.environ[MULTIPROC_ENV] = directory
+    from delayq.metrics import prepare_multiprocess_dir
+
+    prepare_multiprocess_dir(directory)
+
+
+def child_exit(server, worker) -> None:
+    """gunicorn hook, in the arbiter: a worker is gone; let its metric files rest."""
+    from delayq.metrics import mark_worker_dead
+
+    mark_worker_dead(worker.pid)
 
 
 if __name__ == "__main__":

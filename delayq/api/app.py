@@ -11,10 +11,12 @@ import falcon.media
 from oslo_config import cfg
 
 from delayq.api import claims, errors, home, messages, queues
+from delayq.api import metrics as metrics_api
 from delayq.api.runner import Runner
 from delayq.api.waiting import Waiting
 from delayq.broker import Broker
 from delayq.conf import WSGI_GROUP
+from delayq.metrics import Metrics
 from delayq.storage import load_driver
 from delayq.storage.base import Driver
 from delayq.validation import Limits
@@ -36,10 +38,12 @@ class _Shutdown:
 
 def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asgi.App:
     """The API over *driver*, or over the driver *conf* selects."""
-    broker = Broker(driver or load_driver(conf), Limits.from_conf(conf))
+    metrics = Metrics()
+    broker = Broker(driver or load_driver(conf), Limits.from_conf(conf), metrics)
+    broker.driver.endings = metrics.count_endings
     run = Runner(broker)
     waiting = Waiting(run, poll_interval=conf[WSGI_GROUP].claim_wait_poll_interval)
-    app = falcon.asgi.App(middleware=[_Shutdown(run)])
+    app = falcon.asgi.App(middleware=[metrics_api.RequestTimer(metrics), _Shutdown(run)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON may carry lone surrogates ("\ud800") that UTF-8 cannot encode; ASCII-escaped
     # output hands them back exactly as they came in.
@@ -47,6 +51,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
         dumps=functools.partial(json.dumps, ensure_ascii=True))
     errors.install(app)
 
+    app.add_route(metrics_api.PATH, metrics_api.MetricsResource(run, metrics))
     app.add_route("/v2", home.Home())
     app.add_route("/v2/ping", home.Ping(run))
     app.add_route("/v2/health", home.Health(run))

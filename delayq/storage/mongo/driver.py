@@ -290,11 +290,15 @@ class Driver(base.Driver):
         return s.new_event(project, queue, kind, now, self._events.retention, **fields)
 
     def _record(self, docs: list[dict[str, Any]]) -> None:
-        """Append a request's events in one insert, once the change they record is done.
+        """Append a request's events in one insert, once the change they record is done;
+        report the messages they end to ``endings`` whether the trail is on or not.
 
         MongoDB failing now loses these events, and only them: the change stands, so the
         request must not fail (a client would repeat it).
         """
+        ended = [doc[s.EVENT_KIND] for doc in docs if doc[s.EVENT_KIND] in events.ENDINGS]
+        if ended:
+            self.endings(ended)
         if not docs or not self._events.enabled:
             return
         try:
@@ -492,7 +496,8 @@ class Driver(base.Driver):
         where = {s.ID: {"$in": [s.object_id(i) for i in ids]}, s.PROJECT: project,
                  s.QUEUE: queue}
         if not self._events.enabled:
-            self._messages.delete_many(where)
+            gone = self._messages.delete_many(where).deleted_count
+            self.endings([events.DELETED] * gone)
             return
         now = self._now_ms()
         # One that expired already (the TTL monitor had not removed it yet) ended with its

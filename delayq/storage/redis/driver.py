@@ -241,7 +241,9 @@ class Driver(base.Driver):
                 try:
                     with unavailable_as_503():
                         client, clustered = connect(self._uri, **self._connect_options)
-                        scripts = Scripts(client, self._events.retention)
+                        # Late-bound: the app sets ``endings`` after the driver is built.
+                        scripts = Scripts(client, self._events.retention,
+                                          lambda kinds: self.endings(kinds))
                         scripts.load(client)
                 except errors.StorageUnavailable as exc:
                     self._link_failed_at = time.monotonic()

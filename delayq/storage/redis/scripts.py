@@ -2,14 +2,17 @@
 
 Each ``lua/NAME.lua`` runs with ``lua/common.lua`` in front of it, so helpers are
 written once; in front of both, the event-trail retention the driver was configured with
-(``EVENTS_RETENTION_MS``, 0 when the trail is off). Redis runs a script atomically:
-every state transition of the driver is one script call, whatever the number of clients
-and processes.
+(``EVENTS_RETENTION_MS``, 0 when the trail is off) and the ``ENDED`` tally. The
+script body runs as a function so that its reply can follow the tally (``wrapped``).
+Redis runs a script atomically: every state transition of the driver is one script call,
+whatever the number of clients and processes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from redis.commands.core import Script
 
@@ -22,17 +25,55 @@ NAMES = (
 )
 
 
-class Scripts:
-    """One registered ``Script`` per name in ``NAMES``, as attributes."""
+# Message endings a script reports (common.lua's ENDED), in the order it returns them.
+ENDED = ("deleted", "popped", "dead_lettered", "expired")
+ENDED_TABLE = "local ENDED = {" + ", ".join(f"{kind} = 0" for kind in ENDED) + "}\n"
 
-    def __init__(self, client, events_retention: int) -> None:
+
+def wrapped(common: str, body: str) -> str:
+    """*body* run as a function after *common*, its reply behind the ENDED counts.
+
+    The reply goes last: a script replying nil then still returns the counts (a Lua
+    table stops at its first nil).
+    """
+    counts = ", ".join(f"ENDED.{kind}" for kind in ENDED)
+    # The reply first: a table constructor reads ENDED before calling script().
+    return (f"{common}\nlocal function script()\n{body}\nend\n"
+            f"local reply = script()\nreturn {{{counts}, reply}}\n")
+
+
+class CountedScript:
+    """A registered script whose ENDED counts go to *report*; called like a Script."""
+
+    def __init__(self, script: Script, report: Callable[[Iterable[str]], None]) -> None:
+        self.script = script
+        self._report = report
+
+    def __call__(self, keys=(), args=(), client=None) -> Any:
+        reply = self.script(keys=keys, args=args, client=client)
+        ended = [kind for kind, count in zip(ENDED, reply, strict=False)
+                 for _ in range(count)]
+        if ended:
+            self._report(ended)
+        return reply[len(ENDED)] if len(reply) > len(ENDED) else None
+
+
+class Scripts:
+    """One ``CountedScript`` per name in ``NAMES``, as attributes.
+
+    *report* hears of every message a call ended (deleted, popped, dead_lettered,
+    expired), once the script has run: a Redis script either runs whole or not at all.
+    """
+
+    def __init__(self, client, events_retention: int,
+                 report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
-                  + (LUA_DIR / "common.lua").read_text())
+                  + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
         self._all: list[Script] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()
-            script = client.register_script(f"{common}\n{body}")
-            setattr(self, name, script)
+            script = client.register_script(wrapped(common, body))
+            setattr(self, name, CountedScript(script, report))
             self._all.append(script)
 
     def load(self, client) -> None:

@@ -23,7 +23,7 @@ from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import Message, NewMessage
-from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.options import GROUP
@@ -37,11 +37,33 @@ EXPIRES = sql.MESSAGE_COLUMNS.index("expires")
 CLAIM_COUNT = sql.MESSAGE_COLUMNS.index("claim_count")
 SOURCE = sql.MESSAGE_COLUMNS.index("source_queue")
 NO_EVENT = dict.fromkeys(sql.EVENT_COLUMNS)
+TALLY_HINDSIGHT = 3600  # seconds of past tally blocks kept
 
 
 def event_row(**fields: Any) -> dict[str, Any]:
     """Parameters of sql.EVENT_INSERT: the given fields, None for the rest."""
     return {**NO_EVENT, **fields}
+
+
+def tally_ranges(now: float) -> dict[str, int]:
+    """Parameters of ``sql.TALLIES_AFTER``: per level, the blocks that together cover
+    every millisecond after *now*'s, exactly once.
+
+    The first level's range starts just after *now* and runs to the next boundary of a
+    second-level block; each level then continues from there to its parent's next
+    boundary; the last level is unbounded.
+    """
+    first = int(now * 1000) + 1
+    params = {}
+    for level in range(sql.TALLY_LEVELS):
+        shift = sql.TALLY_BITS * level
+        start = first >> shift
+        end = ((start >> sql.TALLY_BITS) + 1) << sql.TALLY_BITS
+        for kind in (sql.TALLY_LIVE, sql.TALLY_DELAYED, sql.TALLY_CLAIMED):
+            params[f"s{kind}_{level}"] = start
+            params[f"e{kind}_{level}"] = end
+        first = end << shift
+    return params
 
 
 class Driver(base.Driver):
@@ -64,6 +86,7 @@ class Driver(base.Driver):
         # executescript commits on its own; each CREATE ... IF NOT EXISTS is idempotent,
         # so workers starting together may all run it.
         self._db().executescript(sql.SCHEMA)
+        self._install_tallies()
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
@@ -96,12 +119,29 @@ class Driver(base.Driver):
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise errors.StorageUnavailable(f"SQLite is busy: {exc}") from exc
+        self._local.ended = []
         try:
             yield db
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        # Counted only once committed: a rolled-back transition ended nothing.
+        if self._local.ended:
+            self.endings(self._local.ended)
+
+    def _install_tallies(self) -> None:
+        """Create the tallies and their triggers, counting the messages already stored,
+        once per database: in one write transaction, so a worker starting alongside
+        neither counts a message twice nor misses one."""
+        with self._write() as db:
+            db.execute(sql.SCHEMA_MARKS)
+            if db.execute(sql.TALLIES_MARKED, (sql.TALLIES_MARK,)).fetchone():
+                return
+            for statement in sql.TALLY_SCHEMA:
+                db.execute(statement)
+            db.execute(sql.TALLIES_BACKFILL)
+            db.execute(sql.TALLIES_MARK_SET, (sql.TALLIES_MARK,))
 
     def now(self) -> float:
         return self._clock()
@@ -124,6 +164,8 @@ class Driver(base.Driver):
         gone = db.execute(sql.EXPIRED_MESSAGES_DELETE, (now, self._expiry_batch)).fetchall()
         db.execute(sql.EXPIRED_CLAIMS_DELETE, (now, self._expiry_batch))
         if not self._events.enabled:
+            self._local.ended += [events.EXPIRED] * len(gone)
+            self._forget_tallies(db, now)
             return
         if gone:
             names = {id_: (project, name) for id_, project, name in db.execute(
@@ -133,11 +175,23 @@ class Driver(base.Driver):
                           kind=events.EXPIRED, time=expires, message_id=id_,
                           claim_count=count, expires=expires)
                 for queue_id, id_, count, expires in gone if queue_id in names])
+        self._forget_tallies(db, now)
         # Events leave in batches as new ones arrive, like expired messages.
         db.execute(sql.EVENTS_FORGET, (now - self._events.retention, self._expiry_batch * 4))
 
+    def _forget_tallies(self, db: sqlite3.Connection, now: float) -> None:
+        """Remove a batch of tally blocks that ended an hour or more before *now*: no
+        count reads them again (the hour allows for a clock stepping back)."""
+        past = int((now - TALLY_HINDSIGHT) * 1000)
+        db.execute(sql.TALLIES_FORGET, {
+            "limit": self._expiry_batch * 4,
+            **{f"b{level}": past >> (sql.TALLY_BITS * level)
+               for level in range(sql.TALLY_LEVELS)}})
+
     def _record(self, db: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
-        """Append event rows (made by event_row) to the trail, when it is on."""
+        """Append event rows (made by event_row) to the trail, when it is on; note the
+        messages they end for ``endings`` either way."""
+        self._local.ended += [row["kind"] for row in rows if row["kind"] in events.ENDINGS]
         if rows and self._events.enabled:
             db.executemany(sql.EVENT_INSERT, rows)
 
@@ -195,6 +249,8 @@ class Driver(base.Driver):
                                         time=self.now())])
             if drop:
                 db.execute(sql.QUEUE_DELETE, (queue_id,))
+                # A new queue may get the same id.
+                db.execute(sql.TALLIES_DELETE_QUEUE, (queue_id,))
 
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:
@@ -220,6 +276,18 @@ class Driver(base.Driver):
             newest = self._message(row, now) if row else None
         return QueueStats(free=free, claimed=claimed, delayed=delayed, oldest=oldest,
                           newest=newest)
+
+    def queue_counts(self, project: str, name: str) -> QueueCounts:
+        """From the tallies: O(log n), to the millisecond (a message due, or a claim
+        ending, later in the current millisecond already counts as free)."""
+        db = self._db()
+        now = self.now()
+        queue_id = self._queue_id(db, project, name)
+        if queue_id is None:
+            return QueueCounts(0, 0, 0)
+        live, delayed, claimed = db.execute(
+            sql.TALLIES_AFTER, {"queue_id": queue_id, **tally_ranges(now)}).fetchone()
+        return QueueCounts(free=live - delayed - claimed, claimed=claimed, delayed=delayed)
 
     # Messages
 

@@ -248,3 +248,130 @@ SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue_id = ? AND expires > ? ORDER
 QUEUE_NAMES_BY_ID = """
 SELECT id, project, name FROM queues WHERE id IN (SELECT value FROM json_each(?))
 """
+
+# Tallies: queue counts (live, delayed, claimed) at any instant without reading messages.
+#
+# Each message contributes, per kind, one instant (in integer milliseconds): when it stops
+# being live (expires), delayed (its due time, or its expiry if sooner) or claimed (its
+# claim's expiry, or its expiry if sooner). The count of a kind at instant T is the number
+# of those instants after T. ``tallies`` holds, for every level L, how many instants fall
+# in each block of 2^(12 L) ms: a count after T sums at most 4095 blocks of each level
+# (blocks of 1 ms, 4.1 s, 4.7 h, then 2.2 years), never the messages. Triggers keep it in
+# the transaction of every change to messages, so every write path is covered.
+# Blocks in the past are never read again and are removed in batches (TALLIES_FORGET).
+
+TALLY_LIVE, TALLY_DELAYED, TALLY_CLAIMED = range(3)
+TALLY_LEVELS = 4
+TALLY_BITS = 12
+_TALLY_INSTANTS = {
+    TALLY_LIVE: "{r}.expires",
+    TALLY_DELAYED: "min({r}.due, {r}.expires)",
+    TALLY_CLAIMED: "min({r}.claim_expires, {r}.expires)",
+}
+# Which messages have an instant of the kind at all. A message posted without delay
+# (due = created) is never delayed after its post, nor is a never-claimed one
+# (claim_expires 0) claimed: leaving them out spares most writes most of the tally work.
+_TALLY_HAS = {
+    TALLY_LIVE: "1",
+    TALLY_DELAYED: "{r}.due > {r}.created",
+    TALLY_CLAIMED: "{r}.claim_expires > 0",
+}
+
+
+def _tally_ms(kind: int, row: str) -> str:
+    return f"CAST({_TALLY_INSTANTS[kind].format(r=row)} * 1000 AS INTEGER)"
+
+
+def _tally_add(kind: int, row: str, sign: int) -> str:
+    values = ", ".join(
+        f"({row}.queue_id, {kind}, {level}, {_tally_ms(kind, row)} >> "
+        f"{TALLY_BITS * level}, {sign})" for level in range(TALLY_LEVELS))
+    return (f"INSERT INTO tallies (queue_id, kind, level, block, n) "
+            f"SELECT * FROM (VALUES {values}) WHERE {_TALLY_HAS[kind].format(r=row)} "
+            "ON CONFLICT (queue_id, kind, level, block) DO UPDATE SET n = n + excluded.n;")
+
+
+def _tally_triggers() -> list[str]:
+    kinds = sorted(_TALLY_INSTANTS)
+    inserted = "\n".join(_tally_add(k, "NEW", 1) for k in kinds)
+    deleted = "\n".join(_tally_add(k, "OLD", -1) for k in kinds)
+
+    def changed(kind: int) -> str:
+        has = _TALLY_HAS[kind]
+        return (f"OLD.queue_id IS NOT NEW.queue_id\n"
+                f"  OR {_tally_ms(kind, 'OLD')} IS NOT {_tally_ms(kind, 'NEW')}\n"
+                f"  OR ({has.format(r='OLD')}) IS NOT ({has.format(r='NEW')})")
+
+    return [
+        f"CREATE TRIGGER IF NOT EXISTS tallies_insert AFTER INSERT ON messages BEGIN\n"
+        f"{inserted}\nEND",
+        f"CREATE TRIGGER IF NOT EXISTS tallies_delete AFTER DELETE ON messages BEGIN\n"
+        f"{deleted}\nEND",
+        *(f"CREATE TRIGGER IF NOT EXISTS tallies_update_{kind} AFTER UPDATE ON messages\n"
+          f"WHEN {changed(kind)}\nBEGIN\n"
+          f"{_tally_add(kind, 'OLD', -1)}\n{_tally_add(kind, 'NEW', 1)}\nEND"
+          for kind in kinds),
+    ]
+
+
+SCHEMA_MARKS = "CREATE TABLE IF NOT EXISTS schema_marks (name TEXT PRIMARY KEY)"
+# Run in one write transaction, once per database (schema_marks records it).
+TALLY_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS tallies (
+    queue_id INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    UNIQUE (queue_id, kind, level, block)
+)""",
+    "CREATE INDEX IF NOT EXISTS tallies_block ON tallies (level, block)",
+    *_tally_triggers(),
+]
+
+_LEVEL_VALUES = ", ".join(f"({level})" for level in range(TALLY_LEVELS))
+TALLIES_MARK = "tallies"
+TALLIES_MARKED = "SELECT 1 FROM schema_marks WHERE name = ?"
+TALLIES_MARK_SET = "INSERT INTO schema_marks (name) VALUES (?)"
+# A database made before tallies existed: count its messages once, in the transaction
+# that creates the triggers (so no message is counted twice or missed).
+TALLIES_BACKFILL = f"""
+INSERT INTO tallies (queue_id, kind, level, block, n)
+SELECT queue_id, kind, level, ms >> ({TALLY_BITS} * level), count(*)
+FROM (SELECT queue_id, {TALLY_LIVE} AS kind, {_tally_ms(TALLY_LIVE, "m")} AS ms FROM messages m
+      UNION ALL
+      SELECT queue_id, {TALLY_DELAYED}, {_tally_ms(TALLY_DELAYED, "m")} FROM messages m
+      WHERE {_TALLY_HAS[TALLY_DELAYED].format(r="m")}
+      UNION ALL
+      SELECT queue_id, {TALLY_CLAIMED}, {_tally_ms(TALLY_CLAIMED, "m")} FROM messages m
+      WHERE {_TALLY_HAS[TALLY_CLAIMED].format(r="m")})
+CROSS JOIN (SELECT column1 AS level FROM (VALUES {_LEVEL_VALUES}))
+WHERE true
+GROUP BY 1, 2, 3, 4
+ON CONFLICT (queue_id, kind, level, block) DO UPDATE SET n = n + excluded.n
+"""
+TALLIES_DELETE_QUEUE = "DELETE FROM tallies WHERE queue_id = ?"
+# One range of one level: the blocks [start, end) of a kind (end None: no upper bound).
+_TALLY_RANGE = ("SELECT coalesce(sum(n), 0) FROM tallies WHERE queue_id = :queue_id "
+                "AND kind = {kind} AND level = {level} AND block >= :s{kind}_{level}{end}")
+
+
+def tallies_after() -> str:
+    """The query of the live, delayed and claimed counts, one range per kind and level;
+    parameters ``queue_id`` and ``s<kind>_<level>``/``e<kind>_<level>`` (the driver's
+    ``tally_ranges``)."""
+    columns = []
+    for kind in sorted(_TALLY_INSTANTS):
+        parts = [_TALLY_RANGE.format(
+            kind=kind, level=level,
+            end="" if level == TALLY_LEVELS - 1 else f" AND block < :e{kind}_{level}")
+            for level in range(TALLY_LEVELS)]
+        columns.append("(" + " + ".join(f"({p})" for p in parts) + ")")
+    return "SELECT " + ", ".join(columns)
+
+
+TALLIES_AFTER = tallies_after()
+# Blocks that ended over an hour ago (clocks may step back a little), a batch per level.
+TALLIES_FORGET = "DELETE FROM tallies WHERE rowid IN (" + " UNION ALL ".join(
+    f"SELECT * FROM (SELECT rowid FROM tallies WHERE level = {level} AND block < :b{level} "
+    "LIMIT :limit)" for level in range(TALLY_LEVELS)) + ")"

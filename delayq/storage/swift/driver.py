@@ -406,8 +406,12 @@ class Driver(base.Driver):
         """Write a request's events as one object, once the change they record is done.
 
         Swift failing now loses these events, and only them: the change stands, so the
-        request must not fail (a client would repeat it).
+        request must not fail (a client would repeat it). The messages they end go to
+        ``endings`` whether the trail is on or not.
         """
+        ended = [event.kind for event in trail if event.kind in events.ENDINGS]
+        if ended:
+            self.endings(ended)
         if not trail or not self._events.enabled:
             return
         container = lay.events_container(self._prefix, project, queue)

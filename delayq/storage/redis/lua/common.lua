@@ -18,7 +18,9 @@
 --   P..'ev'      STREAM the queue's event trail (delayq/events.py); outlives the queue
 -- A message is in exactly one of r, d, c. Times are integer microseconds.
 --
--- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail).
+-- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail),
+-- and ENDED, the messages this call ended by kind (counted by trail(), trail on or off),
+-- which it returns to the driver in front of the script's own reply.
 
 local US = 1000000
 local BUCKET = 64
@@ -153,6 +155,9 @@ end
 local trail_cutoff = nil
 
 local function trail(P, kind, t, fields)
+  if ENDED[kind] ~= nil then
+    ENDED[kind] = ENDED[kind] + 1
+  end
   if EVENTS_RETENTION_MS == 0 then
     return
   end
@@ -175,7 +180,9 @@ end
 
 -- The 'expired' event of message *m* (at the instant it expired).
 local function trail_expired(P, nonce, seq, m)
-  if EVENTS_RETENTION_MS ~= 0 then
+  if EVENTS_RETENTION_MS == 0 then
+    ENDED.expired = ENDED.expired + 1
+  else
     trail(P, 'expired', m.expires, {'m', message_id(nonce, seq, m), 'c', m.count,
                                     'e', int(m.expires)})
   end

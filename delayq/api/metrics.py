@@ -1,0 +1,110 @@
+"""``GET /metrics`` (Prometheus text format) and the request-latency middleware.
+
+The per-queue gauges are read from the store at scrape time, by the worker serving the
+scrape, through the driver's ``queue_counts`` (O(log n) per queue on SQLite and Redis):
+nothing per queue is kept in the workers, so they never disagree and a deleted queue's
+series simply stop. A scrape names the
+projects whose queues it wants (``?project=NAME``, repeatable); each contributes at most
+``MAX_GAUGE_QUEUES`` queues, in name order, so one scrape's cost is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import falcon
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from delayq import validation
+from delayq.api.runner import Runner
+from delayq.errors import ValidationError
+from delayq.metrics import Metrics
+
+PATH = "/metrics"
+MAX_GAUGE_QUEUES = 1000
+MAX_GAUGE_PROJECTS = 20
+GAUGE_LABELS = ("project", "queue")
+GAUGES = (("free", "delayq_queue_free_messages",
+           "Messages a claim could take now."),
+          ("claimed", "delayq_queue_claimed_messages",
+           "Messages held by a live claim."),
+          ("delayed", "delayq_queue_delayed_messages",
+           "Messages whose delay has not passed yet."))
+
+
+class RequestTimer:
+    """Middleware: observes every request's latency, labelled by its route template.
+
+    The template (``/v2/queues/{name}/messages``), not the path, keeps the number of
+    series bounded; a request no route matched is labelled ``unmatched``.
+    """
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.started = time.perf_counter()
+
+    async def process_response(self, req: falcon.Request, resp: falcon.Response,
+                               resource: object, req_succeeded: bool) -> None:
+        started = getattr(req.context, "started", None)
+        if started is None or req.path == PATH:
+            return
+        status = resp.status if isinstance(resp.status, int) else int(str(resp.status)[:3])
+        self.metrics.observe_request(req.method, req.uri_template or "unmatched", status,
+                                     time.perf_counter() - started)
+
+
+class QueueGauges(Collector):
+    """Free, claimed and delayed counts of the queues of some projects, read now."""
+
+    def __init__(self, counts: list[tuple[str, str, dict[str, int]]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        for field, name, text in GAUGES:
+            family = GaugeMetricFamily(name, text, labels=GAUGE_LABELS)
+            for project, queue, counts in self.counts:
+                family.add_metric([project, queue], counts[field])
+            yield family
+
+
+class MetricsResource:
+    """``/metrics``: counters and latency of every worker, gauges of asked-for projects."""
+
+    def __init__(self, run: Runner, metrics: Metrics) -> None:
+        self.run = run
+        self.metrics = metrics
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        projects = req.get_param_as_list("project") or []
+        if len(projects) > MAX_GAUGE_PROJECTS:
+            raise ValidationError(f"At most {MAX_GAUGE_PROJECTS} project parameters.")
+        projects = [validation.project_id(p) for p in dict.fromkeys(projects)]
+        counts = await self.run(queue_counts, self.run, projects)
+        registry = self.metrics.scrape_registry()
+        text = await self.run(render, registry, QueueGauges(counts))
+        resp.data = text
+        resp.content_type = CONTENT_TYPE_LATEST
+
+
+def queue_counts(run: Runner, projects: list[str]) -> list[tuple[str, str, dict[str, int]]]:
+    """``(project, queue, {free, claimed, delayed})`` of each project's first queues."""
+    broker = run.broker
+    out = []
+    for project in projects:
+        for name, _ in broker.driver.list_queues(project, None, MAX_GAUGE_QUEUES):
+            counts = broker.driver.queue_counts(project, name)
+            out.append((project, name, {"free": counts.free, "claimed": counts.claimed,
+                                        "delayed": counts.delayed}))
+    return out
+
+
+def render(registry: CollectorRegistry, gauges: QueueGauges) -> bytes:
+    """The exposition text of *registry* followed by *gauges*."""
+    extra = CollectorRegistry(auto_describe=False)
+    extra.register(gauges)
+    return generate_latest(registry) + generate_latest(extra)
