@@ -70,3 +70,21 @@ def test_counts_agree_with_stats_through_every_transition(broker, driver, clock)
     post(broker, "q", "later", delay=60)
     claim(broker, "q", limit=1, ttl=600, grace=60)
     assert agree(driver, "q") == QueueCounts(0, 1, 1)
+
+
+def test_counts_follow_a_redrive(broker, driver, clock):
+    create(broker, "q", _max_claim_count=1, _dead_letter_queue="dlq")
+    post(broker, "q", "a", "b", "c")
+    claim(broker, "q", limit=3, ttl=60, grace=60)
+    clock.advance(60.0005)
+    assert claim(broker, "q") is None  # all three moved
+    broker.patch_queue(PROJECT, "dlq", [
+        {"op": "add", "path": "/metadata/_default_message_delay", "value": 60}])
+    post(broker, "dlq", "delayed", delay=60)
+    held = claim(broker, "dlq", limit=1, ttl=60, grace=60)
+    assert held is not None
+    assert agree(driver, "dlq") == QueueCounts(2, 1, 1)
+    assert broker.redrive(PROJECT, "dlq", destination="back") == 3
+    assert agree(driver, "dlq") == QueueCounts(0, 1, 0)
+    assert agree(driver, "back") == QueueCounts(3, 0, 0)
+    assert agree(driver, "q") == QueueCounts(0, 0, 0)
