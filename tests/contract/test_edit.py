@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -216,3 +217,51 @@ def test_each_edit_is_in_the_trail_with_the_due_it_leaves(broker, clock):
     assert edited[0].due == pytest.approx(clock.now - 3 + 600, abs=0.002)
     assert edited[1].due == pytest.approx(clock.now + 10, abs=0.002)
     assert edited[1].time == pytest.approx(clock.now, abs=0.002)
+
+
+def test_an_edit_racing_claims_is_seen_by_the_claim_exactly_when_it_succeeded(live_broker):
+    """On the real clock: claimers drain the queue while an editor edits every message.
+
+    An edit that answered 200 came before the one claim of its message, which must
+    therefore return the new body; one refused (409) came after it, which returned the
+    old one. Every message is claimed exactly once.
+    """
+    broker = live_broker
+    ids = post(broker, "race", *[f"old {i}" for i in range(12)])
+    outcome: dict[str, str] = {}
+    bodies: dict[str, Any] = {}
+    failures: list[BaseException] = []
+    barrier = threading.Barrier(3)
+
+    def edit_all() -> None:
+        barrier.wait()
+        for mid in ids:
+            try:
+                edit(broker, "race", mid, body=f"new {mid}")
+                outcome[mid] = "edited"
+            except errors.MessageHeld:
+                outcome[mid] = "held"
+            except BaseException as exc:
+                failures.append(exc)
+
+    def claim_all() -> None:
+        barrier.wait()
+        try:
+            while (result := claim(broker, "race", limit=2)) is not None:
+                for m in result.messages:
+                    assert m.id not in bodies, "claimed twice"
+                    bodies[m.id] = m.body
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [threading.Thread(target=edit_all)] + [
+        threading.Thread(target=claim_all) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert failures == []
+    assert sorted(bodies) == sorted(ids) == sorted(outcome)
+    for mid in ids:
+        expected = f"new {mid}" if outcome[mid] == "edited" else f"old {ids.index(mid)}"
+        assert bodies[mid] == expected, (mid, outcome[mid])
