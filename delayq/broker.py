@@ -14,10 +14,10 @@ from typing import Any
 from delayq import errors, metrics, validation
 from delayq import queue as q
 from delayq.claim import Claim
-from delayq.message import Message, NewMessage
+from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.queue import QueueStats
 from delayq.storage.base import Driver
-from delayq.validation import Limits, PostedMessage
+from delayq.validation import Limits, MessageEdit, PostedMessage
 
 PATCH_OPS = ("add", "replace", "remove")
 PATCH_PREFIX = "/metadata/"
@@ -120,6 +120,27 @@ class Broker:
                     m.deliver_at, now, self.limits.max_message_delay,
                     f"messages[{index}].deliver_at")
                 for index, m in enumerate(messages)]
+
+    def edit_message(self, project: str, queue: str, message_id: str,
+                     edit: MessageEdit) -> Message:
+        """Change the body and/or the remaining delay of a message no claim holds.
+
+        The new body counts against the queue's ``_max_messages_post_size``. A delay
+        (``deliver_at`` turned into one on the backend's clock) is range-checked, then
+        resolved like a post's: a normal queue ignores it. The driver applies the rest
+        in one atomic step (``Driver.edit_message``).
+        """
+        metadata = self.with_reserved_defaults(self.driver.get_queue(project, queue) or {})
+        if edit.body is not NO_CHANGE:
+            validation.body_size(edit.body, metadata[q.MAX_MESSAGES_POST_SIZE])
+        delay: float | None = edit.delay
+        if edit.deliver_at is not None:
+            delay = validation.delay_until(edit.deliver_at, self.driver.now(),
+                                           self.limits.max_message_delay, "deliver_at")
+        if metadata[q.DEFAULT_MESSAGE_DELAY] <= 0:
+            delay = None  # as resolve_delay does for a post: the due time stays
+        return self.driver.edit_message(project, queue, message_id, body=edit.body,
+                                        delay=delay)
 
     def redrive(self, project: str, queue: str, *, destination: str | None = None,
                 limit: int = validation.DEFAULT_REDRIVE) -> int:

@@ -49,3 +49,13 @@ class StorageUnavailable(DelayqError):
 
 class Conflict(DelayqError):
     """The request contradicts the resource's current state (HTTP 409)."""
+
+
+class MessageHeld(Conflict):
+    """A live claim holds the message, so it cannot be edited (HTTP 409)."""
+
+    @classmethod
+    def editing(cls, message_id: str) -> MessageHeld:
+        """The error every driver raises for an edit of a claimed message."""
+        return cls(f"Message {message_id} is claimed: it can be edited once its claim is "
+                   "deleted, released or expired.")

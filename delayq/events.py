@@ -15,6 +15,8 @@ popped          message_id, claim_count — delivered and deleted in one step
 deleted         message_id, claim_id (when deleted under a claim), claim_count
 dead_lettered   message_id, claim_count, source, target, ttl, expires, body — written
                 in the source queue's trail
+edited          message_id, due (after the edit: unchanged unless it gave a delay),
+                claim_count — a free message's body and/or delay changed (PATCH)
 redriven        message_id, claim_count (before the redrive reset it), source (this
                 dead-letter queue), target (the queue it went to), expires
 expired         message_id, claim_count; ``time`` is the instant it expired (the
@@ -45,7 +47,9 @@ DEAD_LETTERED = "dead_lettered"
 EXPIRED = "expired"
 PURGED = "purged"
 REDRIVEN = "redriven"
-KINDS = (POSTED, CLAIMED, POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED, REDRIVEN)
+EDITED = "edited"
+KINDS = (POSTED, CLAIMED, POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED, REDRIVEN,
+         EDITED)
 
 # Events that end a message's life in the queue named by the event.
 ENDINGS = (POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED, REDRIVEN)

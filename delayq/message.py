@@ -6,8 +6,21 @@ process agrees on when a message is due, whatever its own clock says.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
+
+
+class Unchanged(enum.Enum):
+    """The type of ``NO_CHANGE``: an edit leaves this field as it is.
+
+    A sentinel, not None, because None (JSON null) is a valid message body.
+    """
+
+    NO_CHANGE = "no change"
+
+
+NO_CHANGE = Unchanged.NO_CHANGE
 
 
 @dataclass(frozen=True, slots=True)

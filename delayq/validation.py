@@ -20,6 +20,7 @@ from oslo_config import cfg
 from delayq import queue as q
 from delayq.conf import TRANSPORT_GROUP
 from delayq.errors import ValidationError
+from delayq.message import NO_CHANGE, Unchanged
 
 MIN_MESSAGE_TTL = 60
 MIN_CLAIM_TTL = 60
@@ -302,6 +303,59 @@ def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
             deliver_at = rfc3339(deliver_at, f"{where}.deliver_at")
         checked.append(PostedMessage(message["body"], ttl, delay, deliver_at))
     return checked
+
+
+# The fields of a message edit (PATCH of one message), in the order errors name them.
+EDIT_FIELDS = ("body", "delay", "deliver_at")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEdit:
+    """A checked message edit: what changes, with the delay not yet resolved."""
+
+    body: Any | Unchanged = NO_CHANGE
+    delay: int | None = None
+    #: ``deliver_at`` as POSIX seconds; the broker turns it into a delay.
+    deliver_at: float | None = None
+
+
+def message_edit(document: Any, limits: Limits) -> MessageEdit:
+    """Check a message edit ``{"body", "delay", "deliver_at"}`` (any of them).
+
+    A null ``delay`` or ``deliver_at`` counts as absent, as in a post; a null ``body``
+    is the body ``null``. The size of the new body is the broker's to check: the
+    queue's own limit applies.
+    """
+    if not isinstance(document, dict):
+        raise ValidationError("The message edit must be a JSON object with any of "
+                              f"{', '.join(EDIT_FIELDS)}.")
+    unknown = sorted(set(document) - set(EDIT_FIELDS))
+    if unknown:
+        names = ", ".join(repr(name[:40]) for name in unknown[:5])
+        raise ValidationError(f"Unknown message edit field(s) {names}: use "
+                              f"{', '.join(EDIT_FIELDS)}.")
+    delay = document.get("delay")
+    deliver_at = document.get("deliver_at")
+    if "body" not in document and delay is None and deliver_at is None:
+        raise ValidationError("The message edit changes nothing: give any of "
+                              f"{', '.join(EDIT_FIELDS)}.")
+    if delay is not None:
+        integer(delay, "delay", 0, limits.max_message_delay)
+        if deliver_at is not None:
+            raise ValidationError("The message edit has both delay and deliver_at; "
+                                  "give one.")
+    if deliver_at is not None:
+        deliver_at = rfc3339(deliver_at, "deliver_at")
+    return MessageEdit(document.get("body", NO_CHANGE), delay, deliver_at)
+
+
+def body_size(body: Any, limit: int) -> None:
+    """Refuse a message body (an edit's) whose compact UTF-8 JSON is over *limit*."""
+    size = len(json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+               .encode(errors="surrogatepass"))
+    if size > limit:
+        raise ValidationError(f"The message body is {size} bytes; the limit is {limit} "
+                              "(max_messages_post_size).")
 
 
 def redrive_options(document: Any) -> tuple[str | None, int]:

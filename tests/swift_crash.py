@@ -16,7 +16,7 @@ from swiftclient.client import Connection
 from delayq.broker import Broker
 from delayq.storage.swift.driver import Driver
 from delayq.storage.swift.layout import CLAIMED, MESSAGE_PREFIX, Entry, Record
-from delayq.validation import Limits
+from delayq.validation import Limits, message_edit
 
 
 def die() -> None:
@@ -95,13 +95,37 @@ class DiesBeforeDeletingTheSource(Driver):
         die()
 
 
+class DiesAfterWinningAnEdit(Driver):
+    """Dies once it has won an edit's generation marker, before rewriting the message."""
+
+    def _bid(self, container: str, name: str, marker: dict[str, Any],
+             headers: dict[str, str]) -> bool:
+        won = super()._bid(container, name, marker, headers)
+        if won and marker["kind"] == "edit":
+            die()
+        return won
+
+
+class DiesAfterRewritingTheEdited(Driver):
+    """Dies once the edited message is rewritten, before its index entry moves (an
+    edit's move is the one that bumps the generation and keeps the claim count)."""
+
+    def _move_entry(self, container: str, message_id: str, old: Entry, new: Entry
+                    ) -> bool:
+        if new.generation > old.generation and new.count == old.count:
+            die()
+        return super()._move_entry(container, message_id, old, new)
+
+
 KINDS = {"after-claim-bid": DiesAfterWinningAClaim,
          "after-claim-record": DiesAfterWritingTheClaim,
          "after-claim-entry": DiesAfterTheNewEntry,
          "after-move-bid": DiesAfterWinningAMove,
          "after-moving-mark": DiesAfterMarkingMoving,
          "after-copy": DiesAfterCopying,
-         "before-source-delete": DiesBeforeDeletingTheSource}
+         "before-source-delete": DiesBeforeDeletingTheSource,
+         "after-edit-bid": DiesAfterWinningAnEdit,
+         "after-edit-write": DiesAfterRewritingTheEdited}
 
 
 class FixedClock:
@@ -136,3 +160,20 @@ def redrive_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project:
     driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
     Broker(driver, Limits()).redrive(project, queue, limit=1)
     raise SystemExit("the redrive finished without reaching the crash point")
+
+
+def edit_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
+                 queue: str, now: float, message_id: str, document: dict[str, Any]
+                 ) -> None:
+    """Edit *message_id* of *queue* at time *now* as *document* (a client's PATCH body)
+    with a driver that dies at *kind*."""
+    auth_url, user, key = auth
+
+    def connect() -> Connection:
+        return Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
+
+    driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
+    limits = Limits()
+    Broker(driver, limits).edit_message(project, queue, message_id,
+                                        message_edit(document, limits))
+    raise SystemExit("the edit finished without reaching the crash point")

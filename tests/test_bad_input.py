@@ -143,6 +143,7 @@ MESSAGE_ROUTES = [
     ("DELETE", "/messages?pop=1", None, None),
     ("GET", "/messages/{message}", None, None),
     ("DELETE", "/messages/{message}", None, None),
+    ("PATCH", "/messages/{message}", {"body": "edited"}, "application/json"),
     ("POST", "/claims", {"ttl": 60}, None),
     ("GET", "/claims/{claim}", None, None),
     ("PATCH", "/claims/{claim}", {"ttl": 60}, None),
@@ -173,6 +174,7 @@ BODY_ROUTES = {
     "claim": ("POST", "/v2/queues/{q}/claims", None),
     "renew": ("PATCH", "/v2/queues/{q}/claims/{claim}", None),
     "purge": ("POST", "/v2/queues/{q}/purge", None),
+    "edit": ("PATCH", "/v2/queues/{q}/messages/{message}", "application/json"),
 }
 
 
@@ -180,7 +182,8 @@ def body_call(world, route, body, queue=None):
     method, template, content_type = BODY_ROUTES[route]
     if queue is None:
         queue = "fresh" if route in ("post", "put") else "full"
-    path = template.format(q=queue, claim=world.claim_id)
+    # The free message: the world's claim holds the first one.
+    path = template.format(q=queue, claim=world.claim_id, message=world.message_ids[1])
     return send(world.client, method, path, world.headers, body, content_type=content_type)
 
 
@@ -284,6 +287,30 @@ def test_patch_missing_key_conflict(world):
         resp = body_call(world, "patch", [{"op": "add", "path": "/metadata/x", "value": 1},
                                           {"op": op, "path": "/metadata/missing", "value": 1}])
         assert_rejected(resp, 409, "missing")
+    world.assert_unchanged()
+
+
+def test_edit_bad_documents(world):
+    for body in (b"", "null", '"x"', "[]", '[{"body": 1}]', "{}", '{"delay": null}',
+                 '{"body": 1, "ttl": 60}', '{"delay": 5, "deliver_at": "2026-01-01T00:00:00Z"}',
+                 '{"delay": -1}', '{"delay": true}', '{"deliver_at": 5}'):
+        assert_rejected(body_call(world, "edit", body), 400)
+    world.assert_unchanged()
+
+
+def test_edit_refusals_other_than_400(world):
+    path = f"/v2/queues/full/messages/{world.message_ids[0]}"
+    resp = send(world.client, "PATCH", path, world.headers, {"body": "x"},
+                content_type="application/json")
+    assert_rejected(resp, 409, "claimed")
+    for content_type in (None, "text/plain", PATCH_TYPE):
+        resp = send(world.client, "PATCH", path.replace(world.message_ids[0],
+                                                        world.message_ids[1]),
+                    world.headers, {"body": "x"}, content_type=content_type)
+        assert_rejected(resp, 415)
+    resp = send(world.client, "PATCH", "/v2/queues/full/messages/" + "0" * 24, world.headers,
+                {"body": "x"}, content_type="application/json")
+    assert_rejected(resp, 404)
     world.assert_unchanged()
 
 

@@ -628,6 +628,96 @@ def test_a_bad_deliver_at_is_a_400_that_stores_nothing(client, headers, fields, 
     assert stats(client, headers, "dq")["total"] == 0
 
 
+# Editing one message (delayq): PATCH /v2/queues/{name}/messages/{id}
+
+
+def edit_message(client, headers, queue, message_id, document,
+                 content_type="application/json"):
+    return client.simulate_patch(f"/v2/queues/{queue}/messages/{message_id}",
+                                 body=json.dumps(document),
+                                 headers={**headers, "Content-Type": content_type})
+
+
+@pytest.mark.parametrize("content_type", ["application/json",
+                                          "application/merge-patch+json; charset=utf-8"])
+def test_edit_answers_the_detailed_view(client, headers, content_type):
+    client.simulate_put("/v2/queues/dq", headers=headers,
+                        json={"_default_message_delay": 60})
+    (mid,) = post(client, headers, "dq", {"v": 1}, ttl=600)
+    resp = edit_message(client, headers, "dq", mid, {"body": {"v": 2}, "delay": 0},
+                        content_type)
+    assert resp.status_code == 200, resp.text
+    view = resp.json
+    assert set(view) == DEFAULT_VIEW_KEYS | DETAIL_KEYS
+    assert (view["id"], view["body"], view["ttl"], view["delay_expires"]) == (
+        mid, {"v": 2}, 600, None)
+    assert get_message(client, headers, "dq", mid).json["body"] == {"v": 2}
+    _, messages = claim(client, headers, "dq")
+    assert message_ids(messages) == [mid]
+
+
+def test_edit_delays_a_message_again(client, headers):
+    client.simulate_put("/v2/queues/dq", headers=headers,
+                        json={"_default_message_delay": 60})
+    (mid,) = post(client, headers, "dq", "x", delay=0)
+    resp = edit_message(client, headers, "dq", mid, {"delay": 300})
+    assert resp.status_code == 200, resp.text
+    assert ISO8601.match(resp.json["delay_expires"])
+    assert claim(client, headers, "dq") is None
+    assert stats(client, headers, "dq")["delayed"] == 1
+
+
+def test_edit_of_a_claimed_message_is_a_409(client, headers):
+    (mid,) = post(client, headers, "q1", "x")
+    claim_id, _ = claim(client, headers, "q1")
+    resp = edit_message(client, headers, "q1", mid, {"body": "y"})
+    assert_error(resp, 409)
+    assert "claimed" in resp.json["description"]
+    client.simulate_delete(f"/v2/queues/q1/claims/{claim_id}", headers=headers)
+    resp = edit_message(client, headers, "q1", mid, {"body": "y"})
+    assert (resp.status_code, resp.json["claim_count"]) == (200, 1)
+
+
+def test_edit_of_a_missing_message_is_a_404(client, headers, project_b):
+    (mid,) = post(client, headers, "q1", "x")
+    client.simulate_delete(f"/v2/queues/q1/messages/{mid}", headers=headers)
+    assert_error(edit_message(client, headers, "q1", mid, {"body": "y"}), 404)
+    (mid,) = post(client, headers, "q1", "x")
+    assert_error(edit_message(client, headers, "missing", mid, {"body": "y"}), 404)
+    assert_error(edit_message(client, project_b, "q1", mid, {"body": "y"}), 404)
+
+
+@pytest.mark.parametrize(("document", "complaint"), [
+    ({}, "changes nothing"), ({"delay": None}, "changes nothing"),
+    ({"ttl": 60, "body": 1}, "'ttl'"), ([{"body": 1}], "JSON object"), ("x", "JSON object"),
+    ({"delay": 5, "deliver_at": "2026-11-24T10:00:00Z"}, "both delay and deliver_at"),
+    ({"delay": 901}, "delay must be between 0 and 900"), ({"delay": "5"}, "delay"),
+    ({"delay": 1.5}, "delay"), ({"deliver_at": "soon"}, "deliver_at must be an RFC 3339"),
+    ({"deliver_at": "2999-01-01T00:00:00Z"}, "at most max_message_delay"),
+    ({"body": "a" * 101}, "103 bytes; the limit is 100"),
+])
+def test_a_bad_edit_is_a_400_that_changes_nothing(client, headers, document, complaint):
+    client.simulate_put("/v2/queues/dq", headers=headers,
+                        json={"_default_message_delay": 60, "_max_messages_post_size": 100})
+    (mid,) = post(client, headers, "dq", "x", delay=0)
+    resp = edit_message(client, headers, "dq", mid, document)
+    assert_error(resp, 400)
+    assert complaint in resp.json["description"]
+    view = get_message(client, headers, "dq", mid, details="true").json
+    assert (view["body"], view["delay_expires"]) == ("x", None)
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", PATCH_TYPE,
+                                          "application/json-patch+json"])
+def test_edit_with_another_content_type_is_a_415(client, headers, content_type):
+    (mid,) = post(client, headers, "q1", "x")
+    resp = client.simulate_patch(
+        f"/v2/queues/q1/messages/{mid}", body=json.dumps({"body": "y"}),
+        headers={**headers, **({"Content-Type": content_type} if content_type else {})})
+    assert_error(resp, 415)
+    assert get_message(client, headers, "q1", mid).json["body"] == "x"
+
+
 
 def dead_lettered(client, headers, *bodies) -> list[str]:
     """Post *bodies* to "q" (one claim allowed) and move them to "dlq"."""

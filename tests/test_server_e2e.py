@@ -206,6 +206,24 @@ def test_delay_is_ignored_on_a_normal_queue(server, c):
     assert counts(q) == {"free": 0, "claimed": 1, "delayed": 0, "total": 1}
 
 
+def test_an_edited_message_reads_and_claims_through_python_zaqarclient(server, c):
+    """PATCH of a message (delayq) over HTTP; python-zaqarclient sees the edit through its
+    usual reads and claims, and meets no key it does not know."""
+    q = c.queue(unique("edited"), force_create=True)
+    q.metadata(new_meta={"_default_message_delay": MAX_MESSAGE_DELAY})
+    [id_] = posted_ids(q.post({"body": {"v": 1}}))
+    response = httpx.patch(f"{server.url}/v2/queues/{q.name}/messages/{id_}",
+                           json={"body": {"v": 2}, "delay": 0}, headers=http_headers(),
+                           timeout=30)
+    assert response.status_code == 200, response.text
+    assert q.message(id_).body == {"v": 2}
+    [claimed] = list(q.claim(limit=5))
+    assert (claimed.id, claimed.body, claimed.claim_count) == (id_, {"v": 2}, 1)
+    response = httpx.patch(f"{server.url}/v2/queues/{q.name}/messages/{id_}",
+                           json={"body": {"v": 3}}, headers=http_headers(), timeout=30)
+    assert response.status_code == 409, response.text
+
+
 # 2. Dead-letter queues
 
 

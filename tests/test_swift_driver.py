@@ -36,7 +36,7 @@ from delayq.message import NewMessage
 from delayq.storage import load_driver
 from delayq.storage.swift import layout
 from delayq.storage.swift.driver import Driver
-from delayq.validation import Limits
+from delayq.validation import Limits, message_edit
 from tests.contract.drivers import FakeClock
 from tests.server import free_port
 from tests.swift_server import SWIFT
@@ -202,13 +202,17 @@ def test_the_settle_time_is_what_keeps_late_landing_racers_from_winning_too(make
 # A process killed at every step of a claim or a move
 
 
-def crash(kind: str, prefix: str, queue: str, now: float, *, redrive: bool = False
-          ) -> None:
-    from tests.swift_crash import claim_and_die, redrive_and_die
+def crash(kind: str, prefix: str, queue: str, now: float, *, redrive: bool = False,
+          edit: tuple[str, dict[str, Any]] | None = None) -> None:
+    """Run a claim (a redrive, or the *edit* ``(message id, document)``) in a child
+    process whose driver dies at step *kind*."""
+    from tests.swift_crash import claim_and_die, edit_and_die, redrive_and_die
 
     auth = SWIFT.auth()
-    child = SPAWN.Process(target=redrive_and_die if redrive else claim_and_die, args=(
-        kind, (auth.auth_url, auth.user, auth.key), prefix, PROJECT, queue, now))
+    target = edit_and_die if edit else redrive_and_die if redrive else claim_and_die
+    child = SPAWN.Process(target=target, args=(
+        kind, (auth.auth_url, auth.user, auth.key), prefix, PROJECT, queue, now,
+        *(edit or ())))
     child.start()
     child.join(timeout=60)
     assert child.exitcode == -signal.SIGKILL
@@ -340,6 +344,53 @@ def test_a_redrive_killed_between_steps_leaves_each_message_in_exactly_one_queue
     again = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=10)
     assert sorted((m.id, m.claim_count) for m in again.messages) == [
         (i, 1) for i in sorted(ids)]
+
+
+# An editor killed mid-edit
+
+EDIT_STEPS = ["after-edit-bid", "after-edit-write"]
+
+
+@pytest.mark.parametrize("completer", ["claimer", "editor"])
+@pytest.mark.parametrize("change", ["body", "delay"])
+@pytest.mark.parametrize("kind", EDIT_STEPS)
+def test_an_editor_killed_mid_edit_leaves_the_message_once_and_edited_at_most_once(
+        make_driver, prefix, clock, raw, kind, change, completer):
+    driver = make_driver(clock=clock)
+    broker = Broker(driver, Limits())
+    broker.create_queue(PROJECT, "q", {"_default_message_delay": 600})
+    ids = post(driver, "q", 3)
+    document = {"body": "edited"} if change == "body" else {"delay": 300}
+    crash(kind, prefix, "q", clock.now, edit=(ids[0], document))
+
+    # Never lost, never twice, whatever a reader meets.
+    assert sorted(m.id for m in driver.get_messages(PROJECT, "q", ids)) == sorted(ids)
+    assert sorted(listed(broker, "q")) == sorted(ids)
+    clock.advance(1)  # the dead editor's bid has settled
+    if completer == "editor":
+        # The next edit completes the dead one, then makes its own on top.
+        edited = broker.edit_message(PROJECT, "q", ids[0],
+                                     message_edit({"body": "again"}, Limits()))
+        assert edited.body == "again"
+        assert edited.is_delayed == (change == "delay")
+    # A claim meets the stale entry and completes the edit; an edit is not a claim.
+    first = broker.claim(PROJECT, "q", ttl=900, grace=60, limit=10)
+    claimed = [m.id for m in first.messages]
+    if change == "delay":
+        assert sorted(claimed) == sorted(ids[1:])
+        clock.advance(300)
+        [late] = broker.claim(PROJECT, "q", ttl=900, grace=60, limit=10).messages
+    else:
+        # The repaired entry may come too late for the claim that repaired it.
+        rest = [] if ids[0] in claimed else broker.claim(
+            PROJECT, "q", ttl=900, grace=60, limit=10).messages
+        [late] = [m for m in [*first.messages, *rest] if m.id == ids[0]]
+    expected = "again" if completer == "editor" else (
+        "edited" if change == "body" else {"n": 0})
+    assert (late.id, late.body, late.claim_count) == (ids[0], expected, 1)
+    assert broker.claim(PROJECT, "q", ttl=900, grace=60, limit=10) is None
+    assert broker.stats(PROJECT, "q").claimed == 3
+    assert len(names(raw, prefix, "q", "m/")) == len(names(raw, prefix, "q", "a/")) == 3
 
 
 # A claim racing a delete

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from delayq.broker import Broker
 from delayq.storage.base import Driver
-from delayq.validation import Limits
+from delayq.validation import Limits, MessageEdit
 from tests.contract import helpers as contract
 from tests.contract.drivers import DriverSpec, FakeClock, open_driver
 
@@ -32,6 +32,9 @@ def trail_scenario(broker: Broker, clock: FakeClock) -> dict[str, str]:
     kept, held, popped, bulk = contract.post(broker, "q", "kept", "held", "popped", "bulk",
                                              ttl=900)
     names.update(kept=kept, held=held, popped=popped, bulk=bulk)
+    # Due at 66 instead of 30: the slow claim below still finds it due.
+    broker.edit_message(project, "slow", names["delayed"],
+                        MessageEdit(body={"wait": 2}, delay=5))
     clock.advance(2)
     second = contract.claim(broker, "q", limit=2, ttl=100, grace=60)  # moves "worn"
     names["second claim"] = second.id

@@ -61,7 +61,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     app.add_route("/v2/queues/{name}/purge", queues.QueuePurge(run))
     app.add_route("/v2/queues/{name}/redrive", queues.QueueRedrive(run))
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(run, waiting))
-    app.add_route("/v2/queues/{name}/messages/{message_id}", messages.Message(run))
+    app.add_route("/v2/queues/{name}/messages/{message_id}", messages.Message(run, waiting))
     app.add_route("/v2/queues/{name}/claims", claims.ClaimCollection(run, waiting))
     app.add_route("/v2/queues/{name}/claims/{claim_id}", claims.Claim(run, waiting))
     return app

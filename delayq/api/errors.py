@@ -20,6 +20,7 @@ STATUS = {
     errors.ClaimMismatch: (falcon.HTTP_403, "Unable to delete"),
     errors.MessageNotClaimed: (falcon.HTTP_400, "Unable to delete"),
     errors.Conflict: (falcon.HTTP_409, "Conflict"),
+    errors.MessageHeld: (falcon.HTTP_409, "Conflict"),
     errors.StorageUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
 }
 

@@ -10,6 +10,11 @@ from delayq.api.runner import Runner
 from delayq.api.waiting import Waiting
 from delayq.errors import MessageNotFound, ValidationError
 
+# A message edit is a JSON object; both types say so (merge-patch: RFC 7396's own).
+EDIT_TYPES = ("application/json", "application/merge-patch+json")
+# An edit's body may be as large as a post allows; its keys and a delay come on top.
+EDIT_OVERHEAD = 4096
+
 
 class MessageCollection:
     """``/v2/queues/{name}/messages``"""
@@ -95,8 +100,9 @@ class MessageCollection:
 class Message:
     """``/v2/queues/{name}/messages/{message_id}``"""
 
-    def __init__(self, run: Runner) -> None:
+    def __init__(self, run: Runner, waiting: Waiting) -> None:
         self.run = run
+        self.waiting = waiting
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
                      message_id: str) -> None:
@@ -106,6 +112,26 @@ class Message:
         details = validation.query_bool(req.get_param("details"), "details")
         message = await self.run(self.run.broker.get_message, project, name, message_id)
         resp.media = views.message(name, message, details=details)
+
+    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
+                       message_id: str) -> None:
+        """(delayq) Edit the body and/or the remaining delay of an unclaimed message."""
+        project = request.project(req)
+        request.client(req)
+        validation.queue_name(name)
+        media = (req.content_type or "").split(";")[0].strip().lower()
+        if media not in EDIT_TYPES:
+            raise falcon.HTTPUnsupportedMediaType(
+                description=f"Message PATCH takes Content-Type: {' or '.join(EDIT_TYPES)}.")
+        limits = self.run.broker.limits
+        document = await request.json_body(
+            req, limits.max_messages_post_size + EDIT_OVERHEAD, "message edit")
+        edit = validation.message_edit(document, limits)
+        message = await self.run(self.run.broker.edit_message, project, name, message_id,
+                                 edit)
+        if not message.is_delayed:  # an edit may make a delayed message due now
+            self.waiting.notify(project, name)
+        resp.media = views.message(name, message, details=True)
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
                         message_id: str) -> None:

@@ -2,14 +2,20 @@
 
 One row per ``(project, queue)`` with at least one ``posted`` event (docs/audits.md):
 
-- ``messages``: posted events; ``delayed``: those with delay = due - posted_at > 0;
+- ``messages``: posted events; ``delayed``: those with delay = due - posted_at > 0
+  (the due time of the post);
 - ``delay_seconds``: distribution of the delays of delayed messages (null when none);
 - ``delivered``: delayed messages with a first delivery (first claim or pop, any queue);
-- ``lateness_seconds``: distribution of first delivery - due over them;
-- ``early_deliveries``: delayed messages first delivered before due (must be 0);
+- ``lateness_seconds``: distribution of first delivery - due in force over them;
+- ``early_deliveries``: delayed messages first delivered before the due in force
+  (must be 0);
 - ``expired_before_due``: delayed messages never delivered whose stay ended by expiry
-  (an ``expired`` event or the implicit expiry) at or before their due time;
-- ``waiting``: delayed messages not delivered, not ended, still due after the audit time.
+  (an ``expired`` event or the implicit expiry) at or before their due in force;
+- ``waiting``: delayed messages not delivered, not ended, due in force after the audit
+  time.
+
+The *due in force* is the post's due, or an edit's (``trail.due_in_force``): the latest
+at or before the first delivery, or, for a message not delivered, the latest of all.
 """
 
 from __future__ import annotations
@@ -44,13 +50,13 @@ FIELDS = tuple(ROW_SCHEMA.fieldNames())
 def posted_stays(events: DataFrame, as_of: float,
                  queues: Collection[str] | None = None) -> DataFrame:
     """Every message posted (to one of *queues*, when given) with its delay, first
-    delivery and how its stay in the queue it was posted to ended (trail.ends)."""
+    delivery, due in force and how its stay in the queue it was posted to ended (trail.ends)."""
     posts = trail.posted(events)
     if queues is not None:
         posts = posts.where(F.col("queue").isin(*queues))
     messages = (posts.join(trail.first_deliveries(events), trail.MESSAGE, "left")
                 .withColumn("start", F.col("posted_at")))
-    return trail.ends(messages, events, as_of)
+    return trail.ends(trail.due_in_force(messages, events), events, as_of)
 
 
 def per_queue(stays: DataFrame, as_of: float) -> DataFrame:
@@ -58,19 +64,20 @@ def per_queue(stays: DataFrame, as_of: float) -> DataFrame:
     delayed = F.col("delay") > 0
     delivered = delayed & F.col("first_delivery").isNotNull()
     undelivered = delayed & F.col("first_delivery").isNull()
-    lateness = F.col("first_delivery") - F.col("due")
+    due = F.col("due_in_force")
+    lateness = F.col("first_delivery") - due
     return stays.groupBy(*QUEUE).agg(
         F.count(F.lit(1)).alias("messages"),
         F.count_if(delayed).alias("delayed"),
         stats.distribution(F.when(delayed, F.col("delay"))).alias("delay_seconds"),
         F.count_if(delivered).alias("delivered"),
         stats.distribution(F.when(delivered, lateness)).alias("lateness_seconds"),
-        F.count_if(delivered & (F.col("first_delivery") < F.col("due")))
+        F.count_if(delivered & (F.col("first_delivery") < due))
          .alias("early_deliveries"),
         F.count_if(undelivered & (F.col("end_kind") == F.lit(ev.EXPIRED))
-                   & (F.col("end_time") <= F.col("due"))).alias("expired_before_due"),
+                   & (F.col("end_time") <= due)).alias("expired_before_due"),
         F.count_if(undelivered & F.col("end_time").isNull()
-                   & (F.col("due") > F.lit(as_of))).alias("waiting"),
+                   & (due > F.lit(as_of))).alias("waiting"),
     )
 
 

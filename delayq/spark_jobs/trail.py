@@ -28,6 +28,9 @@ MESSAGE_ENDINGS = tuple(kind for kind in ev.ENDINGS if kind != ev.PURGED)
 # before it; a claim in the dead-letter queue then counts one more).
 EXPIRY_EVENTS = (ev.POSTED, ev.CLAIMED, ev.DEAD_LETTERED)
 DELIVERIES = (ev.CLAIMED, ev.POPPED)
+# Events that set when a message is due, in the order they happen at one instant: the
+# post, then edits (an edit of a message at its post instant comes after it).
+DUE_EVENTS = (ev.POSTED, ev.EDITED)
 
 
 def kind_is(*kinds: str) -> Column:
@@ -53,6 +56,27 @@ def first_deliveries(events: DataFrame) -> DataFrame:
     in any queue."""
     return (events.where(kind_is(*DELIVERIES)).groupBy(*MESSAGE)
             .agg(F.min("time").alias("first_delivery")))
+
+
+def due_in_force(messages: DataFrame, events: DataFrame) -> DataFrame:
+    """*messages* (columns MESSAGE, ``first_delivery`` and any others) with
+    ``due_in_force``: the ``due`` of the message's latest ``posted`` or ``edited`` event
+    at or before its first delivery, or, when it has none, of its latest one (the events
+    are cut at the audit time). An edit (PATCH of an unclaimed message) may move the due
+    time either way; the delivery is measured against the one it had then.
+    """
+    rank = F.array_position(F.array(*map(F.lit, DUE_EVENTS)), F.col("kind"))
+    changes = events.where(kind_is(*DUE_EVENTS) & F.col("message_id").isNotNull()).select(
+        *MESSAGE, F.col("time").alias("due_time"), rank.alias("due_rank"),
+        F.col("due").alias("changed_due"))
+    deliveries = messages.select(*MESSAGE, "first_delivery").distinct()
+    in_force = (deliveries.join(changes, MESSAGE)
+                .where(F.col("first_delivery").isNull()
+                       | (F.col("due_time") <= F.col("first_delivery")))
+                .groupBy(*MESSAGE)
+                .agg(F.max_by("changed_due", F.struct("due_time", "due_rank"))
+                     .alias("due_in_force")))
+    return messages.join(in_force, MESSAGE, "left")
 
 
 def moves(events: DataFrame) -> DataFrame:

@@ -20,7 +20,7 @@ from oslo_config import cfg
 
 from delayq.claim import Claim
 from delayq.events import Event
-from delayq.message import Message, NewMessage
+from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 
 
@@ -130,6 +130,26 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         """Delete and return up to *limit* claimable (free and due) messages."""
+
+    @abc.abstractmethod
+    def edit_message(self, project: str, queue: str, message_id: str, *,
+                     body: Any | Unchanged = NO_CHANGE, delay: float | None = None
+                     ) -> Message:
+        """Edit one message that no live claim holds, in one atomic step, and return
+        it as edited.
+
+        *body*, unless ``NO_CHANGE``, replaces the body. *delay* (seconds, whole
+        milliseconds), unless None, makes the message due at ``now + delay`` on the
+        backend's clock: delayed again if it was free, due at once with 0; None leaves
+        the due time as it is. Id, creation time, ttl, expiry, claim count, source queue
+        and move time are kept; a message whose claim expired is free and stays so
+        (its claim count unchanged).
+
+        Raises MessageNotFound when the queue holds no such live message (missing,
+        expired, or the queue is missing) and MessageHeld (``MessageHeld.editing``) when
+        a live claim holds it; either way nothing changes. Each edit is an ``edited``
+        event (message id, due after the edit, claim count) in the queue's trail.
+        """
 
     @abc.abstractmethod
     def redrive(self, project: str, queue: str, *, destination: str | None,

@@ -8,6 +8,7 @@ Instants are checked between milliseconds: SQLite counts to the millisecond."""
 from __future__ import annotations
 
 from delayq.queue import QueueCounts
+from delayq.validation import MessageEdit
 from tests.contract.helpers import PROJECT, claim, create, post
 
 
@@ -88,3 +89,16 @@ def test_counts_follow_a_redrive(broker, driver, clock):
     assert agree(driver, "dlq") == QueueCounts(0, 1, 0)
     assert agree(driver, "back") == QueueCounts(3, 0, 0)
     assert agree(driver, "q") == QueueCounts(0, 0, 0)
+
+
+def test_counts_follow_edits_of_the_delay(broker, driver, clock):
+    create(broker, "q", _default_message_delay=60)
+    a, b = post(broker, "q", "a", "b")
+    assert agree(driver, "q") == QueueCounts(0, 0, 2)
+    broker.edit_message(PROJECT, "q", a, MessageEdit(delay=0))
+    assert agree(driver, "q") == QueueCounts(1, 0, 1)
+    broker.edit_message(PROJECT, "q", a, MessageEdit(delay=600))
+    broker.edit_message(PROJECT, "q", b, MessageEdit(body="new"))
+    assert agree(driver, "q") == QueueCounts(0, 0, 2)
+    clock.advance(60.0005)
+    assert agree(driver, "q") == QueueCounts(1, 0, 1)

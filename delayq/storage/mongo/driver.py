@@ -58,7 +58,7 @@ from pymongo.write_concern import WriteConcern
 from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
-from delayq.message import Message, NewMessage
+from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
@@ -551,6 +551,39 @@ class Driver(base.Driver):
                                           claim_count=doc.get(s.CLAIM_COUNT, 0))
                               for doc in taken])
         return [s.message(doc, now) for doc in taken]
+
+    @backend_call
+    def edit_message(self, project: str, queue: str, message_id: str, *,
+                     body: Any | Unchanged = NO_CHANGE, delay: float | None = None
+                     ) -> Message:
+        where = {s.ID: s.object_id(message_id), s.PROJECT: project, s.QUEUE: queue}
+        while True:
+            now = self._now_ms()
+            live = {**where, s.EXPIRES: {"$gt": s.date(now)}}
+            # The filter is the rule: no live claim holds it. A claim sets the claim
+            # expiry ahead of now, so a concurrent claim and this edit exclude each other.
+            free = {**live, s.CLAIM_EXPIRES: {"$not": {"$gt": s.date(now)}}}
+            changes: dict[str, Any] = {}
+            if body is not NO_CHANGE:
+                changes[s.BODY] = s.encode_json(body)
+            if delay is not None:
+                # Free, so available when due (an expired claim's expiry is behind now).
+                due = s.date(now + round(delay * 1000))
+                changes.update({s.DUE: due, s.AVAILABLE: due})
+            doc = (self._messages.find_one_and_update(free, {"$set": changes},
+                                                      return_document=ReturnDocument.AFTER)
+                   if changes else self._messages.find_one(free))
+            if doc is not None:
+                self._record([self._event(project, queue, events.EDITED, now,
+                                          message_id=doc[s.ID], due=s.due_ms(doc),
+                                          claim_count=doc.get(s.CLAIM_COUNT, 0))])
+                return s.message(doc, now)
+            state = self._messages.find_one(live, {s.CLAIM_EXPIRES: 1})
+            if state is None:
+                raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+            if s.ms(state.get(s.CLAIM_EXPIRES) or s.EPOCH) > now:
+                raise errors.MessageHeld.editing(message_id)
+            # Its claim expired between the two reads: edit it now.
 
     @backend_call
     def redrive(self, project: str, queue: str, *, destination: str | None,

@@ -43,7 +43,7 @@ from redis.retry import Retry
 from delayq import errors, events
 from delayq.claim import Claim, refuse_delete
 from delayq.conf import events_settings
-from delayq.message import Message, NewMessage
+from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
 from delayq.storage.redis.options import GROUP
@@ -513,6 +513,22 @@ class Driver(base.Driver):
                 nonce, as_of, more = reply[:3]
                 if len(reply) > 3 or not more:
                     return self._messages(nonce, reply[3:], as_of)
+
+    def edit_message(self, project: str, queue: str, message_id: str, *,
+                     body: Any | Unchanged = NO_CHANGE, delay: float | None = None
+                     ) -> Message:
+        # ASCII escapes, as in a post; '' (never valid JSON) means "unchanged".
+        text = "" if body is NO_CHANGE else json.dumps(body, separators=(",", ":"))
+        with unavailable_as_503():
+            reply = self._scripts.edit(
+                keys=[self.queue_key(project, queue)],
+                args=[self._now_arg(), message_id, text, "" if delay is None else repr(delay)])
+        if reply[0] == 1:
+            raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+        if reply[0] == 2:
+            raise errors.MessageHeld.editing(message_id)
+        nonce, as_of, seq, raw = reply[1:]
+        return self._message(nonce, seq, raw, as_of)
 
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> int:

@@ -21,7 +21,7 @@ LUA_DIR = Path(__file__).with_name("lua")
 NAMES = (
     "post", "claim", "pop", "get", "list", "stats", "delete", "delete_many",
     "claim_get", "renew", "release", "queue_create", "queue_update", "queue_drop",
-    "move_in", "reap", "redrive", "available_in",
+    "move_in", "reap", "redrive", "available_in", "edit",
 )
 
 

@@ -22,7 +22,7 @@ from oslo_config import cfg
 from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
-from delayq.message import Message, NewMessage
+from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.sqlite import sql
@@ -384,6 +384,30 @@ class Driver(base.Driver):
                                         time=now, message_id=m.id, claim_count=m.claim_count)
                               for m in popped])
             return popped
+
+    def edit_message(self, project: str, queue: str, message_id: str, *,
+                     body: Any | Unchanged = NO_CHANGE, delay: float | None = None
+                     ) -> Message:
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            row = None
+            if queue_id is not None:
+                row = db.execute(sql.MESSAGE_CLAIM_STATE,
+                                 (queue_id, message_id, now)).fetchone()
+            if row is None:
+                raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+            edited = db.execute(sql.MESSAGE_EDIT, {
+                "body": None if body is NO_CHANGE else json.dumps(body),
+                "due": None if delay is None else now + delay, "seq": row[0],
+                "now": now}).fetchone()
+            if edited is None:
+                raise errors.MessageHeld.editing(message_id)
+            message = self._message(edited, now)
+            self._record(db, [event_row(project=project, queue=queue, kind=events.EDITED,
+                                        time=now, message_id=message_id, due=message.due,
+                                        claim_count=message.claim_count)])
+            return message
 
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> int:

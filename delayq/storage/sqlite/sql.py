@@ -170,6 +170,15 @@ SET queue_id = :target, claim_id = NULL, claim_expires = 0, available = :now,
     expires = CASE WHEN :ttl IS NULL THEN created + ttl ELSE :now + :ttl END
 WHERE seq = :seq
 """
+# An edit applies only while no live claim holds the message; a new due time (when
+# given) sets the availability too, as the message is free.
+MESSAGE_EDIT = f"""
+UPDATE messages
+SET body = coalesce(:body, body), due = coalesce(:due, due),
+    available = CASE WHEN :due IS NULL THEN available ELSE max(:due, claim_expires) END
+WHERE seq = :seq AND (claim_id IS NULL OR claim_expires <= :now)
+RETURNING {_MESSAGE_COLUMNS}
+"""
 # A redrive takes every message no live claim holds, delayed ones too.
 REDRIVABLE = f"""
 SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY messages_available

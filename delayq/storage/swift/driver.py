@@ -26,6 +26,13 @@ Dead-letter move
     completes the move first and does not report it; a claim that meets the stale index
     entry of a move whose mover died completes it too. Every step can be repeated, so a
     process dying anywhere loses nothing, and a message is never read in both queues.
+Edit
+    The n+1-th marker says "edit" and carries the edit (new due time, new body), so the
+    result is the same whoever completes it. The editor bids like a claimer, for a
+    message whose record shows no live claim; the winner rewrites the message (``PUT``
+    when the body changes, else a ``POST`` of its state) at generation n+1 and moves its
+    index entry. A claimer that meets the stale entry of an edit whose editor died loses
+    its bid and completes the edit (``_repair``); an edit is never counted as a claim.
 Expiry
     Every object carries ``X-Delete-At``: Swift hides an expired message by itself (and its
     object expirer removes it); reads also compare expiry with now.
@@ -77,7 +84,7 @@ from swiftclient.exceptions import ClientException
 from delayq import errors, events
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
-from delayq.message import Message, NewMessage
+from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
@@ -102,6 +109,9 @@ MESSAGES_BATCH = 100  # messages read at once by read_messages
 # hundred while two processes rewrite a message's state. Taken for "deleted", such an
 # answer made a claim drop a message it had won. Only a 404 every time is "gone".
 ABSENCE_RECHECKS = (0.005, 0.025)
+# Bids an edit makes for a message that other requests keep changing before it answers
+# 409: each lost bid means another claim, move or edit of it won meanwhile.
+EDIT_ATTEMPTS = 5
 
 T = TypeVar("T")
 
@@ -997,6 +1007,92 @@ class Driver(base.Driver):
         self._finish_move(project, queue, message_id, moving, body, move, now, entry)
         return Moved(message_id, moving, body, move)
 
+    # Edits
+
+    def edit_message(self, project: str, queue: str, message_id: str, *,
+                     body: Any | Unchanged = NO_CHANGE, delay: float | None = None
+                     ) -> Message:
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            for _ in range(EDIT_ATTEMPTS):
+                now = self._now_us()
+                record, old_body = self._editable(project, queue, message_id, now)
+                generation = record.generation + 1
+                marker = {"kind": lay.EDIT, "claim": None, "expires": 0, "grace": 0,
+                          "at": now, "queue": None, "ttl": None,
+                          "due": None if delay is None else now + round(delay * US),
+                          "body": None if body is NO_CHANGE else lay.encode(body).decode()}
+                if self._bid(container, lay.marker_name(message_id, generation), marker,
+                             {"X-Delete-At": delete_at(record.expires, MARKER_MARGIN)}):
+                    edited = self._complete_edit(container, message_id, record, old_body,
+                                                 marker, generation,
+                                                 record.entry(message_id))
+                    if edited is None:  # deleted meanwhile
+                        raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+                    self._record(project, queue, now, [self._event(
+                        project, queue, events.EDITED, now, message_id=message_id,
+                        due=edited[0].due / US, claim_count=edited[0].count)])
+                    return self._message(message_id, *edited, now)
+                # Another claim, move or edit took this generation: bring the record up to
+                # date with it (completing it if its maker died), then look again.
+                self._repair(project, queue, record.entry(message_id), now)
+                time.sleep(self._settle)
+        raise errors.Conflict(f"Message {message_id} is being changed by other requests; "
+                              "retry.")
+
+    def _editable(self, project: str, queue: str, message_id: str, now: int
+                  ) -> tuple[Record, bytes]:
+        """The message's record and body, when an edit may bid for it now; raises
+        MessageNotFound (absent, expired, or moving away) or MessageHeld."""
+        container = self._container(project, queue)
+        found = self._read(container, message_id) if lay.is_message_id(message_id) else None
+        if found is not None and found[0].moving:
+            self._finish_move(project, queue, message_id, found[0], found[1],
+                              json.loads(found[0].moving), now)
+            found = None
+        if found is None or found[0].expires <= now:
+            raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+        if found[0].is_claimed(now):
+            raise errors.MessageHeld.editing(message_id)
+        return found
+
+    @staticmethod
+    def _edited(record: Record, marker: dict[str, Any], generation: int) -> Record:
+        """The record after the edit *marker* of *generation*: the same for every
+        process that applies it to the same record."""
+        edited = Record(**{**vars(record), "generation": generation})
+        if marker["due"] is not None:
+            # A message edited is free: a claim that expired no longer sets when it is
+            # available, its new due time does (its claim count stays).
+            edited.due = marker["due"]
+            edited.claim = ""
+            edited.claim_expires = 0
+        return edited
+
+    def _complete_edit(self, container: str, message_id: str, record: Record, body: bytes,
+                       marker: dict[str, Any], generation: int, met: Entry
+                       ) -> tuple[Record, bytes] | None:
+        """Apply the won edit *marker* to the message read as *record* and *body*, then
+        move its index entry from *met*; the new record and body, or None when the
+        message is gone (deleted meanwhile)."""
+        edited = self._edited(record, marker, generation)
+        name = lay.message_name(message_id)
+        if marker["body"] is None:
+            self._write_record(container, message_id, edited)
+        else:
+            body = marker["body"].encode()
+            # Swift has no conditional overwrite: a PUT would bring back a message a
+            # delete has just removed, so absence is checked first (operator guide).
+            if not self._exists(container, name):
+                self._delete(container, met.name)
+                return None
+            self._swift.put_object(container, name, body, content_type="application/json",
+                                   headers={**edited.headers(),
+                                            "X-Delete-At": delete_at(edited.expires)})
+        if not self._move_entry(container, message_id, met, edited.entry(message_id)):
+            return None
+        return edited, body
+
     def _repair(self, project: str, queue: str, entry: Entry, now: int) -> None:
         """Bring a stale index entry in line with the message's markers and record.
 
@@ -1021,9 +1117,15 @@ class Driver(base.Driver):
             marker = json.loads(latest[1])
             if now - marker["at"] < self._settle * US:
                 return  # a bid still settling: its winner is alive and finishes the job
-            # Every generation past the record's was a claim, but a final move.
-            claims = generation - record.generation - (marker["kind"] == lay.MOVE)
+            # Every generation past the record's was a claim, but a final move or edit
+            # (an edit bids only for the generation right after a record it read).
+            claims = generation - record.generation - (marker["kind"] != lay.CLAIM)
             record = Record(**{**vars(record), "count": record.count + claims})
+            if marker["kind"] == lay.EDIT:
+                # An editor that died after winning: its edit is completed as it would.
+                self._complete_edit(container, message_id, record, body, marker, generation,
+                                    entry)
+                return
             if marker["kind"] == lay.MOVE:
                 record.moving = json.dumps(self._moving(project, message_id, marker))
             else:

@@ -19,8 +19,10 @@ Inside it:
     delayed, ``c`` claimed) and expiry — which is also all ``stats`` needs.
 ``c/<id>/<generation>``
     Generation markers, the source of truth for exclusivity: the n-th claim (or the
-    dead-letter move) of a message is the one request that creates ``c/<id>/<n>`` with
-    ``If-None-Match: *``. Body: kind (claim or move), claim id, claim expiry.
+    dead-letter move, or edit) of a message is the one request that creates
+    ``c/<id>/<n>`` with ``If-None-Match: *``. Body: kind (claim, move or edit), claim id,
+    claim expiry; an edit's marker carries the edit itself (new due time, new body), so
+    that whoever meets it can complete it.
 ``k/<claim id>``
     A claim: ttl, grace, times and the ``[id, generation]`` pairs it holds.
 
@@ -62,6 +64,7 @@ CLAIMED = "c"  # claimed: available again at the claim's expiry
 
 MOVE = "move"
 CLAIM = "claim"
+EDIT = "edit"
 
 TIME_DIGITS = 14
 GENERATION_DIGITS = 6

@@ -1,0 +1,32 @@
+-- Edit one message that no live claim holds: its body and/or its due time.
+-- KEYS: queue state. ARGV: now, id, new body as JSON ('' = unchanged), delay in seconds
+-- ('' = due time unchanged). Returns {0, nonce, now, seq, record} when edited,
+-- {1} when the queue holds no such live message, {2} when a live claim holds it.
+local P = string.sub(KEYS[1], 1, -2)
+local now = clock(ARGV[1])
+local nonce = nonce_of(P)
+local seq, m = locate(P, nonce, ARGV[2])
+if seq == nil or m == nil or m.expires <= now then
+  return {1}
+end
+if m.claim ~= 0 and m.claim_expires > now then
+  return {2}
+end
+if ARGV[3] ~= '' then
+  m.body = ARGV[3]
+end
+if ARGV[4] ~= '' then
+  -- A new due time moves the message out of whichever set holds it (a claim that
+  -- expired leaves it in 'c'): delayed until then, or free from now.
+  m.due = now + math.floor(tonumber(ARGV[4]) * US + 0.5)
+  m.claim, m.claim_expires = 0, 0
+  unindex(P, seq)
+  if m.due > now then
+    redis.call('ZADD', P .. 'd', m.due, seq)
+  else
+    redis.call('ZADD', P .. 'r', m.due, seq)
+  end
+end
+store(P, seq, m)
+trail(P, 'edited', now, {'m', message_id(nonce, seq, m), 'd', int(m.due), 'c', m.count})
+return {0, nonce, now, seq, encode(m, true)}
