@@ -846,23 +846,12 @@ class Driver(base.Driver):
                   "expires": claim_expires, "grace": grace, "at": now,
                   "queue": dead_letter.queue if move else None,
                   "ttl": dead_letter.messages_ttl if move else None}
-        won = self._bid(container, lay.marker_name(message_id, entry.generation + 1), marker,
-                        {"X-Delete-At": delete_at(entry.expires, MARKER_MARGIN)})
-        if not won:
-            self._repair(project, queue, entry, now)
-            return LOST
-        found = self._read(container, message_id)
-        if found is None:  # deleted (or expired) since the listing
-            self._delete(container, entry.name)
-            return None
-        before, body = found
+        won = self._win(project, queue, entry, marker, now)
+        if not isinstance(won, tuple):
+            return won
+        before, body = won
         if move:
-            move = self._moving(project, message_id, marker)
-            moving = Record(**{**vars(before), "count": entry.count,
-                               "moving": json.dumps(move)})
-            self._write_record(container, message_id, moving)
-            self._finish_move(project, queue, message_id, moving, body, move, now, entry)
-            return Moved(message_id, moving, body, move)
+            return self._move(project, queue, entry, before, body, marker, now)
         record = Record(**{**vars(before), "count": entry.count + 1,
                            "generation": entry.generation + 1, "claim": claim_id,
                            "claim_expires": claim_expires,
@@ -871,6 +860,33 @@ class Driver(base.Driver):
         if not self._move_entry(container, message_id, entry, record.entry(message_id)):
             return None  # deleted (without a claim id) while being claimed
         return message_id, record, body, before
+
+    def _win(self, project: str, queue: str, entry: Entry, marker: dict[str, Any], now: int
+             ) -> tuple[Record, bytes] | Lost | None:
+        """Bid for the next generation of *entry*'s message with *marker*: the message's
+        record and body when won, LOST (after repairing the entry) when another took it,
+        None when the message is gone."""
+        container = self._container(project, queue)
+        message_id = entry.message_id
+        won = self._bid(container, lay.marker_name(message_id, entry.generation + 1), marker,
+                        {"X-Delete-At": delete_at(entry.expires, MARKER_MARGIN)})
+        if not won:
+            self._repair(project, queue, entry, now)
+            return LOST
+        found = self._read(container, message_id)
+        if found is None:  # deleted (or expired) since the listing
+            self._delete(container, entry.name)
+        return found
+
+    def _move(self, project: str, queue: str, entry: Entry, before: Record, body: bytes,
+              marker: dict[str, Any], now: int) -> Moved:
+        """Complete the move (or redrive) whose *marker* this request won."""
+        message_id = entry.message_id
+        move = self._moving(project, message_id, marker)
+        moving = Record(**{**vars(before), "count": entry.count, "moving": json.dumps(move)})
+        self._write_record(self._container(project, queue), message_id, moving)
+        self._finish_move(project, queue, message_id, moving, body, move, now, entry)
+        return Moved(message_id, moving, body, move)
 
     def _moving(self, project: str, message_id: str, marker: dict[str, Any]
                 ) -> dict[str, Any]:
@@ -991,21 +1007,10 @@ class Driver(base.Driver):
             return None  # never dead-lettered: it stays unless a destination is given
         marker = {"kind": lay.MOVE, "claim": redrive_id, "expires": 0, "grace": 0,
                   "at": now, "queue": target, "ttl": None, "redrive": True}
-        won = self._bid(container, lay.marker_name(message_id, entry.generation + 1), marker,
-                        {"X-Delete-At": delete_at(entry.expires, MARKER_MARGIN)})
-        if not won:
-            self._repair(project, queue, entry, now)
-            return LOST
-        found = self._read(container, message_id)
-        if found is None:
-            self._delete(container, entry.name)
-            return None
-        before, body = found
-        move = self._moving(project, message_id, marker)
-        moving = Record(**{**vars(before), "count": entry.count, "moving": json.dumps(move)})
-        self._write_record(container, message_id, moving)
-        self._finish_move(project, queue, message_id, moving, body, move, now, entry)
-        return Moved(message_id, moving, body, move)
+        won = self._win(project, queue, entry, marker, now)
+        if not isinstance(won, tuple):
+            return won
+        return self._move(project, queue, entry, *won, marker, now)
 
     # Edits
 
