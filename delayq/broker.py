@@ -137,8 +137,8 @@ class Broker:
         if edit.deliver_at is not None:
             delay = validation.delay_until(edit.deliver_at, self.driver.now(),
                                            self.limits.max_message_delay, "deliver_at")
-        if metadata[q.DEFAULT_MESSAGE_DELAY] <= 0:
-            delay = None  # as resolve_delay does for a post: the due time stays
+        if not is_delayed_queue(metadata[q.DEFAULT_MESSAGE_DELAY]):
+            delay = None  # as for a post: the due time stays
         return self.driver.edit_message(project, queue, message_id, body=edit.body,
                                         delay=delay)
 
@@ -212,13 +212,18 @@ class Broker:
         return self.driver.available_in(project, queue)
 
 
+def is_delayed_queue(queue_delay: int) -> bool:
+    """Whether a queue with default delay *queue_delay* takes its messages' own delays."""
+    return queue_delay > 0
+
+
 def resolve_delay(queue_delay: int, message_delay: float | None) -> float:
     """The delay a message gets.
 
     A normal queue (default delay 0) ignores a message's own delay, so it never pays for
     the feature; on a delayed queue the message's delay, when given, wins.
     """
-    if queue_delay <= 0:
+    if not is_delayed_queue(queue_delay):
         return 0
     return queue_delay if message_delay is None else message_delay
 

@@ -17,6 +17,7 @@ Per-queue state is what the gauges give, read from the store at scrape time
 
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import Iterable
 
@@ -44,7 +45,7 @@ COUNTER_HELP = {
              "guide: MongoDB and Swift expire messages without delayq seeing it).",
 }
 
-# The driver-reported endings each counter takes (see Driver.tally).
+# The driver-reported endings each counter takes (see Driver.endings).
 ENDINGS = {events.DELETED: DELETED, events.POPPED: DELETED,
            events.DEAD_LETTERED: DEAD_LETTERED, events.EXPIRED: EXPIRED}
 
@@ -81,10 +82,10 @@ class Metrics:
 
     def count_endings(self, kinds: Iterable[str]) -> None:
         """Count messages a driver reports gone, one event kind per message."""
-        for kind in kinds:
+        for kind, amount in collections.Counter(kinds).items():
             name = ENDINGS.get(kind)
             if name is not None:
-                self.counters[name].inc()
+                self.counters[name].inc(amount)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.request_seconds.labels(method, route, f"{status // 100}xx").observe(seconds)

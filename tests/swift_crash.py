@@ -136,29 +136,28 @@ class FixedClock:
         return self.now
 
 
-def claim_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
-                  queue: str, now: float) -> None:
-    """Claim one message of *queue* at time *now* with a driver that dies at *kind*."""
+def dying_broker(kind: str, auth: tuple[str, str, str], prefix: str, now: float
+                 ) -> Broker:
+    """A broker at time *now* over a driver that dies at *kind*."""
     auth_url, user, key = auth
 
     def connect() -> Connection:
         return Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
 
-    driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
-    Broker(driver, Limits()).claim(project, queue, ttl=60, grace=60, limit=1)
+    return Broker(KINDS[kind](connect, prefix=prefix, clock=FixedClock(now)), Limits())
+
+
+def claim_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
+                  queue: str, now: float) -> None:
+    """Claim one message of *queue* at time *now* with a driver that dies at *kind*."""
+    dying_broker(kind, auth, prefix, now).claim(project, queue, ttl=60, grace=60, limit=1)
     raise SystemExit("the claim finished without reaching the crash point")
 
 
 def redrive_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
                     queue: str, now: float) -> None:
     """Redrive one message of *queue* at time *now* with a driver that dies at *kind*."""
-    auth_url, user, key = auth
-
-    def connect() -> Connection:
-        return Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
-
-    driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
-    Broker(driver, Limits()).redrive(project, queue, limit=1)
+    dying_broker(kind, auth, prefix, now).redrive(project, queue, limit=1)
     raise SystemExit("the redrive finished without reaching the crash point")
 
 
@@ -167,13 +166,6 @@ def edit_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: st
                  ) -> None:
     """Edit *message_id* of *queue* at time *now* as *document* (a client's PATCH body)
     with a driver that dies at *kind*."""
-    auth_url, user, key = auth
-
-    def connect() -> Connection:
-        return Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
-
-    driver = KINDS[kind](connect, prefix=prefix, clock=FixedClock(now))
-    limits = Limits()
-    Broker(driver, limits).edit_message(project, queue, message_id,
-                                        message_edit(document, limits))
+    broker = dying_broker(kind, auth, prefix, now)
+    broker.edit_message(project, queue, message_id, message_edit(document, broker.limits))
     raise SystemExit("the edit finished without reaching the crash point")

@@ -261,16 +261,22 @@ def test_a_claimer_killed_mid_claim_holds_the_message_until_its_claim_expires(
 MOVE_STEPS = ["after-move-bid", "after-moving-mark", "after-copy", "before-source-delete"]
 
 
+def claimed_once(driver: Driver, broker: Broker) -> list[str]:
+    """Three messages in "q" (policy: one claim, then "dlq") that the next claim moves."""
+    broker.create_queue(PROJECT, "q", POLICY)
+    ids = post(driver, "q", 3)
+    claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3)
+    broker.release_claim(PROJECT, "q", claim.id)
+    return ids
+
+
 @pytest.mark.parametrize("completer", ["reader", "claimer"])
 @pytest.mark.parametrize("kind", MOVE_STEPS)
 def test_a_mover_killed_between_steps_leaves_each_message_in_exactly_one_queue(
         make_driver, prefix, clock, raw, kind, completer):
     driver = make_driver(clock=clock)
     broker = Broker(driver, Limits())
-    broker.create_queue(PROJECT, "q", POLICY)
-    ids = post(driver, "q", 3)
-    claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3)
-    broker.release_claim(PROJECT, "q", claim.id)  # each claimed once: the next claim moves
+    ids = claimed_once(driver, broker)
     crash(kind, prefix, "q", clock.now)  # died moving ids[0]
 
     copied = kind in ("after-copy", "before-source-delete")
@@ -315,10 +321,7 @@ def test_a_redrive_killed_between_steps_leaves_each_message_in_exactly_one_queue
         make_driver, prefix, clock, raw, kind, completer):
     driver = make_driver(clock=clock)
     broker = Broker(driver, Limits())
-    broker.create_queue(PROJECT, "q", POLICY)
-    ids = post(driver, "q", 3)
-    claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3)
-    broker.release_claim(PROJECT, "q", claim.id)
+    ids = claimed_once(driver, broker)
     clock.advance(1)
     assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3) is None  # all moved
     clock.advance(1)

@@ -119,10 +119,7 @@ class Message:
         project = request.project(req)
         request.client(req)
         validation.queue_name(name)
-        media = (req.content_type or "").split(";")[0].strip().lower()
-        if media not in EDIT_TYPES:
-            raise falcon.HTTPUnsupportedMediaType(
-                description=f"Message PATCH takes Content-Type: {' or '.join(EDIT_TYPES)}.")
+        request.media_type(req, EDIT_TYPES, "Message PATCH")
         limits = self.run.broker.limits
         document = await request.json_body(
             req, limits.max_messages_post_size + EDIT_OVERHEAD, "message edit")

@@ -77,9 +77,7 @@ class Queue:
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        if req.content_type is None or req.content_type.split(";")[0].strip() != JSON_PATCH:
-            raise falcon.HTTPUnsupportedMediaType(
-                description=f"Queue PATCH takes Content-Type: {JSON_PATCH}.")
+        request.media_type(req, (JSON_PATCH,), "Queue PATCH")
         operations = await request.json_body(
             req, self.run.broker.limits.max_queue_metadata, "patch")
         resp.media = await self.run(self.run.broker.patch_queue, project, name, operations)

@@ -21,6 +21,15 @@ def client(req: falcon.Request) -> str:
     return validation.client_id(req.get_header(CLIENT_HEADER))
 
 
+def media_type(req: falcon.Request, accepted: tuple[str, ...], what: str) -> None:
+    """Refuse (415) a body whose Content-Type is none of *accepted* (parameters and
+    letter case aside)."""
+    media = (req.content_type or "").split(";")[0].strip().lower()
+    if media not in accepted:
+        raise falcon.HTTPUnsupportedMediaType(
+            description=f"{what} takes Content-Type: {' or '.join(accepted)}.")
+
+
 async def body(req: falcon.Request, limit: int, what: str) -> tuple[bytes, int]:
     """The raw body, refused unread when it is longer than *limit*; and its length.
 

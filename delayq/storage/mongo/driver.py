@@ -443,7 +443,7 @@ class Driver(base.Driver):
         if exclude_client is not None:
             query[s.CLIENT] = {"$ne": exclude_client}
         if not include_claimed:
-            query[s.CLAIM_EXPIRES] = {"$not": {"$gt": s.date(now)}}
+            query.update(s.not_held(now))
         if not include_delayed:
             query[s.DUE] = {"$not": {"$gt": s.date(now)}}
         docs = list(self._messages.find(query).sort(s.POST_ORDER).limit(limit)
@@ -562,7 +562,7 @@ class Driver(base.Driver):
             live = {**where, s.EXPIRES: {"$gt": s.date(now)}}
             # The filter is the rule: no live claim holds it. A claim sets the claim
             # expiry ahead of now, so a concurrent claim and this edit exclude each other.
-            free = {**live, s.CLAIM_EXPIRES: {"$not": {"$gt": s.date(now)}}}
+            free = {**live, **s.not_held(now)}
             changes: dict[str, Any] = {}
             if body is not NO_CHANGE:
                 changes[s.BODY] = s.encode_json(body)
@@ -591,8 +591,7 @@ class Driver(base.Driver):
         now = self._now_ms()
         where: dict[str, Any] = {
             s.PROJECT: project, s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)},
-            "$or": [{s.CLAIM_EXPIRES: {"$exists": False}},
-                    {s.CLAIM_EXPIRES: {"$lte": s.date(now)}}]}
+            **s.not_held(now)}
         if destination is None:
             where[s.SOURCE] = {"$exists": True}
         docs = list(self._messages.find(where).sort(s.CLAIMABLE_ORDER).limit(limit)

@@ -176,6 +176,12 @@ def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: 
     return doc
 
 
+def not_held(now: int) -> dict[str, Any]:
+    """The filter of messages no live claim holds at *now* (ms): never claimed, or their
+    claim is over (``$not``: a missing claim expiry matches too)."""
+    return {CLAIM_EXPIRES: {"$not": {"$gt": date(now)}}}
+
+
 def due_ms(doc: dict[str, Any]) -> int:
     """When the message was or is due: its ``d``, or its creation without a delay."""
     return ms(doc.get(DUE) or doc[CREATED])

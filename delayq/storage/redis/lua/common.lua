@@ -122,6 +122,20 @@ local function unindex(P, seq)
   redis.call('ZREM', P .. 'c', seq)
 end
 
+-- A delay in seconds (a deliver_at gives whole milliseconds) as integer microseconds.
+local function delay_us(seconds)
+  return math.floor(seconds * US + 0.5)
+end
+
+-- Indexes a message no claim holds by its due time: delayed until then, else free.
+local function index_unclaimed(P, seq, m, now)
+  if m.due > now then
+    redis.call('ZADD', P .. 'd', m.due, seq)
+  else
+    redis.call('ZADD', P .. 'r', m.due, seq)
+  end
+end
+
 local function remove(P, seq, m)
   local bucket = bucket_of(seq)
   local key = bucket_key(P, bucket)

@@ -18,14 +18,10 @@ end
 if ARGV[4] ~= '' then
   -- A new due time moves the message out of whichever set holds it (a claim that
   -- expired leaves it in 'c'): delayed until then, or free from now.
-  m.due = now + math.floor(tonumber(ARGV[4]) * US + 0.5)
+  m.due = now + delay_us(tonumber(ARGV[4]))
   m.claim, m.claim_expires = 0, 0
   unindex(P, seq)
-  if m.due > now then
-    redis.call('ZADD', P .. 'd', m.due, seq)
-  else
-    redis.call('ZADD', P .. 'r', m.due, seq)
-  end
+  index_unclaimed(P, seq, m, now)
 end
 store(P, seq, m)
 trail(P, 'edited', now, {'m', message_id(nonce, seq, m), 'd', int(m.due), 'c', m.count})

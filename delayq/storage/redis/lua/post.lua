@@ -12,17 +12,13 @@ for i = 0, count - 1 do
   local at = 4 + i * 4
   local ttl, delay = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local m = {body = ARGV[at], client = ARGV[at + 1], created = now, ttl = ttl,
-             due = now + math.floor(delay * US + 0.5), expires = now + ttl * US, claim = 0,
+             due = now + delay_us(delay), expires = now + ttl * US, claim = 0,
              claim_expires = 0, count = 0, id = '', source = '', moved = 0}
   local seq = seq_name(first + i)
   store(P, seq, m)
   trail(P, 'posted', now, {'m', nonce .. seq, 'd', int(m.due), 'ttl', ttl,
                            'e', int(m.expires)})
-  if delay > 0 then
-    redis.call('ZADD', P .. 'd', m.due, seq)
-  else
-    redis.call('ZADD', P .. 'r', now, seq)
-  end
+  index_unclaimed(P, seq, m, now)
 end
 reap(P, now, tonumber(ARGV[3]))
 local listed = redis.call('HGET', P .. 's', 'listed') and 1 or 0
