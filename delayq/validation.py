@@ -263,6 +263,22 @@ def delay_until(deliver_at: float, now: float, limit: int, name: str) -> float:
     return max(0.0, math.ceil(ahead * 1000) / 1000)
 
 
+def own_delay(document: dict[str, Any], limits: Limits, prefix: str, owner: str
+              ) -> tuple[int | None, float | None]:
+    """``(delay, deliver_at)`` of a posted message or a message edit, checked; a null
+    counts as absent. *prefix* goes in front of the field names in errors, *owner* names
+    the document."""
+    delay = document.get("delay")
+    if delay is not None:
+        integer(delay, f"{prefix}delay", 0, limits.max_message_delay)
+    deliver_at = document.get("deliver_at")
+    if deliver_at is None:
+        return delay, None
+    if delay is not None:
+        raise ValidationError(f"{owner} has both delay and deliver_at; give one.")
+    return delay, rfc3339(deliver_at, f"{prefix}deliver_at")
+
+
 def post_size(length: int, limit: int) -> None:
     if length > limit:
         raise ValidationError(f"The message post is {length} bytes; the limit is {limit}.")
@@ -293,14 +309,7 @@ def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
         ttl = message.get("ttl")
         if ttl is not None:
             integer(ttl, f"{where}.ttl", MIN_MESSAGE_TTL, limits.max_message_ttl)
-        delay = message.get("delay")
-        if delay is not None:
-            integer(delay, f"{where}.delay", 0, limits.max_message_delay)
-        deliver_at = message.get("deliver_at")
-        if deliver_at is not None:
-            if delay is not None:
-                raise ValidationError(f"{where} has both delay and deliver_at; give one.")
-            deliver_at = rfc3339(deliver_at, f"{where}.deliver_at")
+        delay, deliver_at = own_delay(message, limits, f"{where}.", where)
         checked.append(PostedMessage(message["body"], ttl, delay, deliver_at))
     return checked
 
@@ -334,18 +343,11 @@ def message_edit(document: Any, limits: Limits) -> MessageEdit:
         names = ", ".join(repr(name[:40]) for name in unknown[:5])
         raise ValidationError(f"Unknown message edit field(s) {names}: use "
                               f"{', '.join(EDIT_FIELDS)}.")
-    delay = document.get("delay")
-    deliver_at = document.get("deliver_at")
-    if "body" not in document and delay is None and deliver_at is None:
+    if "body" not in document and document.get("delay") is None \
+            and document.get("deliver_at") is None:
         raise ValidationError("The message edit changes nothing: give any of "
                               f"{', '.join(EDIT_FIELDS)}.")
-    if delay is not None:
-        integer(delay, "delay", 0, limits.max_message_delay)
-        if deliver_at is not None:
-            raise ValidationError("The message edit has both delay and deliver_at; "
-                                  "give one.")
-    if deliver_at is not None:
-        deliver_at = rfc3339(deliver_at, "deliver_at")
+    delay, deliver_at = own_delay(document, limits, "", "The message edit")
     return MessageEdit(document.get("body", NO_CHANGE), delay, deliver_at)
 
 
