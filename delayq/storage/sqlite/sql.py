@@ -127,6 +127,10 @@ SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue_id = ? AND expires > ?
 ORDER BY seq DESC LIMIT 1
 """
 
+# No live claim holds the message (claim_expires is 0 for a message never claimed or
+# released).
+NOT_HELD = "claim_expires <= :now"
+
 
 def messages_page(*, exclude_client: bool, include_claimed: bool,
                   include_delayed: bool) -> str:
@@ -135,7 +139,7 @@ def messages_page(*, exclude_client: bool, include_claimed: bool,
     if exclude_client:
         conditions.append("client_id != :client_id")
     if not include_claimed:
-        conditions.append("claim_expires <= :now")
+        conditions.append(NOT_HELD)
     if not include_delayed:
         conditions.append("due <= :now")
     return (f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(conditions)} "
@@ -176,13 +180,13 @@ MESSAGE_EDIT = f"""
 UPDATE messages
 SET body = coalesce(:body, body), due = coalesce(:due, due),
     available = CASE WHEN :due IS NULL THEN available ELSE max(:due, claim_expires) END
-WHERE seq = :seq AND (claim_id IS NULL OR claim_expires <= :now)
+WHERE seq = :seq AND {NOT_HELD}
 RETURNING {_MESSAGE_COLUMNS}
 """
 # A redrive takes every message no live claim holds, delayed ones too.
 REDRIVABLE = f"""
 SELECT {_MESSAGE_COLUMNS} FROM messages INDEXED BY messages_available
-WHERE queue_id = :queue AND (claim_id IS NULL OR claim_expires <= :now) AND expires > :now
+WHERE queue_id = :queue AND {NOT_HELD} AND expires > :now
   AND (:anything OR source_queue IS NOT NULL)
 ORDER BY available, seq LIMIT :limit
 """
