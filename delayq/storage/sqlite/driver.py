@@ -19,7 +19,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors, events, validation
+from delayq import errors, events, tallies, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
@@ -37,7 +37,6 @@ EXPIRES = sql.MESSAGE_COLUMNS.index("expires")
 CLAIM_COUNT = sql.MESSAGE_COLUMNS.index("claim_count")
 SOURCE = sql.MESSAGE_COLUMNS.index("source_queue")
 NO_EVENT = dict.fromkeys(sql.EVENT_COLUMNS)
-TALLY_HINDSIGHT = 3600  # seconds of past tally blocks kept
 
 
 def event_row(**fields: Any) -> dict[str, Any]:
@@ -46,23 +45,13 @@ def event_row(**fields: Any) -> dict[str, Any]:
 
 
 def tally_ranges(now: float) -> dict[str, int]:
-    """Parameters of ``sql.TALLIES_AFTER``: per level, the blocks that together cover
-    every millisecond after *now*'s, exactly once.
-
-    The first level's range starts just after *now* and runs to the next boundary of a
-    second-level block; each level then continues from there to its parent's next
-    boundary; the last level is unbounded.
-    """
-    first = int(now * 1000) + 1
+    """Parameters of ``sql.TALLIES_AFTER``: ``tallies.ranges`` of every kind."""
     params = {}
-    for level in range(sql.TALLY_LEVELS):
-        shift = sql.TALLY_BITS * level
-        start = first >> shift
-        end = ((start >> sql.TALLY_BITS) + 1) << sql.TALLY_BITS
-        for kind in (sql.TALLY_LIVE, sql.TALLY_DELAYED, sql.TALLY_CLAIMED):
+    for level, start, end in tallies.ranges(now):
+        for kind in tallies.KINDS:
             params[f"s{kind}_{level}"] = start
-            params[f"e{kind}_{level}"] = end
-        first = end << shift
+            if end is not None:
+                params[f"e{kind}_{level}"] = end
     return params
 
 
@@ -182,11 +171,9 @@ class Driver(base.Driver):
     def _forget_tallies(self, db: sqlite3.Connection, now: float) -> None:
         """Remove a batch of tally blocks that ended an hour or more before *now*: no
         count reads them again (the hour allows for a clock stepping back)."""
-        past = int((now - TALLY_HINDSIGHT) * 1000)
         db.execute(sql.TALLIES_FORGET, {
             "limit": self._expiry_batch * 4,
-            **{f"b{level}": past >> (sql.TALLY_BITS * level)
-               for level in range(sql.TALLY_LEVELS)}})
+            **{f"b{level}": block for level, block in tallies.forgettable(now).items()}})
 
     def _record(self, db: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
         """Append event rows (made by event_row) to the trail, when it is on; note the

@@ -7,6 +7,8 @@ contiguous range (``available <= now``), ahead of every delayed or claimed one, 
 or a pop reads only what it returns, however many delayed or claimed messages wait.
 """
 
+from delayq import tallies
+
 PRAGMAS = (
     "PRAGMA journal_mode = WAL",
     "PRAGMA foreign_keys = OFF",
@@ -262,20 +264,15 @@ QUEUE_NAMES_BY_ID = """
 SELECT id, project, name FROM queues WHERE id IN (SELECT value FROM json_each(?))
 """
 
-# Tallies: queue counts (live, delayed, claimed) at any instant without reading messages.
-#
-# Each message contributes, per kind, one instant (in integer milliseconds): when it stops
-# being live (expires), delayed (its due time, or its expiry if sooner) or claimed (its
-# claim's expiry, or its expiry if sooner). The count of a kind at instant T is the number
-# of those instants after T. ``tallies`` holds, for every level L, how many instants fall
-# in each block of 2^(12 L) ms: a count after T sums at most 4095 blocks of each level
-# (blocks of 1 ms, 4.1 s, 4.7 h, then 2.2 years), never the messages. Triggers keep it in
-# the transaction of every change to messages, so every write path is covered.
-# Blocks in the past are never read again and are removed in batches (TALLIES_FORGET).
+# Tallies (``delayq.tallies``): queue counts (live, delayed, claimed) at any instant
+# without reading messages. The instants below are ``tallies.instants`` in SQL; triggers
+# keep ``tallies`` in the transaction of every change to messages, so every write path is
+# covered. Blocks in the past are never read again and are removed in batches
+# (TALLIES_FORGET).
 
-TALLY_LIVE, TALLY_DELAYED, TALLY_CLAIMED = range(3)
-TALLY_LEVELS = 4
-TALLY_BITS = 12
+TALLY_LIVE, TALLY_DELAYED, TALLY_CLAIMED = tallies.LIVE, tallies.DELAYED, tallies.CLAIMED
+TALLY_LEVELS = tallies.LEVELS
+TALLY_BITS = tallies.BITS
 _TALLY_INSTANTS = {
     TALLY_LIVE: "{r}.expires",
     TALLY_DELAYED: "min({r}.due, {r}.expires)",
