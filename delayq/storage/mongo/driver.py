@@ -517,7 +517,7 @@ class Driver(base.Driver):
         deleted is unknown: none of those is returned (their events are lost rather than
         recorded twice).
         """
-        fields = {s.AVAILABLE: 1, s.CLAIM_COUNT: 1, s.EXPIRES: 1}
+        fields = {s.AVAILABLE: 1, s.CLAIM_COUNT: 1, s.EXPIRES: 1, s.EDITS: 1}  # _pinned
         pending = list(self._messages.find(where, fields))
         deleted: list[dict[str, Any]] = []
         while pending:
@@ -570,7 +570,8 @@ class Driver(base.Driver):
                 # Free, so available when due (an expired claim's expiry is behind now).
                 due = s.date(now + round(delay * 1000))
                 changes.update({s.DUE: due, s.AVAILABLE: due})
-            doc = (self._messages.find_one_and_update(free, {"$set": changes},
+            doc = (self._messages.find_one_and_update(free, {"$set": changes,
+                                                             "$inc": {s.EDITS: 1}},
                                                       return_document=ReturnDocument.AFTER)
                    if changes else self._messages.find_one(free))
             if doc is not None:
@@ -700,11 +701,13 @@ class Driver(base.Driver):
     def _pinned(project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
         """A filter that matches *doc* only while it is in the state it was read in.
 
-        Every claim changes availability and claim count, every move changes the queue:
-        a claimer that lost a race updates nothing.
+        Every claim changes availability and claim count, every move changes the queue,
+        every edit the edit count: a claimer that lost a race updates nothing, and one
+        that won returns the body it read (an edit cannot slip in between).
         """
         return {s.ID: doc[s.ID], s.PROJECT: project, s.QUEUE: queue,
-                s.AVAILABLE: doc[s.AVAILABLE], s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT)}
+                s.AVAILABLE: doc[s.AVAILABLE], s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT),
+                s.EDITS: doc.get(s.EDITS)}
 
     def _moves(self, project: str, docs: list[dict[str, Any]], policy: DeadLetterPolicy,
                now: int) -> list[Move]:

@@ -16,7 +16,7 @@ Three collections hold everything, for every project:
     claim reads only what it takes. ``d`` (due) exists only on messages posted with a
     delay, so normal queues store nothing for the feature; ``c``/``ce``/``cc`` (claim id,
     claim expiry, claim count) appear with the first claim; ``s``/``m`` (source queue,
-    move time) only on dead-lettered messages.
+    move time) only on dead-lettered messages; ``ed`` (edits made) with the first edit.
 
 ``claims``
     One document per claim: ttl, grace, creation and expiry.
@@ -75,6 +75,7 @@ CLAIM_COUNT = "cc"
 SOURCE = "s"
 MOVED = "m"
 GRACE = "g"
+EDITS = "ed"  # counted so that a claim's pinned filter sees a body-only edit
 CLOCK_TIME = "t"
 
 # Event fields: kind and time, when the TTL monitor removes the event, and the optional
