@@ -51,6 +51,21 @@ Event trail
     claim again. The object expirer removes expired messages unseen, so no ``expired``
     event is written (``expiry_events``).
 
+Tallies (the /metrics gauges)
+    ``queue_counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
+    atomic increment, so each process keeps running sums of its own in memory
+    (``TallyBook``) and writes the pages it changed every ``tally_flush_interval`` (and on
+    ``close``) as ``t/<level>/<page>/<writer>``, objects only it writes; a count sums every
+    writer's objects of the pages it reads, plus its own changes not written yet. A
+    transition is counted once, by the request whose step made it take effect (``_tally``
+    says which); whoever completes another's half-done change (``_repair``,
+    ``_finish_move``) counts nothing. A purge or queue deletion drops the tally objects
+    with the rest; a process finding its own gone starts its sums again. Not exact: a
+    process killed loses its changes since its last write (or one it won and had not
+    counted yet), a delete by ids racing a claim or edit of the same message may count the
+    state before it, a purge racing other processes' writes may keep or drop their last
+    interval. Each such error is confined to those messages' instants and disappears by
+    itself once they would have expired.
 404 is not always "gone"
     A GET, HEAD or POST that races a POST of the same object may be answered 404 (the
     object server opens the .meta file the other POST has just replaced). Every read of
