@@ -33,6 +33,7 @@ from delayq import errors, events
 from delayq.api.app import create_app
 from delayq.broker import Broker
 from delayq.message import NewMessage
+from delayq.queue import QueueCounts
 from delayq.storage import load_driver
 from delayq.storage.swift import layout
 from delayq.storage.swift.driver import Driver
@@ -634,6 +635,9 @@ def test_an_expired_message_is_invisible_to_every_read_at_once(make_driver, pref
 # Swift requests per operation
 
 TRAIL_PUT = 1  # the one object of a request's events
+# Tallies are written in the background, whenever a flush falls: measured operations leave
+# them out (they are written on close).
+NO_FLUSH = {"tally_flush_interval": 3600.0}
 
 
 class RequestLog:
@@ -684,7 +688,7 @@ def request_costs(make_driver: Callable[..., Driver], busy: int, **options: Any
     log = RequestLog()
     clock = FakeClock(START)
     queue = f"q{busy}"
-    driver = make_driver(clock=clock, wrap=log.wrap, **options)
+    driver = make_driver(clock=clock, wrap=log.wrap, **{**NO_FLUSH, **options})
     broker = Broker(driver, Limits())
     broker.create_queue(PROJECT, queue, {})
     if busy:
@@ -769,7 +773,7 @@ def test_swift_requests_per_operation_do_not_grow_with_delayed_or_claimed_messag
 
 def test_a_page_of_free_messages_costs_the_same_behind_delayed_ones(make_driver):
     log = RequestLog()
-    driver = make_driver(clock=FakeClock(START), wrap=log.wrap)
+    driver = make_driver(clock=FakeClock(START), wrap=log.wrap, **NO_FLUSH)
     post(driver, "q", 60, delay=600)
     free = post(driver, "q", 10)
     total, _, (page, _) = log.measure(lambda: driver.list_messages(
@@ -777,6 +781,112 @@ def test_a_page_of_free_messages_costs_the_same_behind_delayed_ones(make_driver)
         include_delayed=False))
     assert [m.id for m in page] == free
     assert total <= 1 + 20, f"{total} requests for a page of 10"
+
+
+# Tallies: the /metrics gauges
+
+
+def stats_counts(driver: Driver, queue: str) -> QueueCounts:
+    """What ``queue_stats`` counts (a listing of the whole index), as QueueCounts."""
+    stats = driver.queue_stats(PROJECT, queue)
+    return QueueCounts(stats.free, stats.claimed, stats.delayed)
+
+
+def tally_writers(raw: Connection, prefix: str, queue: str) -> set[str]:
+    return {name.rsplit("/", 1)[1] for name in names(raw, prefix, queue, layout.TALLY_PREFIX)}
+
+
+def test_tallies_of_two_writers_add_up_for_a_third_process_once_written(make_driver, prefix,
+                                                                         clock, raw):
+    first, second = make_driver(clock=clock, **NO_FLUSH), make_driver(clock=clock, **NO_FLUSH)
+    reader = make_driver(clock=clock)
+    post(first, "q", 3, delay=60)
+    post(first, "q", 4)
+    post(second, "q", 2, ttl=30)
+    held = second.claim(PROJECT, "q", ttl=120, grace=60, limit=3, dead_letter=None)
+    assert held is not None and len(held.messages) == 3
+    # The first process deletes a message the second claimed, and renews what is left.
+    first.delete_messages(PROJECT, "q", [held.messages[0].id])
+    first.renew_claim(PROJECT, "q", held.id, 300, 60)
+    expected = QueueCounts(free=3, claimed=2, delayed=3)
+    assert stats_counts(reader, "q") == expected
+    # Each process sees its own changes at once, the other's only once written.
+    assert reader.queue_counts(PROJECT, "q") == QueueCounts(0, 0, 0)
+    assert tally_writers(raw, prefix, "q") == set()
+
+    first.flush_tallies()
+    second.close()
+    assert len(tally_writers(raw, prefix, "q")) == 2
+    assert reader.queue_counts(PROJECT, "q") == expected
+    clock.advance(60.0005)  # the delay passes (the claim extended the ttl-30 messages)
+    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+        free=6, claimed=2, delayed=0)
+
+    # A purge by another process drops every writer's tallies; the first process, which
+    # had written some, starts again from what it counts after.
+    reader.purge_queue(PROJECT, "q")
+    post(first, "q", 1, delay=10)
+    first.flush_tallies()
+    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+        0, 0, 1)
+
+
+def test_tallies_written_after_a_concurrent_run_agree_with_stats(make_driver, clock):
+    """Threads of two processes post, claim (racing for the same messages, moving worn-out
+    ones to a dead-letter queue), renew, release and delete for a few seconds."""
+    drivers = [make_driver(clock=clock, tally_flush_interval=0.2) for _ in range(2)]
+    brokers = [Broker(driver, Limits()) for driver in drivers]
+    brokers[0].create_queue(PROJECT, "q", {"_max_claim_count": 2,
+                                           "_dead_letter_queue": "dlq"})
+    deadline = time.monotonic() + 4
+    failures: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        broker = brokers[worker % 2]
+        try:
+            while time.monotonic() < deadline:
+                post(broker.driver, "q", 2, delay=worker % 2 * 600)
+                held = broker.claim(PROJECT, "q", ttl=600, grace=60, limit=3)
+                if held is None:
+                    continue
+                first, *rest = held.messages
+                broker.delete_message(PROJECT, "q", first.id, held.id)
+                if worker % 3 == 0:
+                    broker.renew_claim(PROJECT, "q", held.id, 900, 60)
+                else:
+                    broker.release_claim(PROJECT, "q", held.id)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    for driver in drivers:
+        driver.close()
+    reader = make_driver(clock=clock)
+    for queue in ("q", "dlq"):
+        assert reader.queue_counts(PROJECT, queue) == stats_counts(reader, queue), queue
+    counts = reader.queue_counts(PROJECT, "q")
+    assert counts.free and counts.claimed and counts.delayed
+
+
+def test_a_count_costs_the_same_requests_behind_10_or_300_delayed_messages(make_driver):
+    log = RequestLog()
+    writer = make_driver(clock=FakeClock(START), **NO_FLUSH)
+    reader = make_driver(clock=FakeClock(START), wrap=log.wrap)
+    costs = []
+    posted = 0
+    for backlog in (10, 300):
+        posted += len(post(writer, "q", backlog - posted, delay=600))
+        writer.flush_tallies()
+        total, _, counts = log.measure(lambda: reader.queue_counts(PROJECT, "q"))
+        assert counts == QueueCounts(0, 0, backlog)
+        costs.append(total)
+    # A listing of each level's page and a GET of the one writer's object there.
+    assert costs[0] == costs[1] <= 2 * 4
 
 
 # Time
@@ -916,8 +1026,8 @@ def test_a_requests_events_are_one_object_that_swift_deletes_after_the_retention
     assert lines == [{"project": PROJECT, "queue": "q", "kind": "posted", "time": START,
                       "message_id": i, "due": START, "ttl": 60, "expires": START + 60}
                      for i in ids]
-    # The queue's own container holds no event.
-    assert {n.split("/")[0] for n in names(raw, prefix, "q")} == {"meta", "m", "a"}
+    # The queue's own container holds no event (its tallies may be written by now).
+    assert {n.split("/")[0] for n in names(raw, prefix, "q")} - {"t"} == {"meta", "m", "a"}
 
 
 def test_the_trail_outlives_the_queue_container(make_driver, prefix, clock, raw):
@@ -950,7 +1060,7 @@ def trail_costs(make_driver: Callable[..., Driver], settings: events.Settings
     """Swift requests of the operations request_costs leaves out."""
     log = RequestLog()
     driver = make_driver(clock=FakeClock(START), wrap=log.wrap, apart=True,
-                         events_settings=settings)
+                         events_settings=settings, **NO_FLUSH)
     costs: dict[str, Counter[str]] = {}
 
     def measure(name: str, operation: Callable[[], Any]) -> None:

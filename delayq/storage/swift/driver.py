@@ -51,6 +51,21 @@ Event trail
     claim again. The object expirer removes expired messages unseen, so no ``expired``
     event is written (``expiry_events``).
 
+Tallies (the /metrics gauges)
+    ``queue_counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
+    atomic increment, so each process keeps running sums of its own in memory
+    (``TallyBook``) and writes the pages it changed every ``tally_flush_interval`` (and on
+    ``close``) as ``t/<level>/<page>/<writer>``, objects only it writes; a count sums every
+    writer's objects of the pages it reads, plus its own changes not written yet. A
+    transition is counted once, by the request whose step made it take effect (``_tally``
+    says which); whoever completes another's half-done change (``_repair``,
+    ``_finish_move``) counts nothing. A purge or queue deletion drops the tally objects
+    with the rest; a process finding its own gone starts its sums again. Not exact: a
+    process killed loses its changes since its last write (or one it won and had not
+    counted yet), a delete by ids racing a claim or edit of the same message may count the
+    state before it, a purge racing other processes' writes may keep or drop their last
+    interval. Each such error is confined to those messages' instants and disappears by
+    itself once they would have expired.
 404 is not always "gone"
     A GET, HEAD or POST that races a POST of the same object may be answered 404 (the
     object server opens the .meta file the other POST has just replaced). Every read of
@@ -65,11 +80,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import secrets
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -81,11 +98,11 @@ from oslo_config import cfg
 from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
 
-from delayq import errors, events
+from delayq import errors, events, tallies
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
-from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
+from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
@@ -112,8 +129,17 @@ ABSENCE_RECHECKS = (0.005, 0.025)
 # Bids an edit makes for a message that other requests keep changing before it answers
 # 409: each lost bid means another claim, move or edit of it won meanwhile.
 EDIT_ATTEMPTS = 5
+# Swift keeps an X-Delete-At beyond this (year 2286) as this: the pages of the last tally
+# level end thousands of years ahead.
+LATEST_DELETE_AT = 9_999_999_999
+# A tally page ending sooner than this (plus HINDSIGHT) is not written: no count reads it
+# again, and Swift refuses an X-Delete-At in the past.
+TALLY_PAGE_MARGIN = 60
+TALLY_CLOSE_WAIT = 30.0  # seconds close() waits for a flush under way
 
 T = TypeVar("T")
+QueueKey = tuple[str, str]  # (project, queue)
+Page = tuple[int, int]  # (level, page)
 
 
 @contextmanager
@@ -148,6 +174,85 @@ class Moved:
     marker: dict[str, Any]  # the move's marker: target queue, ttl, time
 
 
+def marks(record: Record) -> tallies.Marks:
+    """What the message's tally instants depend on, in seconds."""
+    return tallies.Marks(created=record.created / US, due=record.due / US,
+                         expires=record.expires / US,
+                         claim_expires=record.claim_expires / US)
+
+
+def page_of(block: tallies.Block) -> Page:
+    _, level, number = block
+    return level, tallies.page(level, number)
+
+
+class TallyBook:
+    """This process's tallies, in memory: per queue, the changes it counted and has not
+    written yet (*pending*), and the sums it last wrote of each page (*written*), which
+    the next write of the page adds to (a tally object holds the writer's running sum).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[QueueKey, Counter[tallies.Block]] = {}
+        self._written: dict[QueueKey, dict[Page, Counter[tallies.Block]]] = {}
+
+    def add(self, key: QueueKey, deltas: Counter[tallies.Block]) -> None:
+        if deltas:
+            with self._lock:
+                self._pending.setdefault(key, Counter()).update(deltas)
+
+    def pending(self, key: QueueKey) -> Counter[tallies.Block]:
+        with self._lock:
+            return Counter(self._pending.get(key, {}))
+
+    def take(self) -> dict[QueueKey, Counter[tallies.Block]]:
+        """Everything pending, which the caller writes (or hands back with ``add``)."""
+        with self._lock:
+            taken, self._pending = self._pending, {}
+        return taken
+
+    def written(self, key: QueueKey, page: Page) -> Counter[tallies.Block]:
+        with self._lock:
+            return Counter(self._written.get(key, {}).get(page, {}))
+
+    def wrote(self, key: QueueKey, page: Page, sums: Counter[tallies.Block]) -> None:
+        with self._lock:
+            self._written.setdefault(key, {})[page] = sums
+
+    def probe(self, key: QueueKey) -> Page | None:
+        """A page written of the queue that Swift keeps longest: gone, it tells that the
+        queue was purged or deleted since (with every tally object in it)."""
+        with self._lock:
+            return max(self._written.get(key, {}), default=None)
+
+    def forget_written(self, key: QueueKey) -> None:
+        with self._lock:
+            self._written.pop(key, None)
+
+    def forget(self, key: QueueKey) -> None:
+        with self._lock:
+            self._written.pop(key, None)
+            self._pending.pop(key, None)
+
+    def prune(self, now: float) -> None:
+        """Forget the sums of pages Swift has removed (``page_end`` + ``HINDSIGHT``)."""
+        with self._lock:
+            for pages in self._written.values():
+                for page in [p for p in pages if not tally_page_kept(*p, now)]:
+                    del pages[page]
+
+
+def tally_page_kept(level: int, page: int, now: float) -> bool:
+    """False for a page no count reads any more, which Swift drops (or soon will)."""
+    return tallies.page_end(level, page) + tallies.HINDSIGHT > now + TALLY_PAGE_MARGIN
+
+
+def tally_delete_at(level: int, page: int) -> str:
+    return str(min(LATEST_DELETE_AT,
+                   math.ceil(tallies.page_end(level, page)) + tallies.HINDSIGHT))
+
+
 class Lost:
     """What a claim attempt gives when another claimer won the message's marker."""
 
@@ -170,13 +275,22 @@ class Driver(base.Driver):
                  concurrency: int = 16, claim_settle_time: float = 0.1,
                  clock_sync_interval: float = 30.0,
                  clock: Callable[[], float] | None = None,
-                 events_settings: events.Settings = events.ON) -> None:
+                 events_settings: events.Settings = events.ON,
+                 tally_flush_interval: float = 1.0) -> None:
         """*connect* makes a connection (one per thread: swiftclient's are not shared);
         *clock* replaces the proxy's clock (tests); *events_settings* turns the event
-        trail on or off."""
+        trail on or off; *tally_flush_interval* is the seconds between writes of this
+        process's tallies."""
         self._connect = connect
         self._events = events_settings
-        self._writer = secrets.token_hex(4)  # names this process's event objects
+        self._writer = secrets.token_hex(4)  # names this process's event and tally objects
+        self._book = TallyBook()
+        self._flush_interval = tally_flush_interval
+        # Held while tallies are written and while a count reads them, so a count never
+        # sees a page both in Swift and still pending here.
+        self._flush_lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
+        self._stop = threading.Event()
         self._serial = 0
         self._prefix = prefix
         self._settle = claim_settle_time
@@ -212,7 +326,8 @@ class Driver(base.Driver):
         return cls(connect, prefix=group.container_prefix, concurrency=group.concurrency,
                    claim_settle_time=group.claim_settle_time,
                    clock_sync_interval=group.clock_sync_interval,
-                   events_settings=events_settings(conf))
+                   events_settings=events_settings(conf),
+                   tally_flush_interval=group.tally_flush_interval)
 
     # Connections, time
 
@@ -265,6 +380,17 @@ class Driver(base.Driver):
         return True
 
     def close(self) -> None:
+        """Write the tallies still pending, then let go of the connections."""
+        self._stop.set()
+        with self._lock:
+            flusher = self._flusher
+        if flusher is not None:
+            flusher.join(TALLY_CLOSE_WAIT)
+        try:
+            with unavailable_as_503():
+                self.flush_tallies()
+        except errors.StorageUnavailable as exc:
+            LOG.warning("Tallies not written on close, lost: %s", exc.description)
         with self._lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
@@ -454,6 +580,116 @@ class Driver(base.Driver):
         return self._event(project, queue, events.DELETED, now, message_id=message_id,
                            claim_id=claim_id, claim_count=record.count)
 
+    # Tallies
+
+    def _tally(self, project: str, queue: str, before: Record | None,
+               after: Record | None) -> None:
+        """Count a message going from *before* to *after* (None: not in *queue*).
+
+        Called once per transition, by the request whose step made it take effect, with
+        the states that step knows: the post's PUT, the winner of a marker (claim, move,
+        edit, redrive), a claim's renewal or release by its holder, the DELETE that found
+        the message. Whoever completes another request's half-done change counts nothing.
+        """
+        deltas = tallies.change(None if before is None else marks(before),
+                                None if after is None else marks(after))
+        if not deltas:
+            return
+        self._book.add((project, queue), deltas)
+        with self._lock:
+            if self._flusher is None and not self._stop.is_set():
+                self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                                 name="delayq-swift-tallies")
+                self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self._flush_interval):
+            try:
+                with unavailable_as_503():
+                    self.flush_tallies()
+            except errors.StorageUnavailable as exc:
+                LOG.warning("Tallies not written, retried in %.1f s: %s",
+                            self._flush_interval, exc.description)
+            except Exception:
+                LOG.exception("Tallies not written")
+
+    def flush_tallies(self) -> None:
+        """Write every tally page this process changed since it last wrote it."""
+        with self._flush_lock:
+            batch = self._book.take()
+            if not batch:
+                return
+            now = self._now_us() / US
+            self._book.prune(now)
+            for number, (key, deltas) in enumerate(batch.items()):
+                try:
+                    self._flush_queue(key, deltas, now)
+                except Exception:
+                    for later in list(batch.items())[number + 1:]:
+                        self._book.add(*later)
+                    raise
+
+    def _flush_queue(self, key: QueueKey, deltas: Counter[tallies.Block], now: float
+                     ) -> None:
+        """Write *deltas* into the queue's tally pages; on failure, keep what is not
+        written for the next flush."""
+        container = self._container(*key)
+        pages: dict[Page, Counter[tallies.Block]] = {}
+        for block, n in deltas.items():
+            if n and tally_page_kept(*page_of(block), now):
+                pages.setdefault(page_of(block), Counter())[block] = n
+        unwritten = list(pages)
+        try:
+            probe = self._book.probe(key)
+            if pages and probe is not None and not self._exists(
+                    container, lay.tally_name(*probe, self._writer)):
+                # A purge or deletion of the queue since the last write dropped every
+                # tally object in it: this process's sums start again from what it
+                # counted since.
+                self._book.forget_written(key)
+            for page in list(unwritten):
+                sums = self._book.written(key, page)
+                sums.update(pages[page])
+                try:
+                    self._swift.put_object(
+                        container, lay.tally_name(*page, self._writer),
+                        lay.encode_tally((kind, block, n)
+                                         for (kind, _, block), n in sums.items() if n),
+                        headers={"X-Delete-At": tally_delete_at(*page)})
+                except ClientException as exc:
+                    if not is_status(exc, 404):
+                        raise
+                    # The queue was deleted: nothing of it is counted any more.
+                    self._book.forget(key)
+                    unwritten.clear()
+                    return
+                self._book.wrote(key, page, sums)
+                unwritten.remove(page)
+        finally:
+            for page in unwritten:
+                self._book.add(key, pages[page])
+
+    def queue_counts(self, project: str, name: str) -> QueueCounts:
+        """From the tallies: one listing per level (``tallies.reading``) and one GET per
+        writer's object found, however many messages the queue holds; this process's own
+        changes not written yet are added from memory."""
+        container = self._container(project, name)
+        with unavailable_as_503():
+            now = self._now_us() / US
+            with self._flush_lock:
+                names = [found for listing in self._parallel(
+                    lambda page: self._list(container, lay.tally_page_prefix(*page)),
+                    tallies.reading(now)) for found in listing]
+                bodies = self._parallel(lambda n: self._get(container, n), names)
+                tally = self._book.pending((project, name))
+        for object_name, found in zip(names, bodies, strict=True):
+            if found is None:  # removed since the listing (X-Delete-At, a purge)
+                continue
+            level = lay.tally_level(object_name)
+            for kind, block, n in lay.decode_tally(found[1]):
+                tally[(kind, level, block)] += n
+        return tallies.counts(tally, now)
+
     # Queues
 
     def _container(self, project: str, queue: str) -> str:
@@ -505,7 +741,11 @@ class Driver(base.Driver):
         container = self._container(project, name)
         with unavailable_as_503():
             now = self._now_us()
-            if self._delete_container(container, name):
+            deleted = self._delete_container(container, name)
+            # The tally objects went with the container (other processes find theirs
+            # gone at their next write).
+            self._book.forget((project, name))
+            if deleted:
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
 
@@ -532,7 +772,9 @@ class Driver(base.Driver):
         with unavailable_as_503():
             now = self._now_us()
             listing = self._list(container, "")
+            # The tally objects too: an empty queue counts nothing.
             self._delete_objects(container, [n for n in listing if n != lay.META])
+            self._book.forget((project, name))
             if listing:  # an absent queue is not purged
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
@@ -605,6 +847,8 @@ class Driver(base.Driver):
                                client=client_id, expires=now + m.ttl * US))
                        for i, m in enumerate(messages)]
 
+            counted: set[str] = set()  # stored again after a 404: counted once
+
             def store(item: tuple[str, NewMessage, Record]) -> None:
                 message_id, message, record = item
                 # The message first: an index entry never points at nothing yet.
@@ -620,6 +864,9 @@ class Driver(base.Driver):
                     # fails, so the message must not stay either.
                     self._delete(container, lay.message_name(message_id))
                     raise
+                if message_id not in counted:
+                    counted.add(message_id)
+                    self._tally(project, queue, None, record)
 
             try:
                 self._parallel(store, records)
@@ -738,8 +985,10 @@ class Driver(base.Driver):
             record = found[0]
             holder = record.claim if record.is_claimed(now) else None
             refuse_delete(delete_refusal(claim_id, holder), message_id, claim_id)
-            # A message marked moving has left this queue already: its move is recorded.
+            # A message marked moving has left this queue already: its move is recorded
+            # and counted.
             if self._forget(container, message_id, record) and not record.moving:
+                self._tally(project, queue, record, None)
                 self._record(project, queue, now, [
                     self._deleted(project, queue, now, message_id, record, holder)])
 
@@ -754,6 +1003,8 @@ class Driver(base.Driver):
                     return None
                 record = found[0]
                 deleted = self._forget(container, message_id, record)
+                if deleted and not record.moving:
+                    self._tally(project, queue, record, None)
                 # One that expired already (the expirer had not removed it yet) ended with
                 # its expiry, which the trail does not record; a moving one with its move.
                 if not deleted or record.expires <= now or record.moving:
@@ -771,6 +1022,9 @@ class Driver(base.Driver):
             taken, _ = self._take(project, queue, now, limit, pop_id, now + POP_LEASE * US,
                                   0, None)
             forgotten = self._parallel(lambda t: self._forget(container, t[0], t[1]), taken)
+            for (_, record, _, _), deleted in zip(taken, forgotten, strict=True):
+                if deleted:
+                    self._tally(project, queue, record, None)
             # Popped as it was before the pop marked it; one a concurrent delete took
             # first is that delete's to record.
             self._record(project, queue, now, [
@@ -856,9 +1110,14 @@ class Driver(base.Driver):
                            "generation": entry.generation + 1, "claim": claim_id,
                            "claim_expires": claim_expires,
                            "expires": max(before.expires, claim_expires + grace * US)})
+        self._tally(project, queue, before, record)  # the bid won made it a claim
         self._write_record(container, message_id, record)
         if not self._move_entry(container, message_id, entry, record.entry(message_id)):
-            return None  # deleted (without a claim id) while being claimed
+            # Deleted (without a claim id) while being claimed: that delete counted the
+            # end of the state it read, unclaimed (a delete without a claim id refuses
+            # a claimed message).
+            self._tally(project, queue, record, before)
+            return None
         return message_id, record, body, before
 
     def _win(self, project: str, queue: str, entry: Entry, marker: dict[str, Any], now: int
@@ -884,6 +1143,10 @@ class Driver(base.Driver):
         message_id = entry.message_id
         move = self._moving(project, message_id, marker)
         moving = Record(**{**vars(before), "count": entry.count, "moving": json.dumps(move)})
+        # Counted by the winner, in both queues: whoever completes the move counts nothing.
+        self._tally(project, queue, before, None)
+        self._tally(project, move["queue"], None,
+                    self._arrival(queue, moving, move)[0])
         self._write_record(self._container(project, queue), message_id, moving)
         self._finish_move(project, queue, message_id, moving, body, move, now, entry)
         return Moved(message_id, moving, body, move)
@@ -913,20 +1176,10 @@ class Driver(base.Driver):
         """
         source = self._container(project, queue)
         target = self._container(project, marker["queue"])
-        moved_at = marker["at"]
-        base = marker.get("base", 0)
-        if marker.get("redrive"):
-            expires = record.expires
-            moved = Record(ttl=record.ttl, created=record.created,
-                           due=min(record.due, moved_at), client=record.client,
-                           expires=expires, generation=base)
-            entry = moved.entry(message_id)
-        else:
-            ttl, expires = dead_lettered(record, marker)
-            moved = Record(ttl=ttl, created=record.created, due=record.due,
-                           client=record.client, expires=expires, count=record.count,
-                           generation=base, source=queue, moved=moved_at)
-            entry = Entry(moved_at, message_id, moved.count, base, lay.FREE, expires)
+        moved, available = self._arrival(queue, record, marker)
+        entry = Entry(available, message_id, moved.count, moved.generation, lay.FREE,
+                      moved.expires)
+        expires = moved.expires
         if expires > now:
             headers = {**moved.headers(), "X-Delete-At": delete_at(expires)}
             try:
@@ -938,6 +1191,22 @@ class Driver(base.Driver):
                 self._create(target, lay.message_name(message_id), body, headers)
             self._put_entry(target, entry)
         self._leave_source(source, message_id, record, met)
+
+    @staticmethod
+    def _arrival(queue: str, record: Record, marker: dict[str, Any]) -> tuple[Record, int]:
+        """The record a move (or redrive) *marker* gives the message leaving *queue* as
+        *record*, in its new queue, and when it is available there (µs)."""
+        moved_at = marker["at"]
+        base = marker.get("base", 0)
+        if marker.get("redrive"):
+            moved = Record(ttl=record.ttl, created=record.created,
+                           due=min(record.due, moved_at), client=record.client,
+                           expires=record.expires, generation=base)
+            return moved, moved.due
+        ttl, expires = dead_lettered(record, marker)
+        return Record(ttl=ttl, created=record.created, due=record.due, client=record.client,
+                      expires=expires, count=record.count, generation=base, source=queue,
+                      moved=moved_at), moved_at
 
     def _leave_source(self, source: str, message_id: str, record: Record,
                       met: Entry | None) -> None:
@@ -1029,10 +1298,15 @@ class Driver(base.Driver):
                           "body": None if body is NO_CHANGE else lay.encode(body).decode()}
                 if self._bid(container, lay.marker_name(message_id, generation), marker,
                              {"X-Delete-At": delete_at(record.expires, MARKER_MARGIN)}):
+                    counted = self._edited(record, marker, generation)
+                    self._tally(project, queue, record, counted)
                     edited = self._complete_edit(container, message_id, record, old_body,
                                                  marker, generation,
                                                  record.entry(message_id))
-                    if edited is None:  # deleted meanwhile
+                    if edited is None:
+                        # Deleted meanwhile: the delete counted the end of the state it
+                        # read, most likely the one before this edit.
+                        self._tally(project, queue, counted, record)
                         raise errors.MessageNotFound(f"Message {message_id} does not exist.")
                     self._record(project, queue, now, [self._event(
                         project, queue, events.EDITED, now, message_id=message_id,
@@ -1146,9 +1420,10 @@ class Driver(base.Driver):
             return
         self._move_entry(container, message_id, entry, record.entry(message_id))
 
-    def _release_one(self, container: str, message_id: str, record: Record, now: int
-                     ) -> None:
+    def _release_one(self, project: str, queue: str, message_id: str, record: Record,
+                     now: int) -> None:
         """Put a claimed message back at its due time (claim count kept)."""
+        container = self._container(project, queue)
         marker = lay.marker_name(message_id, record.generation)
         found = self._get(container, marker)
         if found is None:
@@ -1161,6 +1436,7 @@ class Driver(base.Driver):
                                                                  MARKER_MARGIN)})
         released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
         self._write_record(container, message_id, released)
+        self._tally(project, queue, record, released)
         self._move_entry(container, message_id, record.entry(message_id),
                          released.entry(message_id))
 
@@ -1248,6 +1524,7 @@ class Driver(base.Driver):
                                                    "at": now, "queue": None, "ttl": None}),
                     headers={"X-Delete-At": delete_at(renewed.expires, MARKER_MARGIN)})
                 self._write_record(container, message_id, renewed)
+                self._tally(project, queue, record, renewed)
                 self._move_entry(container, message_id, record.entry(message_id),
                                  renewed.entry(message_id))
 
@@ -1264,7 +1541,8 @@ class Driver(base.Driver):
                 claim = self._live_claim(container, claim_id, now)
             except errors.ClaimNotFound:
                 return
-            self._parallel(lambda item: self._release_one(container, item[0], item[1], now),
+            self._parallel(lambda item: self._release_one(project, queue, item[0], item[1],
+                                                          now),
                            self._held(container, claim_id, claim, now))
             self._delete(container, lay.claim_name(claim_id))
 

@@ -25,6 +25,13 @@ Inside it:
     that whoever meets it can complete it.
 ``k/<claim id>``
     A claim: ttl, grace, times and the ``[id, generation]`` pairs it holds.
+``t/<level>/<page>/<writer>``
+    Tallies (``delayq.tallies``): one process's running sums of the changes it counted
+    in one page of one level, as JSON ``[[kind, block, n], ...]``. Only the process
+    whose writer token ends the name writes it (so no update is lost to a race: Swift
+    has no atomic increment); a count lists the pages it reads and sums every writer's.
+    ``X-Delete-At`` is the page's end plus ``HINDSIGHT``, so Swift removes pages no
+    count reads again. Level and page are decimal, zero-padded.
 
 The event trail (``delayq.events``) of a queue lives in a container of its own,
 ``<prefix>:events,<project>,<queue>``, which deleting the queue leaves alone (the
@@ -58,6 +65,7 @@ MESSAGE_PREFIX = "m/"
 INDEX_PREFIX = "a/"
 MARKER_PREFIX = "c/"
 CLAIM_PREFIX = "k/"
+TALLY_PREFIX = "t/"
 
 FREE = "f"  # free or delayed: available at its due time
 CLAIMED = "c"  # claimed: available again at the claim's expiry
@@ -191,6 +199,32 @@ def marker_prefix(message_id: str) -> str:
 
 def claim_name(claim_id: str) -> str:
     return CLAIM_PREFIX + claim_id
+
+
+TALLY_PAGE_DIGITS = 16  # a page number of any level (at most 2^52 for a 64-bit ms clock)
+
+
+def tally_page_prefix(level: int, page: int) -> str:
+    """The start of the names of every writer's tally of one page of one level."""
+    return f"{TALLY_PREFIX}{level}/{page:0{TALLY_PAGE_DIGITS}d}/"
+
+
+def tally_name(level: int, page: int, writer: str) -> str:
+    return tally_page_prefix(level, page) + writer
+
+
+def tally_level(name: str) -> int:
+    """The level of a tally object's name."""
+    return int(name[len(TALLY_PREFIX):].split("/", 1)[0])
+
+
+def encode_tally(deltas: Iterable[tuple[int, int, int]]) -> bytes:
+    """A tally object's body from ``(kind, block, n)`` triples."""
+    return encode(sorted(deltas))
+
+
+def decode_tally(body: bytes) -> list[tuple[int, int, int]]:
+    return [(kind, block, n) for kind, block, n in json.loads(body)]
 
 
 def index_end(now_us: int) -> str:

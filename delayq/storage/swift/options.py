@@ -47,4 +47,11 @@ OPTS = [
     cfg.FloatOpt("clock_sync_interval", default=30.0, min=1.0,
                  help="Seconds between readings of the Swift proxy's clock, which every "
                       "API process keeps time by."),
+    cfg.FloatOpt("tally_flush_interval", default=1.0, min=0.01,
+                 help="Seconds between writes of each API process's tallies (the running "
+                      "counts the /metrics gauges read) to Swift. A process sees its own "
+                      "changes in the gauges at once, other processes' within this time; a "
+                      "process killed loses at most this long of its counts, an error "
+                      "confined to the instants of the messages it changed meanwhile, "
+                      "which ends when they would have expired."),
 ]
