@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(python3 python3-venv python3-dev gcc redis-server redis-tools
-              swift swift-proxy swift-account swift-container swift-object memcached)
+              swift swift-proxy swift-account swift-container swift-object memcached
+              faketime)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -124,12 +124,14 @@ def wait_until_serving(server: RunningServer, timeout: float = START_TIMEOUT,
 @contextlib.contextmanager
 def delayq_server(cwd: Path, *, config: Mapping[str, Mapping[str, object]] | None = None,
                   args: list[str] | None = None, port: int | None = None,
-                  host: str = "127.0.0.1", wait: bool = True) -> Iterator[RunningServer]:
+                  host: str = "127.0.0.1", wait: bool = True,
+                  env: Mapping[str, str] | None = None) -> Iterator[RunningServer]:
     """Start ``delayq-server`` in *cwd* and stop it (SIGTERM, then SIGKILL) on exit.
 
     *config* is written to ``cwd/delayq.conf`` and passed with ``--config-file``; it gets
     a SQLite path in *cwd* unless it names one. Unless *port* or ``--port`` in *args* is
     given, ``--port`` is a free port. *port* is only where the helper looks for the server.
+    *env* adds to (or replaces) the server's environment variables.
     """
     cwd.mkdir(parents=True, exist_ok=True)
     argv = [str(SERVER_SCRIPT)]
@@ -149,7 +151,7 @@ def delayq_server(cwd: Path, *, config: Mapping[str, Mapping[str, object]] | Non
     stderr_path = cwd / "server.stderr"
     # gunicorn puts its control socket in $XDG_RUNTIME_DIR (else ~/.gunicorn): keep each
     # test server's socket in its own directory rather than sharing one in $HOME.
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(cwd)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(cwd), **(env or {})}
     with open(stderr_path, "wb") as stderr:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=stderr, stderr=stderr, env=env,
