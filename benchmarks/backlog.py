@@ -586,14 +586,17 @@ def server_command(config: Path) -> list[str]:
 class Server:
     """A ``delayq-server`` subprocess, stopped (SIGTERM, then SIGKILL) on exit."""
 
-    def __init__(self, config: Path, port: int, log: Path) -> None:
+    def __init__(self, config: Path, port: int, log: Path,
+                 command: list[str] | None = None) -> None:
+        """*command* runs another server answering ``GET /v2/ping`` with 204 (the same
+        gunicorn set-up around another app: benchmarks/trivial_app.py)."""
         self.port = port
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         # gunicorn (>= 25.1) opens a control socket at $XDG_RUNTIME_DIR/gunicorn.ctl, else
         # ~/.gunicorn/gunicorn.ctl, shared by every server of the user: keep ours private.
         env = {**os.environ, "XDG_RUNTIME_DIR": str(config.parent)}
-        self.proc = subprocess.Popen(server_command(config), stdout=self._log,
+        self.proc = subprocess.Popen(command or server_command(config), stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=env)
 

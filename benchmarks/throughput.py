@@ -1,0 +1,342 @@
+"""Throughput: requests per second and server CPU per request, beside a trivial app.
+
+Each target is served by gunicorn with uvicorn workers (``--workers``, default 2):
+
+* ``trivial``: ``benchmarks/trivial_app.py``, a Falcon app that answers without doing
+  anything, run through delayq's own gunicorn set-up — the floor of what a request costs;
+* each ``--driver``: the real ``delayq-server`` on that store. The stores are started as
+  ``benchmarks/backlog.py`` starts them (its ``BACKENDS``): SQLite a file, Redis a private
+  ``redis-server``, Swift the test suite's ``SwiftCluster``. MongoDB needs a real replica
+  set named by ``DELAYQ_TEST_MONGODB_URI`` and is skipped without one.
+
+The load: ``--concurrency`` threads, each with its own keep-alive connection and queue,
+repeating a cycle of three requests for ``--warmup`` and then ``--seconds`` seconds:
+``POST .../messages`` (one message), ``POST .../claims?limit=1`` (takes it),
+``DELETE`` the message with its ``claim_id``. The trivial app gets the same three
+requests (methods, paths and bodies). Only the ``--seconds`` window is measured:
+
+* requests per second: completed requests over wall time;
+* server CPU per request: user + system time (``/proc/PID/stat``) of the gunicorn master
+  and all its workers over the window, divided by the requests completed in it;
+* store CPU per request, where the store is a process of the run (redis-server, Swift's
+  servers): the same, for its processes;
+* the load generator's own CPU (this process): it runs on the same machine.
+
+The trivial app is measured first and last, and the ratio of each driver's CPU per
+request is taken to the mean of the two: on a shared machine the drift between them shows
+how steady the run was. Results are printed and written as JSON
+(``benchmarks/results/throughput.json`` or ``--output``).
+
+Usage::
+
+    python benchmarks/throughput.py [--driver sqlite --driver redis ...] [--seconds 10]
+                                    [--warmup 2] [--concurrency 8] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import backlog
+except ModuleNotFoundError:  # imported from elsewhere than benchmarks/
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import backlog
+
+if str(backlog.REPO_ROOT) not in sys.path:  # tests.server: /proc helpers
+    sys.path.insert(0, str(backlog.REPO_ROOT))
+from tests.server import child_pids  # noqa: E402
+
+TRIVIAL = "trivial"
+TRIVIAL_APP = Path(__file__).resolve().parent / "trivial_app.py"
+RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
+MONGO_URI_VARIABLE = "DELAYQ_TEST_MONGODB_URI"
+MONGO_GROUP = "drivers:message_store:mongodb"
+TARGET_RATIO = 1.5
+TICKS = os.sysconf("SC_CLK_TCK")
+POST_BODY = json.dumps({"messages": [{"body": {"bench": "throughput"}, "ttl": 3600}]}
+                       ).encode()
+CLAIM_BODY = json.dumps({"ttl": 60, "grace": 60}).encode()
+
+
+# CPU from /proc --------------------------------------------------------------------------
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds so far of *pids* (a process that ended counts 0)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            text = Path(f"/proc/{pid}/stat").read_text()
+            # After the parenthesised command name: state is field 3, utime 14, stime 15.
+            fields = text[text.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / TICKS
+
+
+def server_pids(master: int) -> list[int]:
+    """The gunicorn master and its workers."""
+    return [master, *child_pids(master)]
+
+
+# The load --------------------------------------------------------------------------------
+
+
+class Loader(threading.Thread):
+    """One keep-alive connection repeating post → claim → delete on a queue of its own."""
+
+    def __init__(self, port: int, queue: str, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.client = backlog.Client(port)
+        self.queue = queue
+        self.stop = stop
+        self.requests = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.cycle()
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+        finally:
+            self.client.close()
+
+    def cycle(self) -> None:
+        base = f"/v2/queues/{self.queue}"
+        self.send("POST", f"{base}/messages", POST_BODY)
+        claimed = self.send("POST", f"{base}/claims?limit=1", CLAIM_BODY)
+        # delayq's claim names the message's href with its claim_id; the trivial app's
+        # answer has none, so it gets a path of the same shape.
+        messages = (claimed or {}).get("messages")
+        href = messages[0]["href"] if messages else f"{base}/messages/m?claim_id=c"
+        self.send("DELETE", href)
+
+    def send(self, method: str, path: str, body: bytes | None = None) -> Any:
+        status, document, _ = self.client.request(method, path, body)
+        if not 200 <= status < 300:
+            raise RuntimeError(f"{method} {path}: {status} {document}")
+        self.requests += 1
+        return document
+
+
+@dataclass
+class Measurement:
+    target: str
+    requests: int
+    seconds: float
+    server_cpu: float
+    store_cpu: float | None
+    client_cpu: float
+    loadavg: tuple[float, float, float] = field(default_factory=os.getloadavg)
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def server_ms(self) -> float:
+        return 1000 * self.server_cpu / self.requests
+
+    @property
+    def store_ms(self) -> float | None:
+        return None if self.store_cpu is None else 1000 * self.store_cpu / self.requests
+
+
+def load(target: str, port: int, master: int, store_pids: list[int],
+         args: argparse.Namespace) -> Measurement:
+    """Run the load on a serving target; measure its ``--seconds`` window."""
+    stop = threading.Event()
+    loaders = [Loader(port, f"bench-tp-{i}", stop) for i in range(args.concurrency)]
+    for loader in loaders:
+        loader.client.headers["Client-ID"] = str(uuid.uuid4())
+        loader.start()
+    try:
+        time.sleep(args.warmup)
+        pids = server_pids(master)  # now: the first answer came from one worker
+        start = (time.perf_counter(), sum(x.requests for x in loaders), cpu_seconds(pids),
+                 cpu_seconds(store_pids), time.process_time())
+        time.sleep(args.seconds)
+        end = (time.perf_counter(), sum(x.requests for x in loaders), cpu_seconds(pids),
+               cpu_seconds(store_pids), time.process_time())
+    finally:
+        stop.set()
+        for loader in loaders:
+            loader.join(timeout=30)
+    errors = [x.error for x in loaders if x.error is not None]
+    if errors:
+        raise RuntimeError(f"{target}: {len(errors)} connection(s) failed: {errors[0]}")
+    if child_pids(master) != pids[1:]:
+        raise RuntimeError(f"{target}: a worker restarted during the run")
+    return Measurement(target, end[1] - start[1], end[0] - start[0], end[2] - start[2],
+                       end[3] - start[3] if store_pids else None, end[4] - start[4])
+
+
+# Targets ---------------------------------------------------------------------------------
+
+
+def mongodb_backend() -> backlog.Backend | None:
+    """A database of its own on the MongoDB of DELAYQ_TEST_MONGODB_URI, if it is set."""
+    uri = os.environ.get(MONGO_URI_VARIABLE)
+    if not uri:
+        return None
+    database = f"delayq_bench_{uuid.uuid4().hex[:12]}"
+
+    @contextlib.contextmanager
+    def service(sections: backlog.Sections, workdir: Path) -> Iterator[None]:
+        import pymongo
+
+        try:
+            yield
+        finally:
+            with pymongo.MongoClient(uri) as client:
+                client.drop_database(database)
+
+    return backlog.Backend(sections=lambda workdir: {MONGO_GROUP: {"uri": uri,
+                                                                   "database": database}},
+                           fill=lambda *a: None, service=service)
+
+
+def backends() -> dict[str, backlog.Backend | None]:
+    """The drivers this benchmark can run (None: not configured here)."""
+    return {**backlog.BACKENDS, "mongodb": mongodb_backend()}
+
+
+def store_pids(service: Any) -> list[int]:
+    """The processes of a store the run started: redis-server, or Swift's servers."""
+    proc = getattr(service, "proc", None)  # backlog.RedisServer
+    if proc is not None:
+        return [proc.pid]
+    processes = getattr(service, "_processes", None)  # tests.swift_server.SwiftCluster
+    return [p.pid for p in processes.values()] if processes else []
+
+
+def run_target(target: str, directory: Path, args: argparse.Namespace,
+               log: Callable[[str], None]) -> Measurement:
+    """Start the target's store and server (files in *directory*), load it, stop them."""
+    directory.mkdir()
+    port = backlog.free_port()
+    config = directory / "delayq.conf"
+    with contextlib.ExitStack() as stack:
+        service = None
+        if target == TRIVIAL:
+            config.write_text("")
+            command = [sys.executable, str(TRIVIAL_APP), "--port", str(port),
+                       "--workers", str(args.workers)]
+        else:
+            backend = backends()[target]
+            assert backend is not None
+            sections = backend.sections(directory)
+            service = stack.enter_context(backend.service(sections, directory))
+            backlog.write_config(config, target, port, args.workers, sections)
+            command = None
+        server = backlog.Server(config, port, directory / "server.log", command=command)
+        stack.callback(server.stop)
+        server.wait_ready(timeout=60)
+        if target != TRIVIAL:
+            client = backlog.Client(port)
+            for i in range(args.concurrency):
+                client.expect(201, "PUT", f"/v2/queues/bench-tp-{i}")
+            client.close()
+        log(f"  {target}: serving on port {port}, loading for "
+            f"{args.warmup:g} + {args.seconds:g} s")
+        return load(target, port, server.proc.pid, store_pids(service), args)
+
+
+# Report ----------------------------------------------------------------------------------
+
+
+def table(measurements: list[Measurement]) -> tuple[list[dict[str, Any]], float]:
+    trivial = [m.server_ms for m in measurements if m.target == TRIVIAL]
+    floor = sum(trivial) / len(trivial)
+    rows = []
+    for m in measurements:
+        rows.append({"target": m.target, "requests": m.requests, "seconds": round(m.seconds, 2),
+                     "rps": round(m.rps, 1), "server_cpu_ms": round(m.server_ms, 3),
+                     "ratio": round(m.server_ms / floor, 2),
+                     "store_cpu_ms": None if m.store_ms is None else round(m.store_ms, 3),
+                     "client_cpu_ms": round(1000 * m.client_cpu / m.requests, 3),
+                     "loadavg": [round(x, 2) for x in m.loadavg]})
+    return rows, floor
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print()
+    print("| target | requests | RPS | server CPU ms/request | ratio to trivial "
+          "| store CPU ms/request | load generator CPU ms/request |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        store = "—" if row["store_cpu_ms"] is None else f"{row['store_cpu_ms']:.3f}"
+        print(f"| {row['target']} | {row['requests']:,} | {row['rps']:,.0f} "
+              f"| {row['server_cpu_ms']:.3f} | {row['ratio']:.2f} | {store} "
+              f"| {row['client_cpu_ms']:.3f} |")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--driver", action="append", choices=sorted(backends()),
+                        help="a driver to measure; repeatable (default: sqlite and redis)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="measured seconds per target (default 10)")
+    parser.add_argument("--warmup", type=float, default=2.0,
+                        help="unmeasured seconds of load first (default 2)")
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="connections, each looping on a queue of its own (default 8)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="gunicorn workers of every target (default 2)")
+    parser.add_argument("--output", type=Path, default=RESULTS,
+                        help="JSON results (default benchmarks/results/throughput.json)")
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit 1 when Redis's ratio exceeds {TARGET_RATIO}")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    drivers = args.driver or ["sqlite", "redis"]
+    available = backends()
+    skipped = [d for d in drivers if available[d] is None]
+    for driver in skipped:
+        print(f"skipping {driver}: set {MONGO_URI_VARIABLE} to a replica set to measure it")
+    targets = [TRIVIAL, *[d for d in drivers if d not in skipped], TRIVIAL]
+    info = backlog.machine()
+    print(f"delayq throughput benchmark: {', '.join(targets)}; {args.concurrency} "
+          f"connections, {args.workers} workers, {info['cpus']} CPUs shared with the "
+          "load generator")
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-throughput-"))
+    try:
+        measurements = [run_target(t, workdir / f"{i}-{t}", args, print)
+                        for i, t in enumerate(targets)]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    rows, floor = table(measurements)
+    print_table(rows)
+    print(f"\ntrivial app: {floor:.3f} server CPU ms per request (mean of "
+          f"{sum(m.target == TRIVIAL for m in measurements)} runs)")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": info,
+        "options": {k: v for k, v in vars(args).items() if k != "output"},
+        "trivial_server_cpu_ms": round(floor, 3), "rows": rows}, indent=2, default=str))
+    print(f"written to {args.output}")
+    redis = [r for r in rows if r["target"] == "redis"]
+    if args.check and redis and redis[0]["ratio"] > TARGET_RATIO:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
