@@ -10,6 +10,9 @@ how it uses MongoDB, because that is what keeps it correct and fast on a real se
   on the state read, the claim-count increment is part of the claiming update;
 - the documents it stores (no field for a feature a message does not use) and bodies
   that BSON could not hold as they are;
+- the /metrics gauges' tallies: a count reads one page per level and no message,
+  concurrent requests keep it exact, old pages carry the date the TTL monitor drops
+  them at;
 - expiry without MongoDB's TTL monitor, the primary's clock, an unreachable server
   (503, never a hang) and malformed connection strings;
 - on a real server only (DELAYQ_TEST_MONGODB_URI), the query plan of a claim in a queue
@@ -28,6 +31,7 @@ import copy
 import functools
 import json
 import logging
+import random
 import socket
 import threading
 import time
@@ -47,10 +51,10 @@ from bson import ObjectId
 from falcon import testing
 from pymongo import monitoring
 
-from delayq import errors, events
+from delayq import errors, events, tallies
 from delayq.api.app import create_app
 from delayq.message import NewMessage
-from delayq.queue import DeadLetterPolicy
+from delayq.queue import DeadLetterPolicy, QueueCounts
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo.driver import Driver, make_client, parse_write_concern
 from tests.contract.drivers import FakeClock
@@ -1069,3 +1073,100 @@ def test_the_trail_has_the_fields_sqlite_writes_for_the_same_history(backend, tm
     assert got == expected
     kinds = {dict(row)["kind"] for row in got}
     assert kinds == set(events.KINDS) - {events.EXPIRED}
+
+
+# The gauges' tallies
+
+
+def agree(driver: Driver, queue: str) -> QueueCounts:
+    """The gauges' counts, checked against the stats' count of the messages."""
+    stats = driver.queue_stats(PROJECT, queue)
+    counts = driver.queue_counts(PROJECT, queue)
+    assert counts == QueueCounts(stats.free, stats.claimed, stats.delayed)
+    return counts
+
+
+def test_a_count_reads_one_page_per_level_of_the_tallies_and_no_message(backend, clock):
+    driver = backend.driver(clock)
+    # A backlog whose instants fall in blocks of every level: due and expiring within
+    # milliseconds, seconds, hours and weeks.
+    for delay, ttl in ((0, 60), (1, 3600), (30, 86400), (5000, 86400), (90000, 2_000_000)):
+        post(driver, "q", 300, delay=delay, ttl=ttl)
+    claim(driver, "q", limit=50, ttl=600)
+    clock.advance(1.0005)
+    counts = agree(driver, "q")
+    assert (counts.claimed, counts.delayed) == (50, 900)
+
+    with backend.record() as ops:
+        assert driver.queue_counts(PROJECT, "q") == counts
+    [read] = ops
+    assert (read.kind, read.collection, read.hint) == ("find", "tallies", "page")
+    assert len(read.filter["$or"]) == tallies.LEVELS
+    # Points of the unique page index: at most one document each, whatever the backlog.
+    assert backend.db.tallies.count_documents(read.filter) <= tallies.LEVELS
+
+
+def test_concurrent_requests_keep_the_counts_exact(backend, clock):
+    drivers = [backend.driver(clock) for _ in range(4)]
+    policy = DeadLetterPolicy(2, "dlq")
+    ids = post(drivers[0], "q", 30) + post(drivers[0], "q", 10, delay=30)
+
+    def requests(worker: int) -> None:
+        rng = random.Random(worker)
+        driver, held = drivers[worker], []
+        for _ in range(30):
+            action = rng.randrange(8)
+            try:
+                if action == 0:
+                    ids.extend(post(driver, "q", rng.randint(1, 3), delay=rng.choice([0, 30])))
+                elif action in (1, 2):
+                    taken = claim(driver, "q", rng.randint(1, 4), ttl=20, dead_letter=policy)
+                    held += [taken] if taken else []
+                elif action == 3 and held:
+                    taken = held.pop(rng.randrange(len(held)))
+                    for message in taken.messages[:2]:
+                        driver.delete_message(PROJECT, "q", message.id, taken.id)
+                    driver.release_claim(PROJECT, "q", taken.id)
+                elif action == 4 and held:
+                    driver.renew_claim(PROJECT, "q", rng.choice(held).id, 40, 30)
+                elif action == 5:
+                    driver.delete_messages(PROJECT, "q", rng.sample(ids, 3))
+                elif action == 6:
+                    driver.pop_messages(PROJECT, "q", rng.randint(1, 3))
+                elif action == 7:
+                    driver.edit_message(PROJECT, "q", rng.choice(ids),
+                                        delay=rng.choice([0, 15]))
+            except (errors.MessageNotFound, errors.ClaimNotFound, errors.MessageHeld):
+                pass  # another worker got there first
+
+    for _ in range(3):
+        with ThreadPoolExecutor(len(drivers)) as pool:
+            list(pool.map(requests, range(len(drivers))))
+        for queue in ("q", "dlq"):
+            agree(drivers[0], queue)
+        clock.advance(20.0005)  # claims lapse, delays pass: more moves and races
+
+
+def test_a_tally_page_carries_the_date_it_can_be_dropped_at(backend, clock):
+    driver = backend.driver(clock)
+    post(driver, "q", 3, delay=30)
+    claim(driver, "q")
+    pages = list(backend.db.tallies.find({"p": PROJECT, "q": "q"}))
+    assert {doc["l"] for doc in pages} == set(range(tallies.LEVELS))
+    for doc in pages:
+        if doc["l"] == tallies.LEVELS - 1:
+            assert "x" not in doc  # the one page of every instant a date can hold
+        else:
+            end = tallies.page_end(doc["l"], doc["g"])
+            assert doc["x"] == bson_date(end + tallies.HINDSIGHT)
+    [ttl] = [info for info in index_keys(backend.db.tallies).values()
+             if info["key"] == [("x", 1)]]
+    assert ttl.get("expireAfterSeconds") == 0
+    assert index_keys(backend.db.tallies)["page"]["unique"]
+
+    # What the TTL monitor drops once its date has passed, no count reads.
+    post(driver, "q", 2, ttl=20 * 86400)
+    clock.advance(tallies.HINDSIGHT + 86400)
+    gone = backend.db.tallies.delete_many({"x": {"$lte": bson_date(clock.now)}})
+    assert gone.deleted_count > 0
+    assert agree(driver, "q") == QueueCounts(2, 0, 0)
