@@ -2,9 +2,8 @@
 
 The per-queue gauges are read from the store at scrape time, by the worker serving the
 scrape, through the driver's ``queue_counts`` (O(log n) per queue on SQLite and Redis,
-O(1) in the messages on Swift):
-nothing per queue is kept in the workers, so they never disagree and a deleted queue's
-series simply stop. A scrape names the
+O(1) in the messages on MongoDB and Swift): nothing per queue is kept in the workers,
+so they never disagree and a deleted queue's series simply stop. A scrape names the
 projects whose queues it wants (``?project=NAME``, repeatable); each contributes at most
 ``MAX_GAUGE_QUEUES`` queues, in name order, so one scrape's cost is bounded.
 """

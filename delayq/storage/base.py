@@ -91,8 +91,9 @@ class Driver(abc.ABC):
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """The free, claimed and delayed counts of ``queue_stats``, for the /metrics
         gauges, read without scanning the queue where the driver can: O(log n) on
-        SQLite (tallies) and Redis (sorted sets). This default is ``queue_stats``'s cost
-        (a scan on MongoDB and Swift)."""
+        SQLite (tallies) and Redis (sorted sets), O(1) in the messages on MongoDB and
+        Swift (``delayq.tallies``). This default, ``queue_stats``'s cost, serves a
+        driver that keeps no tallies."""
         stats = self.queue_stats(project, name)
         return QueueCounts(free=stats.free, claimed=stats.claimed, delayed=stats.delayed)
 

@@ -13,11 +13,17 @@ filters pin the state the driver read:
 - A dead-letter move is one such update that rewrites the message's queue (every queue of
   every project lives in the one ``messages`` collection), keeping its claim count: the
   message is in exactly one queue before and after, whatever dies when.
-- Posts, claims, dead-letter moves and releases are retryable writes (inserts,
-  single-document updates and bulk writes of them), so a failover in the middle of a
-  claim is retried by pymongo, not doubled. Multi-document deletes and the renewal of a
-  claim's messages are not retryable: interrupted, they answer 503, and repeating the
-  request completes them.
+- A delete by ids, the end of a pop, a renewal's and a release's changes to the claimed
+  messages are one ``find_one_and_delete`` or ``find_one_and_update`` per message: each
+  returns the state it changed, which the tallies (below) and the trail need, and which
+  a multi-document write or a bulk of them cannot tell when a concurrent request
+  changed some of the same messages. That costs one round trip per message (at most
+  ``max_messages_per_claim_or_pop`` or ``max_messages_per_page``).
+- Posts, claims, dead-letter moves, and the writes above are retryable writes (inserts,
+  single-document updates and deletes, and bulk writes of them), so a failover in the
+  middle of a claim is retried by pymongo, not doubled. Purging or deleting a queue
+  (multi-document deletes) is not retryable: interrupted, it answers 503, and repeating
+  the request completes it.
 
 Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own clocks are
 skewed agree on when a message is due.
@@ -33,6 +39,17 @@ insert is logged, not answered with 503: the change is done, and a client retryi
 would post or claim again. ``[events] retention`` is the TTL of each event (``schema.py``).
 MongoDB's TTL monitor deletes expired messages without the driver seeing them, so no
 ``expired`` event is written (``expiry_events``); the audits infer expiry from the trail.
+
+The /metrics gauges (``queue_counts``) read the ``tallies`` collection (``tallying``),
+not the messages. Every transition adds its messages' change of instants
+(``delayq.tallies``) there right after the messages' write, computed from the state that
+write pinned or returned, so concurrent requests keep it exact; expiry needs no write
+(an instant passing leaves the count by itself). The same lack of a transaction as for
+the trail means a process dying, or MongoDB failing, between the two writes loses that
+request's change: the error is confined to those messages' own instants, so it is gone
+from the counts at the latest when those messages would have expired. A purge or queue
+deletion drops the queue's tallies after its messages; a write to the queue racing it
+can leave its messages miscounted in the same bounded way.
 """
 
 from __future__ import annotations
@@ -59,10 +76,11 @@ from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
-from delayq.queue import DeadLetterPolicy, QueueStats, dead_lettered_ttl
+from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo import schema as s
+from delayq.storage.mongo import tallying
 from delayq.storage.mongo.options import GROUP
 
 LOG = logging.getLogger(__name__)
@@ -87,6 +105,8 @@ UNAVAILABLE_CODES = frozenset({
 })
 UNAVAILABLE = (pymongo.errors.ConnectionFailure, pymongo.errors.WriteConcernError,
                pymongo.errors.ExecutionTimeout, pymongo.errors.WTimeoutError)
+
+DUPLICATE_KEY = 11000
 
 # A pop marks its messages with a claim of this many milliseconds before deleting them: a
 # process dying in between leaves them claimable again after it, not lost.
@@ -213,6 +233,7 @@ class Driver(base.Driver):
         self._messages: Collection = db[s.MESSAGES]
         self._claims: Collection = db[s.CLAIMS]
         self._trail: Collection = db[s.EVENTS]
+        self._tallies: Collection = db[s.TALLIES]
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(s.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
@@ -309,6 +330,44 @@ class Driver(base.Driver):
             LOG.warning("%d event(s) of the trail lost: MongoDB failed after the change "
                         "they record was made: %s", len(docs), exc)
 
+    def _tally(self, project: str, changes: tallying.Changes) -> None:
+        """Apply a request's tally changes, once the messages' writes they follow are
+        done (``tallying``).
+
+        MongoDB failing now loses these deltas, and only them (the error leaves the
+        counts when those messages would have expired): the change stands, so the
+        request must not fail.
+        """
+        ops = changes.ops(project)
+        for attempt in (1, 2):
+            if not ops:
+                return
+            try:
+                self._tallies.bulk_write(ops, ordered=False)
+                return
+            except pymongo.errors.BulkWriteError as exc:
+                # Two first upserts of one page: the loser did not apply, and finds the
+                # page there the second time (servers from 4.2 retry this themselves).
+                failed = (exc.details or {}).get("writeErrors", ())
+                if attempt == 2 or not failed or any(
+                        err.get("code") != DUPLICATE_KEY for err in failed):
+                    if not is_unavailable(exc):
+                        raise
+                    self._tally_lost(exc)
+                    return
+                ops = [ops[err["index"]] for err in failed]
+            except pymongo.errors.PyMongoError as exc:
+                if not is_unavailable(exc):
+                    raise
+                self._tally_lost(exc)
+                return
+
+    @staticmethod
+    def _tally_lost(exc: pymongo.errors.PyMongoError) -> None:
+        LOG.warning("A change of the /metrics gauges' tallies is lost: MongoDB failed "
+                    "after the messages' write it follows (the gauges are off until "
+                    "those messages expire): %s", exc)
+
     def _purged(self, project: str, name: str, now: int) -> None:
         self._record([self._event(project, name, events.PURGED, now)])
 
@@ -353,6 +412,7 @@ class Driver(base.Driver):
         self._claims.delete_many(where)
         existed = self._queues.delete_one(where).deleted_count
         gone += self._messages.delete_many(where).deleted_count
+        self._tallies.delete_many(where)
         if existed or gone:  # deleting an absent queue changes nothing
             self._purged(project, name, now)
 
@@ -362,6 +422,7 @@ class Driver(base.Driver):
         where = {s.PROJECT: project, s.QUEUE: name}
         gone = self._messages.delete_many(where).deleted_count
         self._claims.delete_many(where)
+        self._tallies.delete_many(where)
         # An empty queue is purged too, an absent one not: the queue is looked up only
         # when the trail needs to know.
         if self._events.enabled and (gone or self._queues.find_one(where, {s.ID: 1})):
@@ -396,6 +457,16 @@ class Driver(base.Driver):
         return QueueStats(free=max(0, total - delayed - claimed), claimed=claimed,
                           delayed=delayed, oldest=ends[0], newest=ends[1])
 
+    @backend_call
+    def queue_counts(self, project: str, name: str) -> QueueCounts:
+        """From the tallies (``tallying``): one read of at most ``tallies.LEVELS``
+        documents, however many messages the queue holds."""
+        now = self._now_ms()
+        return tallying.counts(
+            self._tallies.find(tallying.reading(project, name, now),
+                               {s.LEVEL: 1, s.PAGE: 1, s.TALLY: 1}).hint(s.PAGE_INDEX),
+            now)
+
     def _allocate(self, project: str, queue: str, count: int, now: int) -> int:
         """Reserve *count* sequence numbers of the queue, creating it if needed; the first.
 
@@ -425,7 +496,18 @@ class Driver(base.Driver):
         docs = [s.new_message(project, queue, first + i, m.body, m.ttl, m.delay, client_id,
                               now)
                 for i, m in enumerate(messages)]
-        self._messages.insert_many(docs, ordered=True)
+        changes = tallying.Changes()
+        try:
+            self._messages.insert_many(docs, ordered=True)
+        except pymongo.errors.BulkWriteError as exc:
+            # In order: the first nInserted are stored, and count, though the post fails.
+            for doc in docs[:(exc.details or {}).get("nInserted", 0)]:
+                changes.add(queue, None, doc)
+            self._tally(project, changes)
+            raise
+        for doc in docs:
+            changes.add(queue, None, doc)
+        self._tally(project, changes)
         self._record([
             self._event(project, queue, events.POSTED, now, message_id=doc[s.ID],
                         due=s.due_ms(doc), ttl=doc[s.TTL], expires=s.ms(doc[s.EXPIRES]))
@@ -469,8 +551,9 @@ class Driver(base.Driver):
                 held = {**where, s.CLAIM: s.object_id(claim_id),
                         s.CLAIM_EXPIRES: {"$gt": s.date(now)}}
                 deleted = self._messages.find_one_and_delete(
-                    held, {s.CLAIM: 1, s.CLAIM_COUNT: 1})
+                    held, {s.CLAIM: 1, s.CLAIM_COUNT: 1, **s.TALLY_FIELDS})
                 if deleted is not None:
+                    self._tally_deleted(project, queue, [deleted])
                     self._record([self._deleted(project, queue, now, deleted,
                                                 deleted[s.CLAIM])])
                     return
@@ -486,54 +569,43 @@ class Driver(base.Driver):
             # always moves its availability), else look again.
             if claim_id is None:
                 deleted = self._messages.find_one_and_delete(
-                    {**where, s.AVAILABLE: doc[s.AVAILABLE]}, {s.CLAIM_COUNT: 1})
+                    {**where, s.AVAILABLE: doc[s.AVAILABLE]},
+                    {s.CLAIM_COUNT: 1, **s.TALLY_FIELDS})
                 if deleted is not None:
+                    self._tally_deleted(project, queue, [deleted])
                     self._record([self._deleted(project, queue, now, deleted)])
                     return
 
     @backend_call
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
-        where = {s.ID: {"$in": [s.object_id(i) for i in ids]}, s.PROJECT: project,
-                 s.QUEUE: queue}
-        if not self._events.enabled:
-            gone = self._messages.delete_many(where).deleted_count
-            self.endings([events.DELETED] * gone)
-            return
         now = self._now_ms()
+        deleted = self._delete_each(
+            [{s.ID: message_id, s.PROJECT: project, s.QUEUE: queue}
+             for message_id in dict.fromkeys(s.object_id(i) for i in ids)])
+        self._tally_deleted(project, queue, deleted)
         # One that expired already (the TTL monitor had not removed it yet) ended with its
         # expiry, which the trail does not record either.
-        self._record([self._deleted(project, queue, now, doc)
-                      for doc in self._delete_each(project, queue, where)
+        self._record([self._deleted(project, queue, now, doc) for doc in deleted
                       if s.ms(doc[s.EXPIRES]) > now])
 
-    def _delete_each(self, project: str, queue: str, where: dict[str, Any]
-                     ) -> list[dict[str, Any]]:
-        """Delete the messages *where* matches; the documents, as deleted, of those this
-        request deleted.
+    def _delete_each(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Delete the message each filter matches; the documents, as deleted, of those
+        this request deleted.
 
-        Each delete is pinned on the state read, so the claim count known is the one
-        deleted: one a concurrent claim changed meanwhile is read and deleted again. When
-        some vanished under a concurrent delete or move, which of them this request
-        deleted is unknown: none of those is returned (their events are lost rather than
-        recorded twice).
+        One ``find_one_and_delete`` each: only it tells which request deleted a message
+        two deleted at once, and in which state (the claim count of the trail, the
+        instants of the tallies). A pinned bulk delete would save round trips but not
+        tell, when some vanished under a concurrent delete, which of them it deleted.
         """
-        fields = {s.AVAILABLE: 1, s.CLAIM_COUNT: 1, s.EXPIRES: 1, s.EDITS: 1}  # _pinned
-        pending = list(self._messages.find(where, fields))
-        deleted: list[dict[str, Any]] = []
-        while pending:
-            result = self._messages.bulk_write(
-                [DeleteOne(self._pinned(project, queue, doc)) for doc in pending],
-                ordered=False)
-            if result.deleted_count == len(pending):
-                return deleted + pending
-            still = list(self._messages.find(
-                {**where, s.ID: {"$in": [doc[s.ID] for doc in pending]}}, fields))
-            kept = {doc[s.ID] for doc in still}
-            vanished = [doc for doc in pending if doc[s.ID] not in kept]
-            if len(vanished) == result.deleted_count:
-                deleted += vanished
-            pending = still
-        return deleted
+        fields = {s.CLAIM_COUNT: 1, **s.TALLY_FIELDS}
+        found = (self._messages.find_one_and_delete(where, fields) for where in filters)
+        return [doc for doc in found if doc is not None]
+
+    def _tally_deleted(self, project: str, queue: str, docs: list[dict[str, Any]]) -> None:
+        changes = tallying.Changes()
+        for doc in docs:
+            changes.add(queue, doc, None)
+        self._tally(project, changes)
 
     @backend_call
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
@@ -541,15 +613,17 @@ class Driver(base.Driver):
         pop_id = ObjectId()
         taken, _ = self._take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0,
                               None)
-        if taken:
-            gone = self._messages.delete_many({s.CLAIM: pop_id, s.PROJECT: project})
-            # A concurrent delete by id may have taken one of them first: it recorded
-            # that message's end, so this pop records none rather than a second one.
-            if gone.deleted_count == len(taken):
-                self._record([self._event(project, queue, events.POPPED, now,
-                                          message_id=doc[s.ID],
-                                          claim_count=doc.get(s.CLAIM_COUNT, 0))
-                              for doc in taken])
+        changes = self._taking(queue, taken, [], pop_id, now + POP_LEASE_MS, 0)
+        # A concurrent delete by id may take one first: it records and tallies that
+        # message's end, this pop those it deleted itself.
+        gone = {doc[s.ID]: doc for doc in self._delete_each(
+            [{s.ID: doc[s.ID], s.PROJECT: project, s.CLAIM: pop_id} for doc in taken])}
+        for doc in gone.values():
+            changes.add(queue, doc, None)
+        self._tally(project, changes)
+        self._record([self._event(project, queue, events.POPPED, now, message_id=doc[s.ID],
+                                  claim_count=doc.get(s.CLAIM_COUNT, 0))
+                      for doc in taken if doc[s.ID] in gone])
         return [s.message(doc, now) for doc in taken]
 
     @backend_call
@@ -570,10 +644,19 @@ class Driver(base.Driver):
                 # Free, so available when due (an expired claim's expiry is behind now).
                 due = s.date(now + round(delay * 1000))
                 changes.update({s.DUE: due, s.AVAILABLE: due})
-            doc = (self._messages.find_one_and_update(free, {"$set": changes,
-                                                             "$inc": {s.EDITS: 1}},
-                                                      return_document=ReturnDocument.AFTER)
-                   if changes else self._messages.find_one(free))
+            if changes:
+                # The document as written over, for the tallies; the edit is its $set.
+                before = self._messages.find_one_and_update(
+                    free, {"$set": changes, "$inc": {s.EDITS: 1}},
+                    return_document=ReturnDocument.BEFORE)
+                doc = None if before is None else {
+                    **before, **changes, s.EDITS: before.get(s.EDITS, 0) + 1}
+                if before is not None:
+                    tally = tallying.Changes()
+                    tally.add(queue, before, doc)
+                    self._tally(project, tally)
+            else:
+                doc = self._messages.find_one(free)
             if doc is not None:
                 self._record([self._event(project, queue, events.EDITED, now,
                                           message_id=doc[s.ID], due=s.due_ms(doc),
@@ -610,6 +693,11 @@ class Driver(base.Driver):
         if result.modified_count != len(moves):
             # A concurrent claim, move or delete took some first.
             _, moves = self._won(project, ObjectId(), [], moves)
+        changes = tallying.Changes()
+        for move in moves:
+            changes.add(queue, move.doc, None)
+            changes.add(move.target, None, s.unclaimed(move.doc, **self._due_at_once(move, now)))
+        self._tally(project, changes)
         self._record([self._event(project, queue, events.REDRIVEN, now,
                                   message_id=move.doc[s.ID],
                                   claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
@@ -620,13 +708,17 @@ class Driver(base.Driver):
     def _redrive_op(self, project: str, queue: str, move: Move, now: int) -> UpdateOne:
         """The single-document update of a redrive, pinned like a claim: a fresh
         message of the target queue, due at once."""
-        due = {s.DUE: s.date(now)} if s.DUE in move.doc and s.ms(move.doc[s.DUE]) > now \
-            else {}
         return UpdateOne(self._pinned(project, queue, move.doc), {
             "$set": {s.QUEUE: move.target, s.SEQ: move.position, s.AVAILABLE: s.date(now),
-                     **due},
+                     **self._due_at_once(move, now)},
             "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: "", s.CLAIM_COUNT: "", s.SOURCE: "",
                        s.MOVED: ""}})
+
+    @staticmethod
+    def _due_at_once(move: Move, now: int) -> dict[str, Any]:
+        """What a redrive sets of the due time: *now*, if the message is not due yet."""
+        doc = move.doc
+        return {s.DUE: s.date(now)} if s.DUE in doc and s.ms(doc[s.DUE]) > now else {}
 
     # Claims
 
@@ -678,6 +770,19 @@ class Driver(base.Driver):
             moved += applied
         return taken, moved
 
+    @staticmethod
+    def _taking(queue: str, taken: list[dict[str, Any]], moved: list[Move],
+                claim_id: ObjectId, claim_expires: int, grace: int) -> tallying.Changes:
+        """The tally changes of what ``_take`` claimed and moved (as read: pinned)."""
+        changes = tallying.Changes()
+        for doc in taken:
+            changes.add(queue, doc, s.claimed(doc, claim_id, claim_expires, grace))
+        for move in moved:
+            changes.add(queue, move.doc, None)
+            changes.add(move.target, None,
+                        s.unclaimed(move.doc, **{s.EXPIRES: s.date(move.expires)}))
+        return changes
+
     def _won(self, project: str, claim_id: ObjectId, fresh: list[dict[str, Any]],
              moves: list[Move]) -> tuple[list[dict[str, Any]], list[Move]]:
         """Which of a bulk write's claims and moves applied, when some did not.
@@ -703,10 +808,14 @@ class Driver(base.Driver):
 
         Every claim changes availability and claim count, every move changes the queue,
         every edit the edit count: a claimer that lost a race updates nothing, and one
-        that won returns the body it read (an edit cannot slip in between).
+        that won returns the body it read (an edit cannot slip in between). The expiry
+        and claim expiry are pinned too, so the tallies' change is from the very state
+        written over. The due time is not (a claim's reads and writes name no delay): an
+        edit of it changes the edit count anyway.
         """
         return {s.ID: doc[s.ID], s.PROJECT: project, s.QUEUE: queue,
                 s.AVAILABLE: doc[s.AVAILABLE], s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT),
+                s.EXPIRES: doc[s.EXPIRES], s.CLAIM_EXPIRES: doc.get(s.CLAIM_EXPIRES),
                 s.EDITS: doc.get(s.EDITS)}
 
     def _moves(self, project: str, docs: list[dict[str, Any]], policy: DeadLetterPolicy,
@@ -741,6 +850,7 @@ class Driver(base.Driver):
         expires = now + ttl * 1000
         taken, moved = self._take(project, queue, now, limit, claim_id, expires, grace,
                                   dead_letter)
+        self._tally(project, self._taking(queue, taken, moved, claim_id, expires, grace))
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail = [self._event(project, queue, events.DEAD_LETTERED, now,
                              message_id=move.doc[s.ID],
@@ -756,9 +866,7 @@ class Driver(base.Driver):
                                  s.EXPIRES: s.date(expires)})
         claimed = []
         for doc in taken:
-            doc = {**doc, s.CLAIM: claim_id, s.CLAIM_EXPIRES: s.date(expires),
-                   s.AVAILABLE: s.date(expires), s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT, 0) + 1,
-                   s.EXPIRES: max(doc[s.EXPIRES], s.date(expires + grace * 1000))}
+            doc = s.claimed(doc, claim_id, expires, grace)
             claimed.append(s.message(doc, now))
             trail.append(self._event(project, queue, events.CLAIMED, now,
                                      message_id=doc[s.ID], claim_id=claim_id,
@@ -805,10 +913,29 @@ class Driver(base.Driver):
             {s.ID: 1})
         if doc is None:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
-        self._messages.update_many(
-            self._held(project, queue, doc[s.ID], now),
-            {"$set": {s.CLAIM_EXPIRES: s.date(expires), s.AVAILABLE: s.date(expires)},
-             "$max": {s.EXPIRES: s.date(expires + grace * 1000)}})
+        held = self._held(project, queue, doc[s.ID], now)
+        lives = s.date(expires + grace * 1000)
+        renewal = {"$set": {s.CLAIM_EXPIRES: s.date(expires), s.AVAILABLE: s.date(expires)},
+                   "$max": {s.EXPIRES: lives}}
+        ids = [m[s.ID] for m in self._messages.find(held, {s.ID: 1}).hint(s.CLAIM_INDEX)]
+        changes = tallying.Changes()
+        for before in self._update_each([({**held, s.ID: i}, renewal) for i in ids]):
+            changes.add(queue, before, {**before, s.CLAIM_EXPIRES: s.date(expires),
+                                        s.EXPIRES: max(before[s.EXPIRES], lives)})
+        self._tally(project, changes)
+
+    def _update_each(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]
+                     ) -> list[dict[str, Any]]:
+        """Apply each (filter, update) to the one message the filter matches; the
+        documents, as written over, of those this request updated.
+
+        One ``find_one_and_update`` each, for the reason of ``_delete_each``: only it
+        tells the state each update changed.
+        """
+        found = (self._messages.find_one_and_update(where, update, s.TALLY_FIELDS,
+                                                    return_document=ReturnDocument.BEFORE)
+                 for where, update in updates)
+        return [doc for doc in found if doc is not None]
 
     @backend_call
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
@@ -816,14 +943,16 @@ class Driver(base.Driver):
         held = self._held(project, queue, s.object_id(claim_id), now)
         # Each message goes back to its place in the queue: available from its due time.
         releases = [
-            UpdateOne({s.ID: doc[s.ID], s.PROJECT: project, s.CLAIM: doc[s.CLAIM],
-                       s.CLAIM_EXPIRES: doc[s.CLAIM_EXPIRES]},
-                      {"$set": {s.AVAILABLE: s.date(s.due_ms(doc))},
-                       "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}})
+            ({s.ID: doc[s.ID], s.PROJECT: project, s.CLAIM: doc[s.CLAIM],
+              s.CLAIM_EXPIRES: doc[s.CLAIM_EXPIRES]},
+             {"$set": {s.AVAILABLE: s.date(s.due_ms(doc))},
+              "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}})
             for doc in self._messages.find(held, {s.CREATED: 1, s.DUE: 1, s.CLAIM: 1,
                                                   s.CLAIM_EXPIRES: 1}).hint(s.CLAIM_INDEX)]
-        if releases:
-            self._messages.bulk_write(releases, ordered=False)
+        changes = tallying.Changes()
+        for before in self._update_each(releases):
+            changes.add(queue, before, s.unclaimed(before))
+        self._tally(project, changes)
         self._claims.delete_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
                                  s.QUEUE: queue})
 

@@ -30,6 +30,15 @@ Three collections hold everything, for every project:
     forgotten, its time plus ``[events] retention``: a TTL index on it bounds the trail,
     and a later change of the retention applies to the events written after it.
 
+``tallies``
+    The counts behind the /metrics gauges (``delayq.tallies``, kept by
+    ``storage/mongo/tallying.py``): one document per page of a queue's tally, named by
+    project, queue, level ``l`` and page ``g``; ``n`` maps ``"<kind>_<block in the
+    page>"`` to the number of that kind's instants in that block. ``x`` is when the page
+    is no longer read (its end plus ``tallies.HINDSIGHT``): a TTL index on it drops old
+    pages by themselves. The last level's one page covers every instant BSON can hold
+    and has no ``x``.
+
 ``e`` (expiry) carries a TTL index in ``messages`` and ``claims``, so MongoDB deletes
 what has expired by itself (its TTL monitor runs once a minute); queries never rely on it
 and compare ``e`` with the current time. In ``events``, ``e`` is the message's expiry as
@@ -55,6 +64,7 @@ MESSAGES = "messages"
 CLAIMS = "claims"
 CLOCK = "clock"
 EVENTS = "events"
+TALLIES = "tallies"
 
 # Fields (short: they are repeated in every document)
 ID = "_id"
@@ -77,9 +87,15 @@ MOVED = "m"
 GRACE = "g"
 EDITS = "ed"  # counted so that a claim's pinned filter sees a body-only edit
 CLOCK_TIME = "t"
+LEVEL = "l"
+PAGE = "g"
+TALLY = "n"
+# What a message's tally instants depend on (``tallying.marks``).
+TALLY_FIELDS = {CREATED: 1, DUE: 1, EXPIRES: 1, CLAIM_EXPIRES: 1}
 
-# Event fields: kind and time, when the TTL monitor removes the event, and the optional
-# fields of delayq.events.Event (those a message document has too keep its name).
+# Event fields: kind and time, when the TTL monitor removes the event (or a tally page),
+# and the optional fields of delayq.events.Event (those a message document has too keep
+# its name).
 EVENT_KIND = "ev"
 EVENT_TIME = "at"
 FORGET_AT = "x"
@@ -99,6 +115,7 @@ CLAIMABLE_INDEX = "claimable"
 LISTING_INDEX = "listing"
 CLAIM_INDEX = "claim"
 TRAIL_INDEX = "trail"
+PAGE_INDEX = "page"
 
 INDEXES: dict[str, list[IndexModel]] = {
     QUEUES: [
@@ -120,6 +137,12 @@ INDEXES: dict[str, list[IndexModel]] = {
         # One queue's trail in order, and the queues that have one (distinct p, q).
         IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (EVENT_TIME, ASCENDING),
                     (ID, ASCENDING)], name=TRAIL_INDEX),
+        IndexModel([(FORGET_AT, ASCENDING)], name="expiry", expireAfterSeconds=0),
+    ],
+    TALLIES: [
+        # One document per page (upserts rely on it); a queue's pages together (purge).
+        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (LEVEL, ASCENDING),
+                    (PAGE, ASCENDING)], name=PAGE_INDEX, unique=True),
         IndexModel([(FORGET_AT, ASCENDING)], name="expiry", expireAfterSeconds=0),
     ],
 }
@@ -175,6 +198,22 @@ def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: 
     if delay:
         doc[DUE] = date(due)
     return doc
+
+
+def claimed(doc: dict[str, Any], claim_id: ObjectId, claim_expires: int, grace: int
+            ) -> dict[str, Any]:
+    """The message document *doc* as a claim's update leaves it (the driver's ``_take``):
+    held until *claim_expires* (ms), living at least *grace* seconds more."""
+    return {**doc, CLAIM: claim_id, CLAIM_EXPIRES: date(claim_expires),
+            AVAILABLE: date(claim_expires), CLAIM_COUNT: doc.get(CLAIM_COUNT, 0) + 1,
+            EXPIRES: max(doc[EXPIRES], date(claim_expires + grace * 1000))}
+
+
+def unclaimed(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The message document *doc* without its claim (released, moved or redriven), with
+    *changes* (field name: value) applied."""
+    return {**{name: value for name, value in doc.items()
+               if name not in (CLAIM, CLAIM_EXPIRES)}, **changes}
 
 
 def not_held(now: int) -> dict[str, Any]:

@@ -1,0 +1,107 @@
+"""The MongoDB driver's tallies: ``delayq.tallies`` kept in the ``tallies`` collection
+(``schema.py``), so the /metrics gauges read at most ``tallies.LEVELS`` small documents
+whatever a queue holds.
+
+The driver gives each transition it made the message's documents before and after
+(``Changes.add``), as it knows them atomically: the state a pinned filter matched, or what
+a ``find_one_and_*`` returned. A request's changes are summed and written in one
+unordered bulk of ``$inc`` upserts, one per page touched, *after* the messages' write: no
+transaction holds both. A crash, or MongoDB failing, in between loses that request's
+deltas and only them; each is confined to its messages' own instants, all at or before
+their expiry, so the error leaves the counts at the latest when those messages would
+have expired (a count only sums instants after now).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from pymongo import UpdateOne
+
+from delayq import tallies
+from delayq.queue import QueueCounts
+from delayq.storage.mongo import schema as s
+
+PAGE_BLOCKS = 1 << tallies.BITS
+# The last level's page 0 runs to 2^48 ms (year 10895), past what a BSON date written by
+# pymongo can hold: it is the only page of that level any message reaches, and it stays.
+LAST_LEVEL = tallies.LEVELS - 1
+
+
+def seconds(ms: int) -> float:
+    """POSIX seconds that ``tallies.ms`` maps back to exactly *ms*.
+
+    The middle of the millisecond: ``ms / 1000 * 1000`` falls a hair short of *ms* for
+    about one value in 200 and would be truncated to the millisecond before, counting a
+    message a millisecond off ``queue_stats``.
+    """
+    return (ms + 0.5) / 1000
+
+
+def marks(doc: dict[str, Any]) -> tallies.Marks:
+    """The tally marks of a message document (``schema.TALLY_FIELDS`` at least)."""
+    claim_expires = doc.get(s.CLAIM_EXPIRES)
+    return tallies.Marks(
+        created=seconds(s.ms(doc[s.CREATED])), due=seconds(s.due_ms(doc)),
+        expires=seconds(s.ms(doc[s.EXPIRES])),
+        claim_expires=seconds(s.ms(claim_expires)) if claim_expires is not None else 0.0)
+
+
+def key(kind: int, block: int) -> str:
+    """The field of ``schema.TALLY`` counting *kind* in *block* (within its page)."""
+    return f"{kind}_{block % PAGE_BLOCKS}"
+
+
+class Changes:
+    """The tally changes of one request, per queue."""
+
+    def __init__(self) -> None:
+        self._queues: defaultdict[str, list[Counter[tallies.Block]]] = defaultdict(list)
+
+    def add(self, queue: str, before: dict[str, Any] | None,
+            after: dict[str, Any] | None) -> None:
+        """A message of *queue* went from document *before* to *after* (None: absent)."""
+        self._queues[queue].append(tallies.change(
+            marks(before) if before is not None else None,
+            marks(after) if after is not None else None))
+
+    def ops(self, project: str) -> list[UpdateOne]:
+        """One ``$inc`` upsert per page the changes touch (none when they cancel out)."""
+        found = []
+        for queue, changes in self._queues.items():
+            pages: defaultdict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+            for (kind, level, block), n in tallies.total(changes).items():
+                pages[(level, tallies.page(level, block))][f"{s.TALLY}.{key(kind, block)}"] = n
+            for (level, number), deltas in pages.items():
+                update: dict[str, Any] = {"$inc": deltas}
+                if level != LAST_LEVEL:
+                    forget = tallies.page_end(level, number) + tallies.HINDSIGHT
+                    update["$setOnInsert"] = {s.FORGET_AT: s.date(s.to_ms(forget))}
+                found.append(UpdateOne(page_id(project, queue, level, number), update,
+                                       upsert=True))
+        return found
+
+
+def page_id(project: str, queue: str, level: int, number: int) -> dict[str, Any]:
+    """The filter of one page of a queue's tally (unique: ``schema.PAGE_INDEX``)."""
+    return {s.PROJECT: project, s.QUEUE: queue, s.LEVEL: level, s.PAGE: number}
+
+
+def reading(project: str, queue: str, now: int) -> dict[str, Any]:
+    """The filter of the pages a count at *now* (ms) reads: one per level."""
+    return {s.PROJECT: project, s.QUEUE: queue,
+            "$or": [{s.LEVEL: level, s.PAGE: number}
+                    for level, number in tallies.reading(seconds(now))]}
+
+
+def counts(docs: Iterable[dict[str, Any]], now: int) -> QueueCounts:
+    """The queue's counts at *now* (ms) from the page documents ``reading`` found."""
+    tally: Counter[tallies.Block] = Counter()
+    for doc in docs:
+        level, first = doc[s.LEVEL], doc[s.PAGE] * PAGE_BLOCKS
+        for name, n in doc.get(s.TALLY, {}).items():
+            kind, _, block = name.partition("_")
+            tally[(int(kind), level, first + int(block))] += n
+    return tallies.counts(tally, seconds(now))
