@@ -906,8 +906,9 @@ class Driver(base.Driver):
 
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """From the tallies: one listing per level (``tallies.reading``) and one GET per
-        writer's object found, however many messages the queue holds; this process's own
-        changes not written yet are added from memory."""
+        writer slot's object found (at most the processes alive at once), however many
+        messages the queue holds; this process's own changes not written yet are added
+        from memory."""
         container = self._container(project, name)
         with unavailable_as_503():
             now = self._now_us() / US
