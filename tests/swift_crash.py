@@ -1,4 +1,5 @@
-"""Child-process work for the Swift crash tests: a driver that dies at one step of a claim.
+"""Child-process work for the Swift crash tests: a driver that dies at one step of a claim
+(or holding a tally writer slot).
 
 The subclasses change nothing but *when the process dies*: each kills itself with SIGKILL
 right after one step of the claim or dead-letter protocol (delayq/storage/swift/driver.py),
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from swiftclient.client import Connection
 
 from delayq.broker import Broker
+from delayq.message import NewMessage
 from delayq.storage.swift.driver import Driver
 from delayq.storage.swift.layout import CLAIMED, MESSAGE_PREFIX, Entry, Record
 from delayq.validation import Limits, message_edit
@@ -136,15 +139,33 @@ class FixedClock:
         return self.now
 
 
-def dying_broker(kind: str, auth: tuple[str, str, str], prefix: str, now: float
-                 ) -> Broker:
-    """A broker at time *now* over a driver that dies at *kind*."""
+def connector(auth: tuple[str, str, str]) -> Callable[[], Connection]:
     auth_url, user, key = auth
 
     def connect() -> Connection:
         return Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
 
-    return Broker(KINDS[kind](connect, prefix=prefix, clock=FixedClock(now)), Limits())
+    return connect
+
+
+def dying_broker(kind: str, auth: tuple[str, str, str], prefix: str, now: float
+                 ) -> Broker:
+    """A broker at time *now* over a driver that dies at *kind*."""
+    return Broker(KINDS[kind](connector(auth), prefix=prefix, clock=FixedClock(now)),
+                  Limits())
+
+
+def tally_and_die(auth: tuple[str, str, str], prefix: str, project: str, queue: str,
+                  now: float, client: str, lease: int) -> None:
+    """Post two delayed messages to *queue* at time *now*, write their tallies under a
+    writer slot leased for *lease* seconds, and die holding it (no close: the lease is
+    left to expire)."""
+    driver = Driver(connector(auth), prefix=prefix, clock=FixedClock(now),
+                    tally_flush_interval=3600.0, tally_writer_lease=lease)
+    driver.post_messages(project, queue, client,
+                         [NewMessage({"n": n}, 3600, 60) for n in range(2)])
+    driver.flush_tallies()
+    die()
 
 
 def claim_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,

@@ -55,6 +55,8 @@ pins the main points)
   which never happens here: a listing is no proof that an object is alive. X-Delete-After
   becomes X-Delete-At = int(now + after), whole seconds: ``X-Delete-After: 1`` vanished
   0.05 s after the PUT in one try; the object is gone once the clock reaches X-Delete-At.
+  A ``POST`` with ``X-Delete-After`` moves X-Delete-At (the body stays); a ``POST`` of an
+  expired object answers 404, as for one that never was.
 * Server-side copy works both ways: ``PUT`` with ``X-Copy-From: /container/object`` and
   ``COPY`` with ``Destination: /container/object`` (``Connection.copy_object``). The copy
   keeps the source's user metadata and its X-Delete-At. (The ``copy`` middleware is in the

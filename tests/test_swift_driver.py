@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -829,6 +830,129 @@ def test_tallies_of_two_writers_add_up_for_a_third_process_once_written(make_dri
     first.flush_tallies()
     assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
         0, 0, 1)
+
+
+def slot_leases(raw: Connection, prefix: str) -> list[str]:
+    """The writer slots' lease objects Swift lists (expired ones too: no expirer runs)."""
+    _, listing = raw.get_container(layout.writers_container(prefix), full_listing=True)
+    return [item["name"] for item in listing]
+
+
+def lease_of(raw: Connection, prefix: str, slot: int) -> tuple[int, dict[str, Any]]:
+    """A slot's lease: its X-Delete-At and its body."""
+    headers, body = raw.get_object(layout.writers_container(prefix), layout.slot_name(slot))
+    return int(headers["x-delete-at"]), json.loads(body)
+
+
+def test_a_slot_freed_on_close_is_taken_again_and_its_sums_go_on(make_driver, prefix, clock,
+                                                                 raw):
+    first, second = make_driver(clock=clock, **NO_FLUSH), make_driver(clock=clock, **NO_FLUSH)
+    post(first, "q", 3, delay=60)
+    post(second, "q", 2)
+    first.flush_tallies()
+    second.flush_tallies()
+    # Alive at once: two slots, the lowest first.
+    assert tally_writers(raw, prefix, "q") == {"0", "1"}
+    assert slot_leases(raw, prefix) == ["slot/0", "slot/1"]
+    first.close()
+    assert slot_leases(raw, prefix) == ["slot/1"]  # freed at once
+
+    # A process started since takes the first one's slot and adds to its sums (the same
+    # clock: its messages fall in the very blocks the first one's did).
+    third = make_driver(clock=clock, **NO_FLUSH)
+    post(third, "q", 4, delay=60)
+    third.flush_tallies()
+    assert tally_writers(raw, prefix, "q") == {"0", "1"}
+    assert slot_leases(raw, prefix) == ["slot/0", "slot/1"]
+    reader = make_driver(clock=clock)
+    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+        free=2, claimed=0, delayed=7)
+    # And so on, process after process: no page ever holds more objects than slots.
+    for _ in range(3):
+        third.close()
+        third = make_driver(clock=clock, **NO_FLUSH)
+        post(third, "q", 1)
+        third.flush_tallies()
+    assert tally_writers(raw, prefix, "q") == {"0", "1"}
+    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+        free=5, claimed=0, delayed=7)
+
+
+def test_the_slot_of_a_process_killed_is_taken_once_its_lease_expires(make_driver, prefix,
+                                                                      clock, raw):
+    from tests.swift_crash import tally_and_die
+
+    auth = SWIFT.auth()
+    child = SPAWN.Process(target=tally_and_die, args=(
+        (auth.auth_url, auth.user, auth.key), prefix, PROJECT, "q", clock.now, CLIENT, 3))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
+    expires, _ = lease_of(raw, prefix, 0)  # the dead process's lease, not deleted
+    assert tally_writers(raw, prefix, "q") == {"0"}
+
+    # While its lease runs, the slot stays the dead process's.
+    meanwhile = make_driver(clock=clock, tally_writer_lease=3, **NO_FLUSH)
+    post(meanwhile, "q", 1)
+    meanwhile.flush_tallies()
+    assert tally_writers(raw, prefix, "q") == {"0", "1"}
+    meanwhile.close()
+
+    while time.time() < expires + 0.05:
+        time.sleep(0.05)
+    heir = make_driver(clock=clock, tally_writer_lease=3, **NO_FLUSH)
+    post(heir, "q", 2, delay=60)  # the dead process's blocks: its sums go on
+    heir.flush_tallies()
+    assert lease_of(raw, prefix, 0)[1]["pid"] == os.getpid()
+    assert tally_writers(raw, prefix, "q") == {"0", "1"}
+    reader = make_driver(clock=clock)
+    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+        free=1, claimed=0, delayed=4)
+
+
+def test_a_live_process_keeps_its_slot_past_its_lease_by_renewing_it(make_driver, prefix,
+                                                                   clock, raw):
+    holder = make_driver(clock=clock, tally_writer_lease=3, tally_flush_interval=0.2)
+    post(holder, "q", 1)
+    holder.flush_tallies()
+    taken, lease = lease_of(raw, prefix, 0)
+    time.sleep(4.5)  # longer than the lease
+    # Still the holder's: the same lease object (not one taken again), expiring later.
+    renewed, still = lease_of(raw, prefix, 0)
+    assert still == lease
+    assert renewed >= taken + 4
+    other = make_driver(clock=clock, **NO_FLUSH)
+    post(other, "q", 1, delay=60)
+    other.flush_tallies()
+    post(holder, "q", 1, delay=60)
+    holder.flush_tallies()
+    assert tally_writers(raw, prefix, "q") == {"0", "1"}
+    reader = make_driver(clock=clock)
+    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+        free=1, claimed=0, delayed=2)
+
+
+def test_a_process_that_finds_its_slot_taken_writes_under_another_one(make_driver, prefix,
+                                                                      clock, raw):
+    # Its lease long enough that only the renewal's read back tells it the slot is gone.
+    first = make_driver(clock=clock, tally_writer_lease=10, **NO_FLUSH)
+    post(first, "q", 2, delay=60)
+    first.flush_tallies()
+    # Its lease vanishes (as if an exclusive create had raced its renewal) and another
+    # process takes the slot, going on from the sums there.
+    raw.delete_object(layout.writers_container(prefix), layout.slot_name(0))
+    second = make_driver(clock=clock, **NO_FLUSH)
+    post(second, "q", 1, delay=60)
+    second.flush_tallies()
+    assert tally_writers(raw, prefix, "q") == {"0"}
+    time.sleep(3.5)  # the first process renews its lease after 2 s, and finds it another's
+    post(first, "q", 1, delay=60)
+    first.flush_tallies()
+    # Written under slot 0, its sums would have overwritten the second process's.
+    assert tally_writers(raw, prefix, "q") == {"0", "1"}
+    reader = make_driver(clock=clock)
+    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+        free=0, claimed=0, delayed=4)
 
 
 def test_tallies_written_after_a_concurrent_run_agree_with_stats(make_driver, clock):

@@ -67,6 +67,31 @@ def test_delete_after_hides_the_object_without_an_expirer(conn, container):
     conn.put_object(container, "short", b"y", headers={"If-None-Match": "*"})
 
 
+def test_a_post_moves_x_delete_after_and_an_expired_object_is_free_to_take(conn, container):
+    """What a tally writer slot's lease relies on: renewed by a POST, taken by an
+    exclusive create once expired even though no expirer removed it."""
+    conn.put_object(container, "lease", b"first",
+                    headers={"If-None-Match": "*", "X-Delete-After": "2"})
+    taken = int(conn.head_object(container, "lease")["x-delete-at"])
+    time.sleep(1.1)
+    conn.post_object(container, "lease", headers={"X-Delete-After": "2"})
+    headers, body = conn.get_object(container, "lease")
+    assert body == b"first"  # a POST keeps the body
+    delete_at = int(headers["x-delete-at"])
+    assert delete_at > taken
+    while time.time() < delete_at + 0.05:
+        time.sleep(0.05)
+    # Expired, still listed (no expirer runs): a POST finds nothing to renew...
+    with pytest.raises(swift.ClientException) as caught:
+        conn.post_object(container, "lease", headers={"X-Delete-After": "2"})
+    assert caught.value.http_status == 404
+    assert [o["name"] for o in conn.get_container(container)[1]] == ["lease"]
+    # ... and an exclusive create takes it.
+    conn.put_object(container, "lease", b"second",
+                    headers={"If-None-Match": "*", "X-Delete-After": "2"})
+    assert conn.get_object(container, "lease")[1] == b"second"
+
+
 def test_listing_with_prefix_marker_end_marker_and_limit(conn, container):
     for name in ["a/1", "a/2", "a/3", "a/4", "b/1"]:
         conn.put_object(container, name, b"")

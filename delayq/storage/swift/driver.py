@@ -55,8 +55,8 @@ Tallies (the /metrics gauges)
     ``queue_counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
     atomic increment, so each process keeps running sums of its own in memory
     (``TallyBook``) and writes the pages it changed every ``tally_flush_interval`` (and on
-    ``close``) as ``t/<level>/<page>/<writer>``, objects only it writes; a count sums every
-    writer's objects of the pages it reads, plus its own changes not written yet. A
+    ``close``) as ``t/<level>/<page>/<slot>``, objects only it writes; a count sums every
+    slot's objects of the pages it reads, plus its own changes not written yet. A
     transition is counted once, by the request whose step made it take effect (``_tally``
     says which); whoever completes another's half-done change (``_repair``,
     ``_finish_move``) counts nothing. A purge or queue deletion drops the tally objects
@@ -66,6 +66,25 @@ Tallies (the /metrics gauges)
     state before it, a purge racing other processes' writes may keep or drop their last
     interval. Each such error is confined to those messages' instants and disappears by
     itself once they would have expired.
+Writer slots
+    The pages of the coarse levels live for years, so tallies named by a token of each
+    process would leave a count more objects to read with every process ever started. A
+    process writes under a *slot* instead, the lowest one no live process holds: it bids
+    for ``slot/<n>`` in the writers container (``layout.py``) with ``X-Delete-After`` of
+    ``tally_writer_lease``, at its first write of a tally (not at start: a process that
+    changes nothing holds none), renews it with a ``POST`` every fifth of the lease and
+    reads it back (an exclusive create racing the ``POST`` could have replaced it), and
+    deletes it on ``close``. Before it first writes a page under a slot it reads the
+    slot's object of that page (its earlier holders' sums) and goes on from there, so the
+    objects a count reads are bounded by the processes alive at once. It never writes
+    under a slot it may have lost: the lease's deadline is kept on the monotonic clock,
+    and once less than a third of the lease is left unrenewed (Swift failing, or the
+    object found gone or another's) it writes nothing more under it, forgets what it knew
+    of the slot's objects (not its pending changes) and takes a slot again at its next
+    write. Left: a process paused (SIGSTOP, a VM frozen) past its lease between that check
+    and its ``PUT`` may still land one write after another process took the slot,
+    overwriting the newer sums of that page; like the errors above, that is confined to
+    the instants of the messages counted in between.
 404 is not always "gone"
     A GET, HEAD or POST that races a POST of the same object may be answered 404 (the
     object server opens the .meta file the other POST has just replaced). Every read of
@@ -78,11 +97,14 @@ Per-message requests of one API request run in parallel (``concurrency``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
+import os
 import random
 import secrets
+import socket
 import threading
 import time
 import uuid
@@ -136,6 +158,17 @@ LATEST_DELETE_AT = 9_999_999_999
 # again, and Swift refuses an X-Delete-At in the past.
 TALLY_PAGE_MARGIN = 60
 TALLY_CLOSE_WAIT = 30.0  # seconds close() waits for a flush under way
+# A tally writer slot's lease (tally_writer_lease) is renewed once a LEASE_RENEWAL-th of it
+# has passed since the last renewal, retried every other LEASE_RENEWAL-th while that
+# fails, and no tally is written under it once less than a LEASE_MARGIN-th is left: time
+# for a write already sent to land before Swift may let another process take the slot.
+LEASE_RENEWAL = 5
+LEASE_MARGIN = 3
+# Swift turns X-Delete-After into a whole-second X-Delete-At, truncated: a lease may end up
+# to this much sooner than asked.
+LEASE_ROUNDING = 1.0
+MIN_LEASE = 2  # seconds; a shorter lease would be over before its first write
+DELETE_AFTER = "X-Delete-After"  # Swift sets X-Delete-At from the proxy's own clock
 
 T = TypeVar("T")
 QueueKey = tuple[str, str]  # (project, queue)
@@ -188,14 +221,19 @@ def page_of(block: tallies.Block) -> Page:
 
 class TallyBook:
     """This process's tallies, in memory: per queue, the changes it counted and has not
-    written yet (*pending*), and the sums it last wrote of each page (*written*), which
-    the next write of the page adds to (a tally object holds the writer's running sum).
+    written yet (*pending*), and the sums its writer slot's object of each page holds
+    (*written*: last written, or read when the slot was taken), which the next write of
+    the page adds to (a tally object holds the slot's running sum). A page absent from
+    *written* is unknown: the slot's earlier holders may have written it.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[QueueKey, Counter[tallies.Block]] = {}
         self._written: dict[QueueKey, dict[Page, Counter[tallies.Block]]] = {}
+        # The pages of *written* whose object is known to be in Swift (a page read as
+        # absent is not), which ``probe`` chooses from.
+        self._stored: dict[QueueKey, set[Page]] = {}
 
     def add(self, key: QueueKey, deltas: Counter[tallies.Block]) -> None:
         if deltas:
@@ -212,35 +250,54 @@ class TallyBook:
             taken, self._pending = self._pending, {}
         return taken
 
-    def written(self, key: QueueKey, page: Page) -> Counter[tallies.Block]:
+    def written(self, key: QueueKey, page: Page) -> Counter[tallies.Block] | None:
+        """The sums the slot's object of *page* holds; None when unknown."""
         with self._lock:
-            return Counter(self._written.get(key, {}).get(page, {}))
+            sums = self._written.get(key, {}).get(page)
+            return None if sums is None else Counter(sums)
 
-    def wrote(self, key: QueueKey, page: Page, sums: Counter[tallies.Block]) -> None:
+    def wrote(self, key: QueueKey, page: Page, sums: Counter[tallies.Block], *,
+              stored: bool = True) -> None:
+        """*sums* are what the slot's object of *page* holds (*stored* False: there is
+        no such object, read as absent)."""
         with self._lock:
             self._written.setdefault(key, {})[page] = sums
+            stored_pages = self._stored.setdefault(key, set())
+            if stored:
+                stored_pages.add(page)
+            else:
+                stored_pages.discard(page)
 
     def probe(self, key: QueueKey) -> Page | None:
-        """A page written of the queue that Swift keeps longest: gone, it tells that the
-        queue was purged or deleted since (with every tally object in it)."""
+        """A page of the queue in Swift under the slot that Swift keeps longest: gone, it
+        tells that the queue was purged or deleted since (with every tally object in
+        it)."""
         with self._lock:
-            return max(self._written.get(key, {}), default=None)
+            return max(self._stored.get(key, ()), default=None)
 
-    def forget_written(self, key: QueueKey) -> None:
+    def forget_written(self, key: QueueKey | None = None) -> None:
+        """Forget what the slot's objects of the queue (of every queue: None) hold."""
         with self._lock:
-            self._written.pop(key, None)
+            if key is None:
+                self._written.clear()
+                self._stored.clear()
+            else:
+                self._written.pop(key, None)
+                self._stored.pop(key, None)
 
     def forget(self, key: QueueKey) -> None:
         with self._lock:
             self._written.pop(key, None)
+            self._stored.pop(key, None)
             self._pending.pop(key, None)
 
     def prune(self, now: float) -> None:
         """Forget the sums of pages Swift has removed (``page_end`` + ``HINDSIGHT``)."""
         with self._lock:
-            for pages in self._written.values():
+            for key, pages in self._written.items():
                 for page in [p for p in pages if not tally_page_kept(*p, now)]:
                     del pages[page]
+                    self._stored.get(key, set()).discard(page)
 
 
 def tally_page_kept(level: int, page: int, now: float) -> bool:
@@ -251,6 +308,23 @@ def tally_page_kept(level: int, page: int, now: float) -> bool:
 def tally_delete_at(level: int, page: int) -> str:
     return str(min(LATEST_DELETE_AT,
                    math.ceil(tallies.page_end(level, page)) + tallies.HINDSIGHT))
+
+
+@dataclass
+class Lease:
+    """The tally writer slot this process holds (``slot/<n>`` in the writers container).
+
+    Times are ``time.monotonic()``'s, which a step of the wall clock does not move.
+    """
+
+    slot: int
+    holder: str  # the nonce in the lease object: it is this process's while it holds it
+    renewed: float  # when its last (re)newal was sent
+    deadline: float  # from then on, Swift may have expired it and another process taken it
+    tried: float = 0.0  # when a renewal was last tried
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
 
 
 class Lost:
@@ -276,18 +350,25 @@ class Driver(base.Driver):
                  clock_sync_interval: float = 30.0,
                  clock: Callable[[], float] | None = None,
                  events_settings: events.Settings = events.ON,
-                 tally_flush_interval: float = 1.0) -> None:
+                 tally_flush_interval: float = 1.0, tally_writer_lease: int = 300) -> None:
         """*connect* makes a connection (one per thread: swiftclient's are not shared);
         *clock* replaces the proxy's clock (tests); *events_settings* turns the event
         trail on or off; *tally_flush_interval* is the seconds between writes of this
-        process's tallies."""
+        process's tallies, *tally_writer_lease* the seconds of the lease on its writer
+        slot (at least ``MIN_LEASE``: tests use a few seconds, the option at least 30)."""
+        if tally_writer_lease < MIN_LEASE:
+            raise ValueError(f"tally_writer_lease must be at least {MIN_LEASE} s")
         self._connect = connect
         self._events = events_settings
-        self._writer = secrets.token_hex(4)  # names this process's event and tally objects
+        # Names this process's event objects: random, so no two processes' names collide
+        # (its tally objects are named by its writer slot instead, see Lease).
+        self._event_writer = secrets.token_hex(4)
         self._book = TallyBook()
         self._flush_interval = tally_flush_interval
-        # Held while tallies are written and while a count reads them, so a count never
-        # sees a page both in Swift and still pending here.
+        self._lease_time = tally_writer_lease
+        self._lease: Lease | None = None  # taken at the first write of a tally
+        # Held while tallies are written, while a count reads them (so a count never sees
+        # a page both in Swift and still pending here) and while the lease changes.
         self._flush_lock = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -327,7 +408,8 @@ class Driver(base.Driver):
                    claim_settle_time=group.claim_settle_time,
                    clock_sync_interval=group.clock_sync_interval,
                    events_settings=events_settings(conf),
-                   tally_flush_interval=group.tally_flush_interval)
+                   tally_flush_interval=group.tally_flush_interval,
+                   tally_writer_lease=group.tally_writer_lease)
 
     # Connections, time
 
@@ -380,7 +462,8 @@ class Driver(base.Driver):
         return True
 
     def close(self) -> None:
-        """Write the tallies still pending, then let go of the connections."""
+        """Write the tallies still pending, free the writer slot, then let go of the
+        connections."""
         self._stop.set()
         with self._lock:
             flusher = self._flusher
@@ -391,6 +474,7 @@ class Driver(base.Driver):
                 self.flush_tallies()
         except errors.StorageUnavailable as exc:
             LOG.warning("Tallies not written on close, lost: %s", exc.description)
+        self._release_slot()
         with self._lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
@@ -553,7 +637,7 @@ class Driver(base.Driver):
         container = lay.events_container(self._prefix, project, queue)
         with self._lock:
             self._serial += 1
-            name = lay.event_object(now, self._serial, self._writer)
+            name = lay.event_object(now, self._serial, self._event_writer)
         body = lay.encode_events(trail)
         headers = {"X-Delete-At": delete_at(now, self._events.retention)}
         try:
@@ -603,10 +687,18 @@ class Driver(base.Driver):
                 self._flusher.start()
 
     def _flush_loop(self) -> None:
-        while not self._stop.wait(self._flush_interval):
+        # Wakes to flush every tally_flush_interval and, in between, often enough to renew
+        # the lease on time (and to retry a renewal that failed) however long that is.
+        wake = min(self._flush_interval, self._lease_time / (2 * LEASE_RENEWAL))
+        next_flush = time.monotonic() + self._flush_interval
+        while not self._stop.wait(max(0.0, min(wake, next_flush - time.monotonic()))):
             try:
                 with unavailable_as_503():
-                    self.flush_tallies()
+                    with self._flush_lock:
+                        self._held_lease()
+                    if time.monotonic() >= next_flush:
+                        next_flush = time.monotonic() + self._flush_interval
+                        self.flush_tallies()
             except errors.StorageUnavailable as exc:
                 LOG.warning("Tallies not written, retried in %.1f s: %s",
                             self._flush_interval, exc.description)
@@ -640,19 +732,28 @@ class Driver(base.Driver):
                 pages.setdefault(page_of(block), Counter())[block] = n
         unwritten = list(pages)
         try:
+            if not pages:
+                return
+            slot = self._writer_slot()
             probe = self._book.probe(key)
-            if pages and probe is not None and not self._exists(
-                    container, lay.tally_name(*probe, self._writer)):
+            if probe is not None and not self._exists(container,
+                                                      lay.tally_name(*probe, slot)):
                 # A purge or deletion of the queue since the last write dropped every
                 # tally object in it: this process's sums start again from what it
                 # counted since.
                 self._book.forget_written(key)
+            # What the slot's earlier holders left in the pages not known yet, read at
+            # once rather than one before each write.
+            self._parallel(lambda page: self._slot_sums(container, key, page, slot), pages)
             for page in list(unwritten):
-                sums = self._book.written(key, page)
+                # Renewed when due; another slot (whose sums are read again) if this one
+                # can no longer be relied on: never a write under a slot possibly lost.
+                slot = self._writer_slot()
+                sums = self._slot_sums(container, key, page, slot)
                 sums.update(pages[page])
                 try:
                     self._swift.put_object(
-                        container, lay.tally_name(*page, self._writer),
+                        container, lay.tally_name(*page, slot),
                         lay.encode_tally((kind, block, n)
                                          for (kind, _, block), n in sums.items() if n),
                         headers={"X-Delete-At": tally_delete_at(*page)})
@@ -669,10 +770,145 @@ class Driver(base.Driver):
             for page in unwritten:
                 self._book.add(key, pages[page])
 
+    def _slot_sums(self, container: str, key: QueueKey, page: Page, slot: int
+                   ) -> Counter[tallies.Block]:
+        """The sums writer slot *slot*'s object of *page* holds: known, or read (a slot
+        taken holds what its earlier holders wrote, which this process continues)."""
+        known = self._book.written(key, page)
+        if known is not None:
+            return known
+        level = page[0]
+        try:
+            # Newest: the last holder's last write, whichever replica has it. Only the
+            # slot's holder writes the object, so a 404 here races no write of it.
+            _, body = self._swift.get_object(container, lay.tally_name(*page, slot),
+                                             headers={"X-Newest": "true"})
+        except ClientException as exc:
+            if not is_status(exc, 404):
+                raise
+            self._book.wrote(key, page, Counter(), stored=False)
+            return Counter()
+        sums = Counter({(kind, level, block): n
+                        for kind, block, n in lay.decode_tally(body) if n})
+        self._book.wrote(key, page, sums)
+        return Counter(sums)
+
+    # Writer slots: the names tallies are written under, leased
+
+    def _writer_slot(self) -> int:
+        """The slot this process may write tallies under now: the one it holds (renewed
+        when due), or one taken now. Called with the flush lock held."""
+        lease = self._held_lease()
+        if lease is None:
+            lease = self._lease = self._take_slot()
+        return lease.slot
+
+    def _held_lease(self) -> Lease | None:
+        """The lease held, renewed when due; None when none is, or when it can no longer
+        be relied on: then what this process knew of its slot's objects is forgotten
+        (its counts still pending are not), to be read again under the next slot. Called
+        with the flush lock held."""
+        lease = self._lease
+        if lease is None:
+            return None
+        now = time.monotonic()
+        if (now - lease.renewed >= self._lease_time / LEASE_RENEWAL
+                and now - lease.tried >= self._lease_time / (2 * LEASE_RENEWAL)):
+            self._renew(lease)
+        if lease.left() > self._lease_time / LEASE_MARGIN:
+            return lease
+        LOG.warning("Tally writer slot %d given up: its lease was lost or not renewed in "
+                    "time; this process's tallies go on under a slot taken again",
+                    lease.slot)
+        self._lease = None
+        self._book.forget_written()
+        return None
+
+    def _lease_body(self, holder: str) -> dict[str, Any]:
+        # Host and pid tell an operator whose slot it is; the holder nonce tells the
+        # process itself.
+        return {"kind": lay.LEASE, "holder": holder, "host": socket.gethostname(),
+                "pid": os.getpid()}
+
+    def _take_slot(self) -> Lease:
+        """Lease the lowest writer slot no live process holds (one whose lease expired,
+        or was deleted by a process that closed, is free)."""
+        container = lay.writers_container(self._prefix)
+        holder = secrets.token_hex(8)
+        headers = {DELETE_AFTER: str(self._lease_time)}
+        for slot in itertools.count():
+            sent = time.monotonic()
+            name = lay.slot_name(slot)
+            try:
+                # A bid, like a marker's: If-None-Match alone lets racers both succeed.
+                won = self._bid(container, name, self._lease_body(holder), headers)
+            except ClientException as exc:
+                if not is_status(exc, 404):
+                    raise
+                self._swift.put_container(container)  # the deployment's first lease
+                won = self._bid(container, name, self._lease_body(holder), headers)
+            if not won:
+                continue
+            lease = Lease(slot, holder, renewed=sent,
+                          deadline=sent + self._lease_time - LEASE_ROUNDING, tried=sent)
+            if lease.left() <= self._lease_time / LEASE_MARGIN:
+                raise errors.StorageUnavailable(
+                    f"Tally writer slot {slot} taken too slowly for its lease of "
+                    f"{self._lease_time} s; tallies retried at the next flush.")
+            LOG.info("Tally writer slot %d taken", slot)
+            return lease
+        raise AssertionError("unreachable")  # itertools.count() never ends
+
+    def _renew(self, lease: Lease) -> None:
+        """Push the lease's expiry forward, then check the lease object is still this
+        process's. A failure leaves the lease as it was (it is retried); a lease found
+        gone or someone else's is over (its deadline passed)."""
+        container = lay.writers_container(self._prefix)
+        name = lay.slot_name(lease.slot)
+        lease.tried = sent = time.monotonic()
+        try:
+            with unavailable_as_503():
+                renewed = self._unless_absent(lambda _: self._swift.post_object(
+                    container, name, headers={DELETE_AFTER: str(self._lease_time)}) or True)
+                # An exclusive create racing the POST (a process taking a slot) may have
+                # found the object absent and replaced it: then the slot is its.
+                found = self._get(container, name, newest=True) if renewed else None
+        except errors.StorageUnavailable as exc:
+            LOG.warning("Tally writer slot %d not renewed, %.0f s of its lease left: %s",
+                        lease.slot, lease.left(), exc.description)
+            return
+        if found is None or json.loads(found[1]).get("holder") != lease.holder:
+            LOG.warning("Tally writer slot %d lost: its lease is gone or another "
+                        "process's", lease.slot)
+            lease.deadline = -math.inf
+            return
+        lease.renewed = sent
+        lease.deadline = sent + self._lease_time - LEASE_ROUNDING
+
+    def _release_slot(self) -> None:
+        """Delete the lease (on close), so that the next process takes the slot at once;
+        a lease this process cannot be sure it still holds is left to expire."""
+        with self._flush_lock:
+            lease, self._lease = self._lease, None
+            self._book.forget_written()
+        if lease is None or lease.left() <= self._lease_time / LEASE_MARGIN:
+            return
+        container = lay.writers_container(self._prefix)
+        name = lay.slot_name(lease.slot)
+        try:
+            with unavailable_as_503():
+                found = self._get(container, name, newest=True)
+                if found is not None and json.loads(found[1]).get("holder") == lease.holder:
+                    self._delete(container, name)
+        except errors.StorageUnavailable as exc:
+            LOG.warning("Tally writer slot %d not freed, free once its lease expires: %s",
+                        lease.slot, exc.description)
+
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """From the tallies: one listing per level (``tallies.reading``) and one GET per
-        writer's object found, however many messages the queue holds; this process's own
-        changes not written yet are added from memory."""
+        writer slot's object found (at most the processes alive at once), however many
+        messages the queue holds; this process's own changes not written yet are added
+        from memory."""
         container = self._container(project, name)
         with unavailable_as_503():
             now = self._now_us() / US

@@ -25,11 +25,12 @@ Inside it:
     that whoever meets it can complete it.
 ``k/<claim id>``
     A claim: ttl, grace, times and the ``[id, generation]`` pairs it holds.
-``t/<level>/<page>/<writer>``
-    Tallies (``delayq.tallies``): one process's running sums of the changes it counted
-    in one page of one level, as JSON ``[[kind, block, n], ...]``. Only the process
-    whose writer token ends the name writes it (so no update is lost to a race: Swift
-    has no atomic increment); a count lists the pages it reads and sums every writer's.
+``t/<level>/<page>/<slot>``
+    Tallies (``delayq.tallies``): the running sums of the changes counted in one page of
+    one level by the processes that held writer slot ``<slot>`` (decimal), as JSON
+    ``[[kind, block, n], ...]``. Only the process holding the slot's lease writes it (so
+    no update is lost to a race: Swift has no atomic increment), continuing from the sums
+    its predecessors left; a count lists the pages it reads and sums every slot's.
     ``X-Delete-At`` is the page's end plus ``HINDSIGHT``, so Swift removes pages no
     count reads again. Level and page are decimal, zero-padded.
 
@@ -43,7 +44,21 @@ object per request that changed messages:
     That request's events, one JSON object a line (the fields of ``delayq.events.Event``
     that are set), with ``X-Delete-At`` at its time plus ``[events] retention``. Names
     sort by the request's time, then by the writing process's serial number (the order
-    it wrote in), then by the writer, a token of that process (so no two collide).
+    it wrote in), then by the writer, a random token of that process (so no two collide:
+    unlike a tally's writer slot, which processes reuse one after another).
+
+Writer slots are leased in one container for the whole deployment,
+``<prefix>:writers`` (no queue container's name lacks a second colon, no events
+container's name lacks the comma after ``events``, so neither can be it; the same holds
+for ``<prefix>:clock``, which holds the one object ``now`` that reads the proxy's clock):
+
+``slot/<n>``
+    The lease of writer slot ``n`` (decimal): created with ``If-None-Match: *`` by the
+    process that takes it (a bid, JSON with ``kind`` ``lease``, the holder's nonce, host
+    and pid), ``X-Delete-After`` the lease, renewed by the holder with a ``POST`` of a new
+    one, deleted on close. A process takes the lowest free slot, so the slots in use, and
+    the tally objects a count reads, are bounded by the processes alive at once, not by
+    those ever started.
 
 Times in names are microseconds in 14 hexadecimal digits, so names sort by time.
 """
@@ -73,6 +88,7 @@ CLAIMED = "c"  # claimed: available again at the claim's expiry
 MOVE = "move"
 CLAIM = "claim"
 EDIT = "edit"
+LEASE = "lease"  # the kind of a writer slot's lease (a bid like a marker)
 
 TIME_DIGITS = 14
 GENERATION_DIGITS = 6
@@ -117,6 +133,20 @@ def container(prefix: str, project: str, queue: str) -> str:
 
 def clock_container(prefix: str) -> str:
     return f"{prefix}:clock"
+
+
+WRITERS = "writers"
+SLOT_PREFIX = "slot/"
+
+
+def writers_container(prefix: str) -> str:
+    """The container of the writer slots' leases, one for the whole deployment."""
+    return f"{prefix}:{WRITERS}"
+
+
+def slot_name(slot: int) -> str:
+    """The lease object of writer slot *slot*."""
+    return f"{SLOT_PREFIX}{slot}"
 
 
 def parse_container(prefix: str, name: str) -> tuple[str, str] | None:
@@ -205,12 +235,12 @@ TALLY_PAGE_DIGITS = 16  # a page number of any level (at most 2^52 for a 64-bit 
 
 
 def tally_page_prefix(level: int, page: int) -> str:
-    """The start of the names of every writer's tally of one page of one level."""
+    """The start of the names of every writer slot's tally of one page of one level."""
     return f"{TALLY_PREFIX}{level}/{page:0{TALLY_PAGE_DIGITS}d}/"
 
 
-def tally_name(level: int, page: int, writer: str) -> str:
-    return tally_page_prefix(level, page) + writer
+def tally_name(level: int, page: int, slot: int) -> str:
+    return f"{tally_page_prefix(level, page)}{slot}"
 
 
 def tally_level(name: str) -> int:

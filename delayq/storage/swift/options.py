@@ -54,4 +54,12 @@ OPTS = [
                       "process killed loses at most this long of its counts, an error "
                       "confined to the instants of the messages it changed meanwhile, "
                       "which ends when they would have expired."),
+    cfg.IntOpt("tally_writer_lease", default=300, min=30,
+               help="Seconds of the lease by which an API process holds its tally writer "
+                    "slot (the name under which it alone writes its tallies; processes "
+                    "reuse the slots of those gone, so the tally objects a count reads "
+                    "are bounded by the processes alive at once). The process renews it "
+                    "every fifth of this time and stops writing when a third is left "
+                    "unrenewed; a slot of a process killed is taken again this long "
+                    "after its last renewal at most."),
 ]
