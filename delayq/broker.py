@@ -9,7 +9,8 @@ step, with the backend's clock, never here.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from delayq import errors, metrics, validation
 from delayq import queue as q
@@ -20,6 +21,11 @@ from delayq.storage.base import Driver
 from delayq.validation import Limits, MessageEdit, PostedMessage
 
 PATCH_OPS = ("add", "replace", "remove")
+# Times a post or claim is decided again when the queue's metadata changed under it
+# (errors.MetadataChanged) before the request fails with 503.
+METADATA_ATTEMPTS = 3
+
+T = TypeVar("T")
 PATCH_PREFIX = "/metadata/"
 
 
@@ -96,19 +102,35 @@ class Broker:
         *size* is the request body's length, checked against the queue's own
         ``_max_messages_post_size``.
         """
-        metadata = self.with_reserved_defaults(self.driver.get_queue(project, queue) or {})
-        validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
-        default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
-        queue_delay = metadata[q.DEFAULT_MESSAGE_DELAY]
         delays = self._own_delays(messages)
-        resolved = [
-            NewMessage(body=m.body,
-                       ttl=m.ttl if m.ttl is not None else default_ttl,
-                       delay=resolve_delay(queue_delay, delay))
-            for m, delay in zip(messages, delays, strict=True)]
-        ids = self.driver.post_messages(project, queue, client_id, resolved)
+
+        def store(stored: dict[str, Any] | None, token: Any) -> list[str]:
+            metadata = self.with_reserved_defaults(stored or {})
+            validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
+            default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
+            queue_delay = metadata[q.DEFAULT_MESSAGE_DELAY]
+            resolved = [
+                NewMessage(body=m.body,
+                           ttl=m.ttl if m.ttl is not None else default_ttl,
+                           delay=resolve_delay(queue_delay, delay))
+                for m, delay in zip(messages, delays, strict=True)]
+            return self.driver.post_messages(project, queue, client_id, resolved,
+                                             metadata_token=token)
+
+        ids = self._under_metadata(project, queue, store)
         self._count(metrics.POSTED, len(ids))
         return ids
+
+    def _under_metadata(self, project: str, queue: str,
+                        write: Callable[[dict[str, Any] | None, Any], T]) -> T:
+        """``write(stored metadata, token)``, decided again from the metadata read anew
+        when it changed under the write (``Driver.queue_for_write``)."""
+        for _ in range(METADATA_ATTEMPTS - 1):
+            try:
+                return write(*self.driver.queue_for_write(project, queue))
+            except errors.MetadataChanged:
+                continue
+        return write(*self.driver.queue_for_write(project, queue))
 
     def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
         """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
@@ -182,11 +204,14 @@ class Broker:
     def claim(self, project: str, queue: str, *, ttl: int, grace: int,
               limit: int) -> Claim | None:
         """Claim up to *limit* messages, dead-lettering by the queue's policy."""
-        metadata = self.driver.get_queue(project, queue)
-        if metadata is None:
-            return None
-        claim = self.driver.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
-                                  dead_letter=q.dead_letter_policy(metadata))
+        def take(metadata: dict[str, Any] | None, token: Any) -> Claim | None:
+            if metadata is None:
+                return None
+            return self.driver.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
+                                     dead_letter=q.dead_letter_policy(metadata),
+                                     metadata_token=token)
+
+        claim = self._under_metadata(project, queue, take)
         if claim is not None:
             self._count(metrics.CLAIMED, len(claim.messages))
         return claim

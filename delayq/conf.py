@@ -74,6 +74,15 @@ wsgi_opts = [
                       "worker or host is claimed within this time. Posts and releases "
                       "served by the same worker wake its waiters at once, and a message "
                       "known to come due sooner is claimed when due."),
+    cfg.StrOpt("storage_calls", default="auto", choices=["auto", "inline", "threads"],
+               help="How a worker makes its storage calls. threads: each in a pool "
+                    "thread, so a slow store never stalls the worker's event loop, at "
+                    "the CPU cost of a thread hand-off per call. inline: on the event "
+                    "loop, without that cost; a slow store stalls every request of the "
+                    "worker. auto: inline for drivers whose calls are brief round trips "
+                    "(sqlite, redis), moving to threads for 5 seconds whenever a call "
+                    "takes over 0.1 s or finds the store unavailable; threads for the "
+                    "others."),
 ]
 
 events_opts = [

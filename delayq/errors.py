@@ -47,6 +47,12 @@ class StorageUnavailable(DelayqError):
     """The storage backend cannot be reached (HTTP 503)."""
 
 
+class MetadataChanged(StorageUnavailable):
+    """A write was made under queue metadata that has changed since it was read
+    (``Driver.queue_for_write``); the broker reads it again and redoes the write, and
+    answers 503 only if it keeps changing."""
+
+
 class Conflict(DelayqError):
     """The request contradicts the resource's current state (HTTP 409)."""
 

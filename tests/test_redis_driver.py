@@ -489,3 +489,53 @@ def test_read_messages_gives_live_claim_expiries():
     assert read[1].claim_id is None
     clock.advance(4000)
     assert list(driver.read_messages(PROJECT, "q")) == []
+
+
+def test_a_post_or_claim_under_known_metadata_is_one_round_trip(own_server):
+    driver = Driver(own_server.uri, namespace=namespace())
+    broker = Broker(driver, Limits())
+    broker.create_queue("p", "q", {})
+    one = [PostedMessage(body="x", ttl=60, delay=None)]
+    broker.post("p", "q", "client", one, 10)  # reads the metadata once
+    sent: list[str] = []
+    client = driver._client
+    execute = client.execute_command
+
+    def counted(*args, **options):
+        sent.append(str(args[0]).upper())
+        return execute(*args, **options)
+
+    client.execute_command = counted  # redis-py's, to see each command it sends
+    broker.post("p", "q", "client", one, 10)
+    claim = broker.claim("p", "q", ttl=60, grace=60, limit=2)
+    assert len(claim.messages) == 2
+    assert sent == ["EVALSHA", "EVALSHA"]
+    driver.close()
+
+
+def test_metadata_changed_by_another_process_rules_the_next_post_and_claim(own_server):
+    """Process A decided its writes from metadata it had read; process B changes it: A's
+    next post takes the new delay, and its next claim the new dead-letter policy."""
+    shared = namespace()
+    a = Broker(Driver(own_server.uri, namespace=shared), Limits())
+    b = Broker(Driver(own_server.uri, namespace=shared), Limits())
+    a.create_queue("p", "q", {})
+    first, = a.post("p", "q", "client", [PostedMessage(body="before", ttl=None, delay=None)], 10)
+    b.patch_queue("p", "q", [{"op": "add", "path": "/metadata/_default_message_delay",
+                              "value": 600}])
+    second, = a.post("p", "q", "client", [PostedMessage(body="after", ttl=None, delay=None)], 10)
+    stored = {m.id: m for m in a.driver.get_messages("p", "q", [first, second])}
+    assert stored[first].due == stored[first].created
+    assert stored[second].due == pytest.approx(stored[second].created + 600)
+    claim = a.claim("p", "q", ttl=60, grace=60, limit=10)
+    assert [m.id for m in claim.messages] == [first]  # the second is delayed now
+
+    b.patch_queue("p", "q", [
+        {"op": "add", "path": "/metadata/_max_claim_count", "value": 1},
+        {"op": "add", "path": "/metadata/_dead_letter_queue", "value": "dlq"}])
+    a.release_claim("p", "q", claim.id)
+    assert a.claim("p", "q", ttl=60, grace=60, limit=10) is None  # moved instead
+    stats = b.stats("p", "dlq")
+    assert (stats.free, stats.claimed, stats.delayed) == (1, 0, 0)
+    a.driver.close()
+    b.driver.close()

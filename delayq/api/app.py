@@ -41,7 +41,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     metrics = Metrics()
     broker = Broker(driver or load_driver(conf), Limits.from_conf(conf), metrics)
     broker.driver.endings = metrics.count_endings
-    run = Runner(broker)
+    run = Runner(broker, mode=conf[WSGI_GROUP].storage_calls)
     waiting = Waiting(run, poll_interval=conf[WSGI_GROUP].claim_wait_poll_interval)
     app = falcon.asgi.App(middleware=[metrics_api.RequestTimer(metrics), _Shutdown(run)])
     app.req_options.strip_url_path_trailing_slash = True

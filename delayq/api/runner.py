@@ -1,29 +1,68 @@
-"""Running broker calls off the event loop.
+"""Running broker calls: on the event loop, or off it in a thread pool.
 
-Storage client libraries block; each call runs in a thread pool of the worker so that a
-slow backend never stalls the event loop and the other requests it is serving.
+Storage client libraries block. Handing each call to a pool thread keeps a slow backend
+from stalling the event loop and the other requests it serves, but the hand-off itself
+(a thread woken, the loop woken back) costs about as much CPU as a brief store round trip
+(docs/performance.md, "Throughput"). So a driver whose calls are brief round trips
+(``Driver.calls_are_brief``: SQLite, Redis) is called on the event loop, until one of its
+calls is slow or finds the store unavailable: then calls go to the pool for
+``THREADS_AFTER_SLOW`` seconds, and a store in trouble stalls the loop for at most one
+call at a time. ``[drivers:transport:wsgi] storage_calls`` chooses otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from delayq.broker import Broker
+from delayq.errors import StorageUnavailable
 
 T = TypeVar("T")
 
+AUTO, INLINE, THREADS = MODES = ("auto", "inline", "threads")
+SLOW_CALL = 0.1  # seconds: an inline call this long sends the next ones to the pool
+THREADS_AFTER_SLOW = 5.0  # seconds calls go to the pool after a slow or failed one
+
 
 class Runner:
-    """Calls the broker in a thread pool: ``await run(broker.method, *args)``."""
+    """Calls the broker: ``await run(broker.method, *args)``."""
 
-    def __init__(self, broker: Broker, threads: int = 16) -> None:
+    def __init__(self, broker: Broker, threads: int = 16, mode: str = AUTO) -> None:
+        if mode not in MODES:
+            raise ValueError(f"storage_calls must be one of {', '.join(MODES)}, not {mode!r}")
         self.broker = broker
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="delayq")
+        self._inline = mode == INLINE or (mode == AUTO and broker.driver.calls_are_brief)
+        self._adaptive = mode == AUTO
+        self._threads_until = 0.0  # monotonic time before which calls use the pool
+
+    @property
+    def inline(self) -> bool:
+        """Whether the next call runs on the event loop."""
+        return self._inline and time.monotonic() >= self._threads_until
 
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self.inline:
+            return self._call_inline(fn, *args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    def _call_inline(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        started = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        except StorageUnavailable:
+            self._back_off()
+            raise
+        finally:
+            if time.monotonic() - started > SLOW_CALL:
+                self._back_off()
+
+    def _back_off(self) -> None:
+        if self._adaptive:
+            self._threads_until = time.monotonic() + THREADS_AFTER_SLOW

@@ -32,6 +32,10 @@ class Driver(abc.ABC):
     # monitor, Swift's expirer) and so write no ``expired`` events; the audits then infer
     # expiry from the trail (delayq.events).
     expiry_events: bool = True
+    # True when every call is a brief round trip or two to a nearby store (no fan-out, no
+    # retry loop of its own), so the API may make it on its event loop instead of paying
+    # a thread hand-off (delayq.api.runner).
+    calls_are_brief: bool = False
     # Told, once a transition is stored, the kind of each message that left a queue by
     # it (deleted, popped, dead_lettered, expired: one kind per message), whether or not
     # the event trail is on. The API sets it to count them for /metrics.
@@ -62,6 +66,16 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         """The queue's stored metadata, or None when the queue does not exist."""
+
+    def queue_for_write(self, project: str, name: str) -> tuple[dict[str, Any] | None, Any]:
+        """The queue's metadata (None when absent) for a post or claim that depends on
+        it, and a token to pass that write as ``metadata_token``.
+
+        A driver may answer from a cache of its own: the write then checks, in its atomic
+        step, that the metadata the token stands for is still the stored one, and raises
+        MetadataChanged if not. This default reads the metadata and gives no token.
+        """
+        return self.get_queue(project, name), None
 
     @abc.abstractmethod
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
@@ -101,8 +115,10 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage]) -> list[str]:
-        """Store *messages* in order, creating the queue if needed; their ids."""
+                      messages: list[NewMessage], *, metadata_token: Any = None) -> list[str]:
+        """Store *messages* in order, creating the queue if needed; their ids.
+
+        *metadata_token*: see ``queue_for_write``."""
 
     @abc.abstractmethod
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
@@ -171,7 +187,8 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
+              ) -> Claim | None:
         """Claim up to *limit* free, due messages, oldest availability first.
 
         Each claimed message's claim count goes up by one and its expiry is extended to
@@ -180,6 +197,7 @@ class Driver(abc.ABC):
         claim count kept, source and move time recorded; expiry ``now + messages_ttl``
         when the policy has one, else its original ``created + ttl``, whatever claims
         extended it to), and the claim looks further. None when nothing was claimed.
+        *metadata_token*: see ``queue_for_write``.
         """
 
     @abc.abstractmethod

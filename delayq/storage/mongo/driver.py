@@ -490,7 +490,8 @@ class Driver(base.Driver):
 
     @backend_call
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage]) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None
+                      ) -> list[str]:
         now = self._now_ms()
         first = self._allocate(project, queue, len(messages), now)
         docs = [s.new_message(project, queue, first + i, m.body, m.ttl, m.delay, client_id,
@@ -844,7 +845,8 @@ class Driver(base.Driver):
 
     @backend_call
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
+              ) -> Claim | None:
         now = self._now_ms()
         claim_id = ObjectId()
         expires = now + ttl * 1000

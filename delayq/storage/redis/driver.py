@@ -47,7 +47,7 @@ from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
 from delayq.storage.redis.options import GROUP
-from delayq.storage.redis.scripts import Scripts
+from delayq.storage.redis.scripts import METADATA_CHANGED, Scripts
 
 LOG = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ WRITE_REAP_BUDGET = 2  # expiry buckets each write reaps on the side
 REDRIVE_SKIP_BUDGET = 10_000  # messages without a source a redrive steps over per call
 READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
 CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
+METADATA_CACHE_SIZE = 10_000  # queues whose metadata a process keeps for writes
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
@@ -107,7 +108,15 @@ def client_text(raw: bytes) -> str:
 
 def new_nonce() -> str:
     """A random prefix for the ids minted by one incarnation of a queue."""
-    return "".join(secrets.choice(DIGITS) for _ in range(NONCE_LENGTH))
+    # One read of the system's randomness (a post makes one nonce, used only if the
+    # queue is new): a choice per digit cost a system call each. 2^64 over 36^10 leaves
+    # the digits all but uniform.
+    n = int.from_bytes(secrets.token_bytes(8), "big") % len(DIGITS) ** NONCE_LENGTH
+    digits = []
+    for _ in range(NONCE_LENGTH):
+        n, digit = divmod(n, len(DIGITS))
+        digits.append(DIGITS[digit])
+    return "".join(digits)
 
 
 def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, int]], int]:
@@ -183,6 +192,7 @@ class Driver(base.Driver):
     """Queues, messages and claims in Redis (one server or a cluster)."""
 
     name = "redis"
+    calls_are_brief = True
 
     def __init__(self, uri: str, *, namespace: str = "dq", socket_timeout: float = 5.0,
                  connect_timeout: float = 2.0, max_connections: int = 64,
@@ -198,6 +208,9 @@ class Driver(base.Driver):
         self._marker_ttl = move_marker_ttl
         self._events = events_settings
         self._clock = clock
+        # Queue key → the metadata (raw) last read for a write; posts and claims check it
+        # in their script (queue_for_write), so a stale entry costs a retry, never a rule.
+        self._metadata: dict[str, bytes] = {}
         self._link: tuple[redis.Redis | RedisCluster, bool, Scripts] | None = None
         self._link_lock = threading.Lock()
         self._link_failed_at = 0.0
@@ -371,7 +384,28 @@ class Driver(base.Driver):
             raw = self._client.hget(self.queue_key(project, name), "meta")
         return json.loads(raw) if raw is not None else None
 
+    def queue_for_write(self, project: str, name: str) -> tuple[dict[str, Any] | None, Any]:
+        """From this process's cache when it has the queue: the post or claim script
+        compares the token (the metadata as read) with the stored metadata, so a post
+        or claim costs one round trip instead of two."""
+        key = self.queue_key(project, name)
+        raw = self._metadata.get(key)
+        if raw is None:
+            with unavailable_as_503():
+                raw = self._client.hget(key, "meta")
+            if raw is None:
+                return None, None
+            if len(self._metadata) >= METADATA_CACHE_SIZE:
+                self._metadata.clear()  # crude, but a miss costs only the read above
+            self._metadata[key] = raw
+        return json.loads(raw), raw
+
+    def _metadata_changed(self, key: str) -> errors.MetadataChanged:
+        self._metadata.pop(key, None)
+        return errors.MetadataChanged("The queue's metadata changed during the request.")
+
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
+        self._metadata.pop(self.queue_key(project, name), None)
         with unavailable_as_503():
             done = self._scripts.queue_update(keys=[self.queue_key(project, name)],
                                               args=["meta", json.dumps(metadata)])
@@ -379,6 +413,7 @@ class Driver(base.Driver):
             raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
 
     def delete_queue(self, project: str, name: str) -> None:
+        self._metadata.pop(self.queue_key(project, name), None)
         with unavailable_as_503():
             # Unlist first: a post racing the delete then either lands before the drop
             # (and goes with it) or re-creates and re-lists the queue.
@@ -441,16 +476,21 @@ class Driver(base.Driver):
     # Messages
 
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage]) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None
+                      ) -> list[str]:
         client = client_bytes(client_id)
-        args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET]
+        key = self.queue_key(project, queue)
+        args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
+                           metadata_token or ""]
         for m in messages:
             # ASCII escapes keep lone surrogates (valid JSON, not valid UTF-8) storable.
             body = json.dumps(m.body, separators=(",", ":"))
             args += [body, client, m.ttl, m.delay]
         with unavailable_as_503():
-            nonce, first, listed = self._scripts.post(keys=[self.queue_key(project, queue)],
-                                                      args=args)
+            reply = self._scripts.post(keys=[key], args=args)
+            if reply[0] == METADATA_CHANGED:
+                raise self._metadata_changed(key)
+            nonce, first, listed = reply
             if not listed:
                 self._list_queue(project, queue)
         return [nonce.decode() + seq_name(first + i) for i in range(len(messages))]
@@ -544,7 +584,8 @@ class Driver(base.Driver):
     # Claims
 
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
+              ) -> Claim | None:
         key = self.queue_key(project, queue)
         keys = [key]
         policy = ["", "", ""]
@@ -560,7 +601,9 @@ class Driver(base.Driver):
             while True:
                 reply = self._scripts.claim(keys=keys, args=[
                     self._now_arg(), ttl, grace, limit, *policy, target_nonce, CLAIM_BUDGET,
-                    queue, WRITE_REAP_BUDGET])
+                    queue, WRITE_REAP_BUDGET, metadata_token or ""])
+                if reply[0] == METADATA_CHANGED:
+                    raise self._metadata_changed(key)
                 nonce, as_of, number, more, unlisted, outbox = reply[:6]
                 if unlisted:
                     self._list_queue(project, dead_letter.queue)

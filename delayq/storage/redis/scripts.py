@@ -28,6 +28,9 @@ NAMES = (
 # Message endings a script reports (common.lua's ENDED), in the order it returns them.
 ENDED = ("deleted", "popped", "dead_lettered", "expired")
 ENDED_TABLE = "local ENDED = {" + ", ".join(f"{kind} = 0" for kind in ENDED) + "}\n"
+# The first element of a post's or claim's reply when the queue's metadata is no longer
+# the one the driver passed (``Driver.queue_for_write``); no nonce looks like it.
+METADATA_CHANGED = b"metadata-changed"
 
 
 def wrapped(common: str, body: str) -> str:
@@ -68,6 +71,7 @@ class Scripts:
     def __init__(self, client, events_retention: int,
                  report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
+                  f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
         self._all: list[Script] = []
         for name in NAMES:

@@ -59,6 +59,7 @@ class Driver(base.Driver):
     """Queues, messages and claims in one SQLite database file."""
 
     name = "sqlite"
+    calls_are_brief = True
 
     def __init__(self, path: str, *, busy_timeout: int = 30000, synchronous: str = "NORMAL",
                  expiry_batch: int = 64, clock: Callable[[], float] = time.time,
@@ -279,7 +280,8 @@ class Driver(base.Driver):
     # Messages
 
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage]) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None
+                      ) -> list[str]:
         ids = [uuid.uuid4().hex for _ in messages]
         with self._write() as db:
             now = self.now()
@@ -447,7 +449,8 @@ class Driver(base.Driver):
     # Claims
 
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
+              ) -> Claim | None:
         claim_id = uuid.uuid4().hex
         with self._write() as db:
             now = self.now()

@@ -1074,7 +1074,8 @@ class Driver(base.Driver):
     # Messages
 
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage]) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None
+                      ) -> list[str]:
         container = self._container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
@@ -1677,7 +1678,8 @@ class Driver(base.Driver):
                          released.entry(message_id))
 
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
+              ) -> Claim | None:
         container = self._container(project, queue)
         with unavailable_as_503():
             now = self._now_us()

@@ -3,16 +3,19 @@
 -- KEYS: source queue state [, dead-letter queue state when it shares the slot].
 -- ARGV: now, ttl, grace, limit, max_claim_count ('' = no policy), dead-letter queue,
 -- its messages ttl ('' = keep), nonce for a new dead-letter queue, work budget, source
--- queue name, reap budget.
+-- queue name, reap budget, the metadata the claim was decided under ('' = unchecked).
 -- Moves to a dead-letter queue in another slot go to the outbox ('o'); the driver
 -- completes them (see docs/operator-guide.md, "Dead-letter moves across slots").
 -- Returns {nonce, now, claim number (0 = none), more, target unlisted, outbox size,
--- seq, record, ...}.
+-- seq, record, ...}, or {METADATA_CHANGED}.
 local P = string.sub(KEYS[1], 1, -2)
 local T = KEYS[2] and string.sub(KEYS[2], 1, -2) or nil
 local now = clock(ARGV[1])
 if redis.call('EXISTS', P .. 's') == 0 then
   return {'', now, 0, 0, 0, 0}
+end
+if not metadata_is(P, ARGV[12]) then
+  return {METADATA_CHANGED}
 end
 local ttl, grace, limit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_count = tonumber(ARGV[5])

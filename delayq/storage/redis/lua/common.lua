@@ -150,6 +150,12 @@ local function remove(P, seq, m)
   end
 end
 
+-- Whether the queue's stored metadata is *expected*, the metadata a post or claim was
+-- decided under ('' = not given: nothing to check).
+local function metadata_is(P, expected)
+  return expected == '' or redis.call('HGET', P .. 's', 'meta') == expected
+end
+
 local function nonce_of(P)
   return redis.call('HGET', P .. 's', 'nonce') or ''
 end

@@ -1,15 +1,19 @@
 -- Post messages, creating the queue when needed.
--- KEYS: queue state. ARGV: now, nonce for a new queue, reap budget, then per message:
--- body, client, ttl, delay (seconds). Returns {nonce, first seq number, listed}.
+-- KEYS: queue state. ARGV: now, nonce for a new queue, reap budget, the metadata the
+-- post was decided under ('' = unchecked), then per message: body, client, ttl, delay
+-- (seconds). Returns {nonce, first seq number, listed}, or {METADATA_CHANGED}.
 local P = string.sub(KEYS[1], 1, -2)
+if not metadata_is(P, ARGV[4]) then
+  return {METADATA_CHANGED}
+end
 local now = clock(ARGV[1])
 ensure_queue(P, ARGV[2])
 local nonce = nonce_of(P)
-local count = (#ARGV - 3) / 4
+local count = (#ARGV - 4) / 4
 local last = redis.call('HINCRBY', P .. 's', 'seq', count)
 local first = last - count + 1
 for i = 0, count - 1 do
-  local at = 4 + i * 4
+  local at = 5 + i * 4
   local ttl, delay = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local m = {body = ARGV[at], client = ARGV[at + 1], created = now, ttl = ttl,
              due = now + delay_us(delay), expires = now + ttl * US, claim = 0,
