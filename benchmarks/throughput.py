@@ -61,6 +61,7 @@ if str(backlog.REPO_ROOT) not in sys.path:  # tests.server: /proc helpers
 from tests.server import child_pids  # noqa: E402
 
 TRIVIAL = "trivial"
+MODE_SEPARATOR = "/"  # "redis/threads": the driver with that storage_calls
 TRIVIAL_APP = Path(__file__).resolve().parent / "trivial_app.py"
 RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
 MONGO_URI_VARIABLE = "DELAYQ_TEST_MONGODB_URI"
@@ -237,11 +238,13 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
             command = [sys.executable, str(TRIVIAL_APP), "--port", str(port),
                        "--workers", str(args.workers)]
         else:
-            backend = backends()[target]
+            driver, _, storage_calls = target.partition(MODE_SEPARATOR)
+            backend = backends()[driver]
             assert backend is not None
             sections = backend.sections(directory)
             service = stack.enter_context(backend.service(sections, directory))
-            backlog.write_config(config, target, port, args.workers, sections)
+            backlog.write_config(config, driver, port, args.workers, sections,
+                                 {"storage_calls": storage_calls} if storage_calls else None)
             command = None
         server = backlog.Server(config, port, directory / "server.log", command=command)
         stack.callback(server.stop)
@@ -299,6 +302,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="gunicorn workers of every target (default 2)")
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="JSON results (default benchmarks/results/throughput.json)")
+    parser.add_argument("--storage-calls", action="append", choices=("auto", "inline", "threads"),
+                        help="[drivers:transport:wsgi] storage_calls of the drivers' servers; "
+                             "repeatable: each driver is measured with each (default: the "
+                             "server's default)")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 when Redis's ratio exceeds {TARGET_RATIO}")
     return parser.parse_args(argv)
@@ -311,15 +318,18 @@ def main(argv: list[str] | None = None) -> int:
     skipped = [d for d in drivers if available[d] is None]
     for driver in skipped:
         print(f"skipping {driver}: set {MONGO_URI_VARIABLE} to a replica set to measure it")
-    targets = [TRIVIAL, *[d for d in drivers if d not in skipped], TRIVIAL]
+    modes = [f"{MODE_SEPARATOR}{mode}" for mode in args.storage_calls or []] or [""]
+    targets = [TRIVIAL, *[d + mode for d in drivers if d not in skipped for mode in modes],
+               TRIVIAL]
     info = backlog.machine()
     print(f"delayq throughput benchmark: {', '.join(targets)}; {args.concurrency} "
           f"connections, {args.workers} workers, {info['cpus']} CPUs shared with the "
           "load generator")
     workdir = Path(tempfile.mkdtemp(prefix="delayq-throughput-"))
     try:
-        measurements = [run_target(t, workdir / f"{i}-{t}", args, print)
-                        for i, t in enumerate(targets)]
+        measurements = [
+            run_target(t, workdir / f"{i}-{t.replace(MODE_SEPARATOR, '-')}", args, print)
+            for i, t in enumerate(targets)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     rows, floor = table(measurements)
@@ -332,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "options": {k: v for k, v in vars(args).items() if k != "output"},
         "trivial_server_cpu_ms": round(floor, 3), "rows": rows}, indent=2, default=str))
     print(f"written to {args.output}")
-    redis = [r for r in rows if r["target"] == "redis"]
+    redis = [r for r in rows if r["target"] in ("redis", f"redis{MODE_SEPARATOR}auto")]
     if args.check and redis and redis[0]["ratio"] > TARGET_RATIO:
         return 1
     return 0
