@@ -81,4 +81,7 @@ echo "==> ruff"
 .venv/bin/ruff check delayq tests benchmarks
 
 echo "==> pytest"
-exec .venv/bin/python -m pytest "$@"
+# Two pytest workers (pytest-xdist), each test file on one of them: much of the suite
+# waits on Swift, Redis, Spark and real clocks rather than computing. A worker starts its
+# own servers. DELAYQ_TEST_WORKERS=0 runs everything in one process.
+exec .venv/bin/python -m pytest -n "${DELAYQ_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -18,6 +18,18 @@ from tests.contract.helpers import PROJECT, claim, create, post
 from tests.contract.workers import claim_and_release_forever, claim_until_empty
 
 SPAWN = multiprocessing.get_context("spawn")
+MESSAGES = 300  # per run (Swift: SWIFT_SHARE of it)
+WORN_OUT = 200  # messages a dead-letter run moves (Swift: SWIFT_SHARE of it)
+# A Swift request takes tens of milliseconds: its runs move fewer messages, with as many
+# threads and processes, so they contend as hard for each.
+SWIFT_SHARE = 0.4
+
+
+def sized(spec, count: int) -> int:
+    """*count* messages for *spec*'s driver, a multiple of 20 (posts go by 20)."""
+    if spec.name == "swift":
+        count = int(count * SWIFT_SHARE)
+    return count - count % 20
 
 
 def assert_each_exactly_once(claimed: list[str], posted: list[str]) -> None:
@@ -73,14 +85,16 @@ def claim_in_processes(spec, queue: str, processes: int) -> list[str]:
     return found
 
 
-def test_concurrent_threads_never_share_a_message(live_broker):
-    posted = [mid for chunk in range(15) for mid in post(live_broker, "q", *range(20))]
+def test_concurrent_threads_never_share_a_message(live_broker, spec):
+    posted = [mid for chunk in range(sized(spec, MESSAGES) // 20)
+              for mid in post(live_broker, "q", *range(20))]
     assert_each_exactly_once(claim_in_threads(live_broker, "q", threads=8), posted)
 
 
 def test_concurrent_processes_never_share_a_message(live_broker, spec):
     skip_unless_shared_across_processes(spec)
-    posted = [mid for chunk in range(15) for mid in post(live_broker, "q", *range(20))]
+    posted = [mid for chunk in range(sized(spec, MESSAGES) // 20)
+              for mid in post(live_broker, "q", *range(20))]
     assert_each_exactly_once(claim_in_processes(spec, "q", processes=4), posted)
 
 
@@ -110,15 +124,15 @@ def assert_all_moved_once(broker, posted: list[str]) -> None:
     assert {m.claim_count for m in broker.get_messages(PROJECT, "dlq", posted[:50])} == {1}
 
 
-def test_dead_letter_move_under_concurrent_thread_claims_happens_once(live_broker):
-    posted = _worn_out_messages(live_broker, 200)
+def test_dead_letter_move_under_concurrent_thread_claims_happens_once(live_broker, spec):
+    posted = _worn_out_messages(live_broker, sized(spec, WORN_OUT))
     assert claim_in_threads(live_broker, "q", threads=8) == []
     assert_all_moved_once(live_broker, posted)
 
 
 def test_dead_letter_move_under_concurrent_process_claims_happens_once(live_broker, spec):
     skip_unless_shared_across_processes(spec)
-    posted = _worn_out_messages(live_broker, 200)
+    posted = _worn_out_messages(live_broker, sized(spec, WORN_OUT))
     assert claim_in_processes(spec, "q", processes=4) == []
     assert_all_moved_once(live_broker, posted)
 
@@ -131,7 +145,8 @@ def test_killed_claimer_never_leaves_a_message_in_both_queues_or_neither(live_br
         source = f"q{round_}"
         create(live_broker, source, _max_claim_count=1, _dead_letter_queue="dlq")
         moved_before = live_broker.stats(PROJECT, "dlq").total
-        posted = [mid for _ in range(15) for mid in post(live_broker, source, *range(20))]
+        posted = [mid for _ in range(sized(spec, MESSAGES) // 20)
+                  for mid in post(live_broker, source, *range(20))]
         working = SPAWN.Event()
         child = SPAWN.Process(target=claim_and_release_forever, args=(spec, source, working))
         child.start()
