@@ -20,14 +20,22 @@ STATUS = {
     errors.ClaimMismatch: (falcon.HTTP_403, "Unable to delete"),
     errors.MessageNotClaimed: (falcon.HTTP_400, "Unable to delete"),
     errors.Conflict: (falcon.HTTP_409, "Conflict"),
-    errors.MessageHeld: (falcon.HTTP_409, "Conflict"),
     errors.StorageUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
 }
 
 
+def status_of(exc: errors.DelayqError) -> tuple[str, str]:
+    """The status and title of the nearest kind of error STATUS names (a MessageHeld is a
+    Conflict, a MetadataChanged a StorageUnavailable)."""
+    for kind in type(exc).__mro__:
+        if kind in STATUS:
+            return STATUS[kind]
+    return falcon.HTTP_500, "Internal server error"
+
+
 async def handle_delayq_error(req: falcon.Request, resp: falcon.Response,
                               exc: errors.DelayqError, params: dict) -> None:
-    status, title = STATUS.get(type(exc), (falcon.HTTP_500, "Internal server error"))
+    status, title = status_of(exc)
     raise falcon.HTTPError(status, title=exc.title or title, description=exc.description)
 
 
