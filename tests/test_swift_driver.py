@@ -793,6 +793,15 @@ def stats_counts(driver: Driver, queue: str) -> QueueCounts:
     return QueueCounts(stats.free, stats.claimed, stats.delayed)
 
 
+def counted_by_a_new_process(make_driver, clock, queue: str = "q") -> QueueCounts:
+    """The queue's counts as a process that wrote nothing reads them: from the tally
+    objects alone, checked against a listing of the whole index."""
+    reader = make_driver(clock=clock)
+    counts = reader.queue_counts(PROJECT, queue)
+    assert counts == stats_counts(reader, queue), queue
+    return counts
+
+
 def tally_writers(raw: Connection, prefix: str, queue: str) -> set[str]:
     return {name.rsplit("/", 1)[1] for name in names(raw, prefix, queue, layout.TALLY_PREFIX)}
 
@@ -864,9 +873,7 @@ def test_a_slot_freed_on_close_is_taken_again_and_its_sums_go_on(make_driver, pr
     third.flush_tallies()
     assert tally_writers(raw, prefix, "q") == {"0", "1"}
     assert slot_leases(raw, prefix) == ["slot/0", "slot/1"]
-    reader = make_driver(clock=clock)
-    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
-        free=2, claimed=0, delayed=7)
+    assert counted_by_a_new_process(make_driver, clock) == QueueCounts(free=2, claimed=0, delayed=7)
     # And so on, process after process: no page ever holds more objects than slots.
     for _ in range(3):
         third.close()
@@ -874,7 +881,7 @@ def test_a_slot_freed_on_close_is_taken_again_and_its_sums_go_on(make_driver, pr
         post(third, "q", 1)
         third.flush_tallies()
     assert tally_writers(raw, prefix, "q") == {"0", "1"}
-    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+    assert counted_by_a_new_process(make_driver, clock) == QueueCounts(
         free=5, claimed=0, delayed=7)
 
 
@@ -905,9 +912,7 @@ def test_the_slot_of_a_process_killed_is_taken_once_its_lease_expires(make_drive
     heir.flush_tallies()
     assert lease_of(raw, prefix, 0)[1]["pid"] == os.getpid()
     assert tally_writers(raw, prefix, "q") == {"0", "1"}
-    reader = make_driver(clock=clock)
-    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
-        free=1, claimed=0, delayed=4)
+    assert counted_by_a_new_process(make_driver, clock) == QueueCounts(free=1, claimed=0, delayed=4)
 
 
 def test_a_live_process_keeps_its_slot_past_its_lease_by_renewing_it(make_driver, prefix,
@@ -927,9 +932,7 @@ def test_a_live_process_keeps_its_slot_past_its_lease_by_renewing_it(make_driver
     post(holder, "q", 1, delay=60)
     holder.flush_tallies()
     assert tally_writers(raw, prefix, "q") == {"0", "1"}
-    reader = make_driver(clock=clock)
-    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
-        free=1, claimed=0, delayed=2)
+    assert counted_by_a_new_process(make_driver, clock) == QueueCounts(free=1, claimed=0, delayed=2)
 
 
 def test_a_process_that_finds_its_slot_taken_writes_under_another_one(make_driver, prefix,
@@ -950,9 +953,7 @@ def test_a_process_that_finds_its_slot_taken_writes_under_another_one(make_drive
     first.flush_tallies()
     # Written under slot 0, its sums would have overwritten the second process's.
     assert tally_writers(raw, prefix, "q") == {"0", "1"}
-    reader = make_driver(clock=clock)
-    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
-        free=0, claimed=0, delayed=4)
+    assert counted_by_a_new_process(make_driver, clock) == QueueCounts(free=0, claimed=0, delayed=4)
 
 
 def test_tallies_written_after_a_concurrent_run_agree_with_stats(make_driver, clock):
