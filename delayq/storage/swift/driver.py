@@ -977,10 +977,13 @@ class Driver(base.Driver):
         container = self._container(project, name)
         with unavailable_as_503():
             now = self._now_us()
-            deleted = self._delete_container(container, name)
-            # The tally objects went with the container (other processes find theirs
-            # gone at their next write).
-            self._book.forget((project, name))
+            # No write of this process's tallies overlaps: one could put back, after the
+            # deletion, a page it had taken before.
+            with self._flush_lock:
+                deleted = self._delete_container(container, name)
+                # The tally objects went with the container (other processes find theirs
+                # gone at their next write).
+                self._book.forget((project, name))
             if deleted:
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
@@ -1007,10 +1010,12 @@ class Driver(base.Driver):
         container = self._container(project, name)
         with unavailable_as_503():
             now = self._now_us()
-            listing = self._list(container, "")
-            # The tally objects too: an empty queue counts nothing.
-            self._delete_objects(container, [n for n in listing if n != lay.META])
-            self._book.forget((project, name))
+            # The tally objects too (an empty queue counts nothing), with no write of
+            # this process's tallies overlapping, as for a deletion.
+            with self._flush_lock:
+                listing = self._list(container, "")
+                self._delete_objects(container, [n for n in listing if n != lay.META])
+                self._book.forget((project, name))
             if listing:  # an absent queue is not purged
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
