@@ -1020,17 +1020,22 @@ def test_a_count_costs_the_same_requests_behind_10_or_300_delayed_messages(make_
 # Time
 
 
+CLOCK_READING_ERROR = 1.0  # seconds
+
+
 def test_time_is_the_swift_proxys_and_a_step_of_this_hosts_clock_changes_nothing(
         make_driver, monkeypatch):
     every_time = make_driver(clock_sync_interval=0.0)  # asks the proxy at every reading
     synced = make_driver()
-    assert abs(every_time.now() - time.time()) < 0.05
-    assert abs(synced.now() - time.time()) < 0.05
+    # A reading errs by up to half the round trip of the proxy request behind it, which a
+    # loaded machine stretches to tenths of a second; the step below is an hour.
+    assert abs(every_time.now() - time.time()) < CLOCK_READING_ERROR
+    assert abs(synced.now() - time.time()) < CLOCK_READING_ERROR
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
     started_after_the_step = make_driver()
     for driver in (every_time, synced, started_after_the_step):
-        assert abs(driver.now() - real()) < 0.05
+        assert abs(driver.now() - real()) < CLOCK_READING_ERROR
     [message_id] = post(started_after_the_step, "q", 1)
     [message] = synced.get_messages(PROJECT, "q", [message_id])
     assert abs(message.created - real()) < 1
