@@ -273,9 +273,10 @@ class Driver(base.Driver):
         queue_id = self._queue_id(db, project, name)
         if queue_id is None:
             return QueueCounts(0, 0, 0)
-        live, delayed, claimed = db.execute(
-            sql.TALLIES_AFTER, {"queue_id": queue_id, **tally_ranges(now)}).fetchone()
-        return QueueCounts(free=live - delayed - claimed, claimed=claimed, delayed=delayed)
+        after = db.execute(sql.TALLIES_AFTER,
+                           {"queue_id": queue_id, **tally_ranges(now)}).fetchone()
+        # The query's columns are the kinds in order (sql.tallies_after).
+        return tallies.from_sums(dict(zip(tallies.KINDS, after, strict=True)))
 
     # Messages
 
