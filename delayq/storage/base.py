@@ -32,6 +32,11 @@ class Driver(abc.ABC):
     # monitor, Swift's expirer) and so write no ``expired`` events; the audits then infer
     # expiry from the trail (delayq.events).
     expiry_events: bool = True
+    # True when requests remove the expired messages they meet as they write (each
+    # reported as ``expired``), so any write after an expiry reaps a batch of it; False
+    # when only ``reap`` (the background reaper, delayq.storage.reaper) does, because a
+    # request doing it would cost one more round trip.
+    reaps_on_write: bool = True
     # True when every call is a brief round trip or two to a nearby store (no fan-out, no
     # retry loop of its own), so the API may make it on its event loop instead of paying
     # a thread hand-off (delayq.api.runner).
@@ -56,6 +61,12 @@ class Driver(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - a driver without resources needs no close
         """Release connections; the driver is not used afterwards."""
+
+    @abc.abstractmethod
+    def reap(self) -> None:
+        """Remove the expired messages of every queue of every project, now, each
+        reported as ``expired`` (to ``endings`` and the trail) exactly once: the work of
+        one background reaper pass (delayq.storage.reaper)."""
 
     # Queues
 

@@ -50,3 +50,25 @@ def test_each_ending_is_reported_once_by_kind(reported, clock):
     expired = [events.EXPIRED] if broker.driver.expiry_events else []
     assert ended == [events.POPPED, events.DELETED, events.DELETED,
                      events.DEAD_LETTERED, *expired]
+
+
+def test_a_reaper_pass_reports_the_expired_messages_of_queues_nobody_writes_to(
+        reported, clock):
+    broker, ended = reported
+    create(broker, "idle")
+    create(broker, "other")
+    gone = post(broker, "idle", *range(30), ttl=60)
+    claimed_one = post(broker, "other", "claimed", ttl=60)
+    kept = post(broker, "other", "kept", ttl=3600)
+    taken = claim(broker, "other", limit=1, ttl=60, grace=60)
+    assert [m.id for m in taken.messages] == claimed_one
+    clock.advance(61)
+    broker.driver.reap()
+    # The claimed message lives on to its claim's end plus grace (t0 + 120).
+    assert ended == [events.EXPIRED] * 30
+    assert broker.get_messages(PROJECT, "idle", gone) == []
+    clock.advance(60)
+    broker.driver.reap()
+    broker.driver.reap()  # nothing is left to report twice
+    assert ended == [events.EXPIRED] * 31
+    assert [m.id for m in broker.get_messages(PROJECT, "other", kept + claimed_one)] == kept

@@ -46,6 +46,7 @@ from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
+from delayq.storage.reaper import Reaper
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import METADATA_CHANGED, Scripts
 
@@ -221,7 +222,8 @@ class Driver(base.Driver):
             LOG.warning("%s; connecting again at the next request.", exc.description)
         self._reaper: Reaper | None = None
         if reap_interval > 0:
-            self._reaper = Reaper(self, reap_interval)
+            self._reaper = Reaper("delayq-redis-reaper", self.reap, self._reaper_lease,
+                                  reap_interval)
             self._reaper.start()
 
     @classmethod
@@ -687,7 +689,11 @@ class Driver(base.Driver):
                 return True
         return False
 
-    def reap_all(self) -> None:
+    def _reaper_lease(self, seconds: float) -> bool:
+        return bool(self._client.set(f"{self._ns}:reaper", str(time.time()), nx=True,
+                                     px=int(seconds * 1000)))
+
+    def reap(self) -> None:
         """One pass over every queue of every project (the reaper's work)."""
         projects_key = self._projects_key()
         for raw_project in self._client.sscan_iter(projects_key):
@@ -783,31 +789,3 @@ def trail_event(project: str, queue: str, fields: dict[bytes, bytes]) -> events.
               if raw in fields}
     return events.Event(project=project, queue=queue, kind=fields[b"k"].decode(),
                         time=int(fields[b"t"]) / US, **values)
-
-
-class Reaper(threading.Thread):
-    """Runs ``Driver.reap_all`` every *interval* seconds, in one process at a time."""
-
-    def __init__(self, driver: Driver, interval: int) -> None:
-        super().__init__(name="delayq-redis-reaper", daemon=True)
-        self._driver = driver
-        self._interval = interval
-        self._stopped = threading.Event()
-
-    def stop(self) -> None:
-        """Stop after the current pass (waits for it, so the client can be closed)."""
-        self._stopped.set()
-        if self.is_alive():
-            self.join(timeout=30)
-
-    def run(self) -> None:
-        lock = f"{self._driver._ns}:reaper"
-        while not self._stopped.wait(self._interval):
-            try:
-                # The lock lapses before the next pass is due, so a dead reaper is
-                # replaced by another process's.
-                if self._driver._client.set(lock, str(time.time()), nx=True,
-                                            px=int(self._interval * 900)):
-                    self._driver.reap_all()
-            except Exception:  # noqa: BLE001 - the reaper must outlive any one failure
-                LOG.exception("Redis reaper pass failed; retrying in %s s", self._interval)

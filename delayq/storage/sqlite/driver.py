@@ -150,13 +150,23 @@ class Driver(base.Driver):
             self._connections.clear()
         self._local = threading.local()
 
-    def _expire(self, db: sqlite3.Connection, now: float) -> None:
+    def reap(self) -> None:
+        """Every write reaps a batch of the whole database's expired messages (any
+        queue's); this goes on in batches until none is left."""
+        while True:
+            with self._write() as db:
+                now = self._clock()
+                if self._expire(db, now) < self._expiry_batch:
+                    return
+
+    def _expire(self, db: sqlite3.Connection, now: float) -> int:
+        """Remove a batch of expired messages and claims; how many messages."""
         gone = db.execute(sql.EXPIRED_MESSAGES_DELETE, (now, self._expiry_batch)).fetchall()
         db.execute(sql.EXPIRED_CLAIMS_DELETE, (now, self._expiry_batch))
         if not self._events.enabled:
             self._local.ended += [events.EXPIRED] * len(gone)
             self._forget_tallies(db, now)
-            return
+            return len(gone)
         if gone:
             names = {id_: (project, name) for id_, project, name in db.execute(
                 sql.QUEUE_NAMES_BY_ID, (json.dumps(sorted({r[0] for r in gone})),))}
@@ -168,6 +178,7 @@ class Driver(base.Driver):
         self._forget_tallies(db, now)
         # Events leave in batches as new ones arrive, like expired messages.
         db.execute(sql.EVENTS_FORGET, (now - self._events.retention, self._expiry_batch * 4))
+        return len(gone)
 
     def _forget_tallies(self, db: sqlite3.Connection, now: float) -> None:
         """Remove a batch of tally blocks that ended an hour or more before *now*: no
