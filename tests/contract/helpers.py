@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from delayq.broker import Broker
+from delayq.storage.base import Driver
 from delayq.validation import PostedMessage
 
 PROJECT = "contract"
@@ -38,3 +39,18 @@ def listed_ids(broker: Broker, queue: str, **kwargs: Any) -> list[str]:
                "include_claimed": False, "include_delayed": False, **kwargs}
     messages, _ = broker.list_messages(PROJECT, queue, **options)
     return [m.id for m in messages]
+
+
+def write(broker: Broker, queue: str, body: Any = "a write", **kwargs: Any) -> list[str]:
+    """A post that, as every write does, reaps the expired messages before it: on a
+    driver whose writes do not reap (``Driver.reaps_on_write``), followed by one pass of
+    the background reaper, which does it in their stead."""
+    ids = post(broker, queue, body, **kwargs)
+    reap_unless_writes_do(broker.driver)
+    return ids
+
+
+def reap_unless_writes_do(driver: Driver) -> None:
+    """What a write leaves reaped, on every driver: one reaper pass where writes do not."""
+    if not driver.reaps_on_write:
+        driver.reap()

@@ -10,7 +10,7 @@ from delayq import events
 from delayq.broker import Broker
 from delayq.validation import Limits
 from tests.contract.drivers import open_driver
-from tests.contract.helpers import PROJECT, claim, create, post
+from tests.contract.helpers import PROJECT, claim, create, post, write
 
 
 @pytest.fixture(params=["trail on", "trail off"])
@@ -46,7 +46,7 @@ def test_each_ending_is_reported_once_by_kind(reported, clock):
     assert broker.get_message(PROJECT, "dlq", c).claim_count == 1
     assert ended == [events.POPPED, events.DELETED, events.DELETED, events.DEAD_LETTERED]
     clock.advance(61)
-    post(broker, "short", "a write")
+    write(broker, "short")
     expired = [events.EXPIRED] if broker.driver.expiry_events else []
     assert ended == [events.POPPED, events.DELETED, events.DELETED,
                      events.DEAD_LETTERED, *expired]

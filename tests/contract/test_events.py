@@ -5,10 +5,10 @@ times, due times, ttls and expiries exactly as the message GET (``Broker.get_mes
 shows them before or after the transition the event records. The audit reads are the
 driver's own (``trail_queues``, ``read_events``, ``read_messages``).
 
-Expiry is the one rule that depends on the backend: a driver with ``expiry_events``
-writes an ``expired`` event stamped with the instant the message expired, at the latest
-once the queue is next written to; a driver without (its backend deletes expired
-messages on its own) writes none, and must not invent one.
+Expiry is the one rule whose timing depends on the backend: every driver writes an
+``expired`` event stamped with the instant the message expired, once it reaps it, by a
+write (``Driver.reaps_on_write``) or else by a pass of the background reaper
+(``helpers.write`` runs one where writes do not reap).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from delayq.broker import Broker
 from delayq.events import Event
 from delayq.validation import Limits
 from tests.contract.drivers import open_driver
-from tests.contract.helpers import PROJECT, claim, create, post
+from tests.contract.helpers import PROJECT, claim, create, post, write
 
 OTHER_PROJECT = "contract-other"
 
@@ -285,20 +285,20 @@ def test_an_expired_message_is_recorded_at_the_instant_it_expired(broker, driver
     assert broker.get_message(PROJECT, "q", stretched).expires == t0 + 120
 
     clock.advance(59.5)
-    post(broker, "q", "write before the first expiry")
+    write(broker, "q", "write before the first expiry")
     assert of_kind(driver, "q", events.EXPIRED) == []
     clock.advance(0.5)  # t0 + 60: "short again" expires now
-    post(broker, "q", "write at the first expiry")
+    write(broker, "q", "write at the first expiry")
     first = Event(PROJECT, "q", events.EXPIRED, t0 + 60, message_id=short, claim_count=0,
                   expires=t0 + 60)
     assert of_kind(driver, "q", events.EXPIRED) == [first]
     clock.advance(70)  # past t0 + 120
-    post(broker, "q", "write after the second expiry")
+    write(broker, "q", "write after the second expiry")
     second = Event(PROJECT, "q", events.EXPIRED, t0 + 120, message_id=stretched,
                    claim_count=1, expires=t0 + 120)
     assert of_kind(driver, "q", events.EXPIRED) == [first, second]
     clock.advance(10)
-    post(broker, "q", "another write")
+    write(broker, "q", "another write")
     claim(broker, "q")
     assert of_kind(driver, "q", events.EXPIRED) == [first, second]
     # An expired message ends with its expiry: nothing else is recorded of it.
@@ -318,7 +318,7 @@ def test_many_expired_messages_are_each_recorded_once(broker, driver, clock):
         ids += post(broker, "q", *range(20), ttl=60 + batch)
     clock.advance(100)
     for _ in range(10):
-        post(broker, "q", "a write", ttl=3600)
+        write(broker, "q", ttl=3600)
     expired = of_kind(driver, "q", events.EXPIRED)
     assert sorted(e.message_id for e in expired) == sorted(ids)
     expiry = {mid: t0 + 60 + index // 20 for index, mid in enumerate(ids)}
@@ -335,7 +335,7 @@ def test_a_delete_of_an_expired_message_records_no_deletion(broker, driver, cloc
     clock.advance(61)
     broker.delete_message(PROJECT, "q", mid, None)
     broker.delete_messages(PROJECT, "q", [mid])
-    post(broker, "q", "a write")
+    write(broker, "q")
     kinds = [e.kind for e in trail(driver, "q") if e.message_id == mid]
     if driver.expiry_events:
         assert kinds == [events.POSTED, events.EXPIRED]
