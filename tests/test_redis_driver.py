@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import socket
+import threading
 import time
 import uuid
 from collections import Counter
@@ -17,10 +19,11 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from delayq import events
+from delayq import errors, events
 from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
+from delayq.storage.redis.link import CLIENT_NAME
 from delayq.validation import Limits, PostedMessage
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
@@ -491,25 +494,115 @@ def test_read_messages_gives_live_claim_expiries():
     assert list(driver.read_messages(PROJECT, "q")) == []
 
 
+def sent_commands(port: int, action) -> list[str]:
+    """The commands clients sent Redis while *action* ran (by MONITOR: what the server
+    received, not what any client library says it sent), script-internal ones left out."""
+    end = f"end-{uuid.uuid4().hex}"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as monitor:
+        monitor.sendall(b"MONITOR\r\n")
+        received = b""
+        while b"\r\n" not in received:
+            received += monitor.recv(4096)
+        assert received.startswith(b"+OK"), received
+        received = received.split(b"\r\n", 1)[1]
+        action()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as marker:
+            marker.sendall(f"ECHO {end}\r\n".encode())
+            marker.recv(4096)
+        while end.encode() not in received:
+            received += monitor.recv(65536)
+    lines = [line.decode() for line in received.split(b"\r\n") if line]
+    # A line: +<time> [<db> <client address or "lua">] "<COMMAND>" "<arg>" ...
+    return [line.split('"')[1].upper() for line in lines
+            if " lua]" not in line and end not in line]
+
+
+def test_script_calls_survive_a_restart_and_a_flushed_script_cache():
+    server = SERVERS.fresh()
+    driver = Driver(server.uri, namespace=namespace())
+    try:
+        ids = post(driver, "q", 1)
+        server.stop()  # no persistence: the data and the loaded scripts are gone
+        server.start()
+        # The connection that served a call before is dead: the call is sent again once
+        # on a new one, and finds its script unknown, loads it and runs.
+        again = post(driver, "q", 1)
+        redis.Redis(port=server.port).script_flush()
+        again += post(driver, "q", 1)
+        assert [m.id for m in driver.get_messages(PROJECT, "q", ids + again)] == again
+    finally:
+        driver.close()
+        server.stop()
+
+
+def test_a_script_call_that_timed_out_is_not_sent_again():
+    server = SERVERS.fresh()
+    driver = Driver(server.uri, namespace=namespace(), socket_timeout=0.5)
+    observer = redis.Redis(port=server.port)
+    try:
+        post(driver, "q", 1)
+        observer.client_pause(800)  # every client's command waits 0.8 s, then runs
+        # Sent again after its 0.5 s timeout, the post would run when the pause ends.
+        with pytest.raises(errors.StorageUnavailable):
+            post(driver, "q", 1)
+        time.sleep(1.0)
+        # The post timed out on a connection closed since: Redis dropped it unrun.
+        assert driver.queue_stats(PROJECT, "q").total == 1
+    finally:
+        observer.close()
+        driver.close()
+        server.stop()
+
+
+def test_script_connections_of_ended_threads_are_closed(own_server):
+    driver = Driver(own_server.uri, namespace=namespace())
+    observer = redis.Redis(port=own_server.port)
+
+    def script_connections() -> int:
+        return sum(1 for client in observer.client_list() if client["name"] == CLIENT_NAME)
+
+    before = script_connections()
+    release = threading.Event()
+
+    def post_and_wait() -> None:
+        post(driver, "q", 1)
+        release.wait(10)
+
+    threads = [threading.Thread(target=post_and_wait) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    while driver.queue_stats(PROJECT, "q").total < 5:
+        time.sleep(0.01)
+    assert script_connections() - before == 6  # the 5 threads' and this one's
+    release.set()
+    for thread in threads:
+        thread.join()
+    # A new thread's first call closes the ended threads' connections.
+    last = threading.Thread(target=post, args=(driver, "q", 1))
+    last.start()
+    last.join()
+    deadline = time.monotonic() + 5  # Redis notices a closed connection a moment later
+    while script_connections() - before > 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert script_connections() - before == 2  # this thread's and the last one's
+    driver.close()
+    observer.close()
+
+
 def test_a_post_or_claim_under_known_metadata_is_one_round_trip(own_server):
     driver = Driver(own_server.uri, namespace=namespace())
     broker = Broker(driver, Limits())
     broker.create_queue("p", "q", {})
     one = [PostedMessage(body="x", ttl=60, delay=None)]
     broker.post("p", "q", "client", one, 10)  # reads the metadata once
-    sent: list[str] = []
-    client = driver._client
-    execute = client.execute_command
+    taken = []
 
-    def counted(*args, **options):
-        sent.append(str(args[0]).upper())
-        return execute(*args, **options)
+    def post_and_claim() -> None:
+        broker.post("p", "q", "client", one, 10)
+        taken.append(broker.claim("p", "q", ttl=60, grace=60, limit=2))
 
-    client.execute_command = counted  # redis-py's, to see each command it sends
-    broker.post("p", "q", "client", one, 10)
-    claim = broker.claim("p", "q", ttl=60, grace=60, limit=2)
-    assert len(claim.messages) == 2
-    assert sent == ["EVALSHA", "EVALSHA"]
+    assert sent_commands(own_server.port, post_and_claim) == ["EVALSHA", "EVALSHA"]
+    assert len(taken[0].messages) == 2
     driver.close()
 
 

@@ -47,6 +47,7 @@ from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
 from delayq.storage.reaper import Reaper
+from delayq.storage.redis.link import ScriptLink
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import METADATA_CHANGED, Scripts
 
@@ -256,9 +257,10 @@ class Driver(base.Driver):
                 try:
                     with unavailable_as_503():
                         client, clustered = connect(self._uri, **self._connect_options)
+                        link = None if clustered else ScriptLink(client.connection_pool)
                         # Late-bound: the app sets ``endings`` after the driver is built.
                         scripts = Scripts(client, self._events.retention,
-                                          lambda kinds: self.endings(kinds))
+                                          lambda kinds: self.endings(kinds), link)
                         scripts.load(client)
                 except errors.StorageUnavailable as exc:
                     self._link_failed_at = time.monotonic()
@@ -331,6 +333,7 @@ class Driver(base.Driver):
         if self._reaper is not None:
             self._reaper.stop()
         if self._link is not None:
+            self._link[2].close()
             self._link[0].close()
             self._link = None
 

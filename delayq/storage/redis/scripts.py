@@ -16,6 +16,8 @@ from typing import Any
 
 from redis.commands.core import Script
 
+from delayq.storage.redis.link import ScriptLink
+
 LUA_DIR = Path(__file__).with_name("lua")
 
 NAMES = (
@@ -46,14 +48,24 @@ def wrapped(common: str, body: str) -> str:
 
 
 class CountedScript:
-    """A registered script whose ENDED counts go to *report*; called like a Script."""
+    """A registered script whose ENDED counts go to *report*; called like a Script.
 
-    def __init__(self, script: Script, report: Callable[[Iterable[str]], None]) -> None:
+    With a *link* (a single server), calls go through it rather than the client's
+    command path (``link.py`` says why); a call naming another *client* (a cluster
+    node's pipeline) takes that client's path.
+    """
+
+    def __init__(self, script: Script, report: Callable[[Iterable[str]], None],
+                 link: ScriptLink | None = None) -> None:
         self.script = script
         self._report = report
+        self._link = link
 
     def __call__(self, keys=(), args=(), client=None) -> Any:
-        reply = self.script(keys=keys, args=args, client=client)
+        if self._link is not None and client is None:
+            reply = self._link.evalsha(self.script.sha, self.script.script, keys, args)
+        else:
+            reply = self.script(keys=keys, args=args, client=client)
         ended = [kind for kind, count in zip(ENDED, reply, strict=False)
                  for _ in range(count)]
         if ended:
@@ -69,16 +81,23 @@ class Scripts:
     """
 
     def __init__(self, client, events_retention: int,
-                 report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
+                 report: Callable[[Iterable[str]], None] = lambda kinds: None,
+                 link: ScriptLink | None = None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
+        self._link = link
         self._all: list[Script] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()
             script = client.register_script(wrapped(common, body))
-            setattr(self, name, CountedScript(script, report))
+            setattr(self, name, CountedScript(script, report, link))
             self._all.append(script)
+
+    def close(self) -> None:
+        """Close the link's connections, if calls go through one."""
+        if self._link is not None:
+            self._link.close()
 
     def load(self, client) -> None:
         """Load every script now (on every primary of a cluster), not at first call."""
