@@ -474,8 +474,8 @@ class Driver(base.Driver):
         others' filters no longer match. A lease needs no clock of its own: every
         process keeps the primary's (``ServerClock``).
         """
-        now = self._now_ms()
         with unavailable_as_503():
+            now = self._now_ms()
             try:
                 self._locks.find_one_and_update(
                     {s.ID: s.REAPER_LEASE, s.EXPIRES: {"$lte": s.date(now)}},
@@ -488,10 +488,10 @@ class Driver(base.Driver):
 
     @backend_call
     def reap(self) -> None:
-        """Every expired message of every queue, oldest expiry first, in batches read by
-        the ``expiry`` index; each deleted on its own (``_reap_each``), so a claim or
-        another process's reaper removing the same messages meanwhile reports each once
-        in all."""
+        """Remove every expired message of every queue, oldest expiry first, in batches
+        read by the ``expiry`` index; each deleted on its own (``_reap_each``), so that
+        with claims or other processes' reapers removing the same messages meanwhile,
+        each is still reported once in all."""
         while True:
             now = self._now_ms()
             found = list(self._messages.find({s.EXPIRES: {"$lte": s.date(now)}},
