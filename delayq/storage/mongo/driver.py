@@ -1010,11 +1010,11 @@ class Driver(base.Driver):
         trail = [self._expired(project, queue, doc) for doc in reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._event(project, queue, events.DEAD_LETTERED, now,
-                             message_id=move.doc[s.ID],
-                             claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
-                             target=move.target, ttl=move.ttl, expires=move.expires,
-                             body=move.doc[s.BODY])
-                 for move in moved]
+                              message_id=move.doc[s.ID],
+                              claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
+                              target=move.target, ttl=move.ttl, expires=move.expires,
+                              body=move.doc[s.BODY])
+                  for move in moved]
         if not taken:
             self._record(trail)
             return None
