@@ -28,9 +28,13 @@ purged          no message: every message the queue held at ``time`` is gone
 Times are POSIX seconds from the backend's clock, as everywhere in delayq. Message ids
 survive dead-letter moves, so a message's history is every event with its id.
 
-Backends that delete expired messages on their own (MongoDB's TTL monitor, Swift's
-object expirer) write no ``expired`` event: a message whose last known ``expires`` has
-passed with no later event expired then. The audits apply that rule to every backend.
+An ``expired`` event is written by the driver that removes an expired message, however
+late. A message the backend removes on its own writes none (MongoDB's TTL index, the
+backstop that drops what the reaper left ``expired_retention`` after its expiry; Swift's
+object expirer), nor one that a purge removed after it expired unnoticed: a message
+whose last known ``expires`` has passed with no later event expired then. The audits
+apply that rule on every backend to the messages no ending event accounts for, so an
+``expired`` event, where one was written, is never counted twice.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The contract suite shows that the driver behaves like every other one; this modu
 how it uses MongoDB, because that is what keeps it correct and fast on a real server:
 
 - the indexes it creates (the claimable range, the listing order, the partial claim
-  index, TTL expiry), idempotently;
+  index, TTL expiry, the messages' TTL at ``expired_retention``, changed in place on an
+  older database), idempotently;
 - the operations that reach MongoDB: a claim reads the claimable range by its index with
   no delay condition, claims and dead-letter moves are single-document updates filtered
   on the state read, the claim-count increment is part of the claiming update;
@@ -13,8 +14,11 @@ how it uses MongoDB, because that is what keeps it correct and fast on a real se
 - the /metrics gauges' tallies: a count reads one page per level and no message,
   concurrent requests keep it exact, old pages carry the date the TTL monitor drops
   them at;
-- expiry without MongoDB's TTL monitor, the primary's clock, an unreachable server
-  (503, never a hang) and malformed connection strings;
+- expiry without MongoDB's TTL monitor: expired messages invisible at once, then removed
+  by the reaper (a thread, one process at a time by a lease), claims and pops, each
+  reported ``expired`` exactly once however they race;
+- the primary's clock, an unreachable server (503, never a hang) and malformed
+  connection strings;
 - on a real server only (DELAYQ_TEST_MONGODB_URI), the query plan of a claim in a queue
   full of delayed and claimed messages.
 
@@ -31,6 +35,7 @@ import copy
 import functools
 import json
 import logging
+import os
 import random
 import socket
 import threading
@@ -49,13 +54,14 @@ import pymongo
 import pytest
 from bson import ObjectId
 from falcon import testing
-from pymongo import monitoring
+from pymongo import IndexModel, monitoring
 
 from delayq import errors, events, tallies
 from delayq.api.app import create_app
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy, QueueCounts
 from delayq.storage.clock import ServerClock
+from delayq.storage.mongo import driver as mongo_driver
 from delayq.storage.mongo.driver import Driver, make_client, parse_write_concern
 from tests.contract.drivers import FakeClock
 from tests.mongo_backend import MONGO, URI_VARIABLE
@@ -386,8 +392,9 @@ def test_the_indexes_exist_once_the_driver_has_started(backend):
     assert messages["claimable"]["key"] == [("p", 1), ("q", 1), ("a", 1), ("k", 1)]
     assert messages["listing"]["key"] == [("p", 1), ("q", 1), ("k", 1)]
     assert messages["claim"]["key"] == [("c", 1)]
+    # A backstop behind the reaper: an hour after the expiry (expired_retention).
     expiry = [info for info in messages.values() if info["key"] == [("e", 1)]]
-    assert [info.get("expireAfterSeconds") for info in expiry] == [0]
+    assert [info.get("expireAfterSeconds") for info in expiry] == [3600]
     claims = [info for info in index_keys(backend.db.claims).values()
               if info["key"] == [("e", 1)]]
     assert [info.get("expireAfterSeconds") for info in claims] == [0]
@@ -572,9 +579,14 @@ def test_awkward_bodies_round_trip_exactly(backend, body):
 # Expiry without the TTL monitor
 
 
-def test_what_the_ttl_monitor_would_delete_is_invisible_before_it_runs(backend, clock):
+def test_an_expired_message_is_invisible_to_every_request_until_it_is_reaped(backend,
+                                                                            clock):
     driver = backend.driver(clock)
+    ended: list[str] = []
+    driver.endings = ended.extend
     ids = post(driver, "q", 3, ttl=60)
+    [moved] = post(driver, "dlq", ttl=60)
+    backend.db.messages.update_one({"_id": ObjectId(moved)}, {"$set": {"s": "q"}})
     held = claim(driver, "q", limit=1, ttl=30, grace=10)
     clock.advance(59.999)
     assert len(driver.get_messages(PROJECT, "q", ids)) == 3
@@ -585,15 +597,26 @@ def test_what_the_ttl_monitor_would_delete_is_invisible_before_it_runs(backend, 
         driver.renew_claim(PROJECT, "q", held.id, 60, 60)
 
     clock.advance(0.001)  # the messages' expiry
-    assert backend.db.messages.count_documents({"p": PROJECT}) == 3  # still stored
     assert driver.get_messages(PROJECT, "q", ids) == []
     assert driver.list_messages(PROJECT, "q", marker=None, limit=10, exclude_client=None,
                                 include_claimed=True, include_delayed=True) == ([], None)
     stats = driver.queue_stats(PROJECT, "q")
     assert (stats.total, stats.oldest, stats.newest) == (0, None, None)
+    assert driver.queue_counts(PROJECT, "q") == QueueCounts(0, 0, 0)
+    assert list(driver.read_messages(PROJECT, "q")) == []
+    with pytest.raises(errors.MessageNotFound):
+        driver.edit_message(PROJECT, "q", ids[1], delay=0)
+    assert driver.redrive(PROJECT, "dlq", destination=None, limit=10) == 0
+    assert driver.redrive(PROJECT, "dlq", destination="elsewhere", limit=10) == 0
     driver.delete_message(PROJECT, "q", ids[0], held.id)  # absent: not an error
-    assert claim(driver, "q") is None
-    assert driver.pop_messages(PROJECT, "q", 10) == []
+    driver.delete_message(PROJECT, "q", ids[1], None)  # left to the reaper
+    # Still stored, nothing reported: none of these took it for a live message.
+    assert backend.db.messages.count_documents({"p": PROJECT}) == 4
+    assert ended == []
+    assert [e.kind for e in trail(driver, "q")] == ["posted"] * 3 + ["claimed"]
+    driver.reap()
+    assert backend.db.messages.count_documents({"p": PROJECT}) == 0
+    assert ended == [events.EXPIRED] * 4
 
 
 # The primary's clock
@@ -722,6 +745,7 @@ OPERATIONS: dict[str, Callable[[Driver], Any]] = {
     "get_claim": lambda d: d.get_claim(PROJECT, "q", MID),
     "renew_claim": lambda d: d.renew_claim(PROJECT, "q", MID, 60, 60),
     "release_claim": lambda d: d.release_claim(PROJECT, "q", MID),
+    "reap": lambda d: d.reap(),
 }
 
 
@@ -1170,3 +1194,307 @@ def test_a_tally_page_carries_the_date_it_can_be_dropped_at(backend, clock):
     gone = backend.db.tallies.delete_many({"x": {"$lte": bson_date(clock.now)}})
     assert gone.deleted_count > 0
     assert agree(driver, "q") == QueueCounts(2, 0, 0)
+
+
+# Expiry: the reaper, claims and pops remove expired messages, each reported once
+
+
+def expired_events(driver: Driver, queue: str, project: str = PROJECT) -> list[events.Event]:
+    return [e for e in driver.read_events(project, queue) if e.kind == events.EXPIRED]
+
+
+def test_the_messages_ttl_index_keeps_expired_messages_for_expired_retention(backend):
+    backend.driver(expired_retention=120)
+    [expiry] = [info for info in index_keys(backend.db.messages).values()
+                if info["key"] == [("e", 1)]]
+    assert expiry["expireAfterSeconds"] == 120
+
+
+@pytest.fixture
+def index_ttl_changes(backend, monkeypatch) -> list[dict[str, Any]]:
+    """The ``collMod`` commands the driver sends, applied as a server would; and
+    mongomock's refusal to create an index with other options raised as a server's
+    (IndexOptionsConflict, code 85: mongomock gives no code)."""
+    if backend.name != "mongomock":
+        pytest.skip("mongomock stands in for a server here")
+    sent: list[dict[str, Any]] = []
+    collection, database = type(backend.db.messages), type(backend.db)
+    create_indexes = collection.create_indexes
+
+    def conflicting(coll, indexes, *args, **kwargs):
+        try:
+            return create_indexes(coll, indexes, *args, **kwargs)
+        except pymongo.errors.OperationFailure as exc:
+            if exc.code is None and "different options" in str(exc):
+                raise pymongo.errors.OperationFailure(str(exc), code=85) from exc
+            raise
+
+    def command(db, command, *args, **kwargs):
+        assert "collMod" in command, command
+        sent.append(copy.deepcopy(command))
+        change = command["index"]
+        coll = db[command["collMod"]]
+        [(name, info)] = [(name, info) for name, info in coll.index_information().items()
+                          if dict(info["key"]) == change["keyPattern"]]
+        coll.drop_index(name)
+        coll.create_indexes([IndexModel(list(change["keyPattern"].items()), name=name,
+                                        expireAfterSeconds=change["expireAfterSeconds"])])
+        return {"ok": 1}
+
+    monkeypatch.setattr(collection, "create_indexes", conflicting)
+    monkeypatch.setattr(database, "command", command)
+    return sent
+
+
+def messages_ttl(backend: Backend) -> list[int]:
+    return [info.get("expireAfterSeconds") for info in index_keys(backend.db.messages).values()
+            if info["key"] == [("e", 1)]]
+
+
+def test_a_database_whose_ttl_index_drops_at_expiry_gets_the_retention_in_place(
+        backend, index_ttl_changes):
+    # As a delayq before expired_retention left it: dropped at expiry, unseen.
+    backend.db.messages.create_indexes([IndexModel([("e", 1)], name="expiry",
+                                                   expireAfterSeconds=0)])
+    driver = backend.driver(expired_retention=900)
+    assert index_ttl_changes == [{"collMod": "messages", "index": {
+        "keyPattern": {"e": 1}, "expireAfterSeconds": 900}}]
+    assert messages_ttl(backend) == [900]
+    assert {"claimable", "listing", "claim"} <= set(index_keys(backend.db.messages))
+    [mid] = post(driver, "q")
+    assert [m.id for m in driver.get_messages(PROJECT, "q", [mid])] == [mid]
+    # Started again with the same retention, nothing is changed.
+    backend.driver(expired_retention=900)
+    assert len(index_ttl_changes) == 1
+
+
+def test_a_refused_ttl_change_leaves_the_old_ttl_and_says_how_to_change_it(
+        backend, index_ttl_changes, monkeypatch, caplog):
+    backend.db.messages.create_indexes([IndexModel([("e", 1)], name="expiry",
+                                                   expireAfterSeconds=0)])
+
+    def unauthorized(db, command, *args, **kwargs):
+        raise pymongo.errors.OperationFailure("not authorized to execute collMod", code=13)
+
+    monkeypatch.setattr(type(backend.db), "command", unauthorized)
+    with caplog.at_level(logging.ERROR, logger="delayq.storage.mongo.driver"):
+        driver = backend.driver(clock=None, expired_retention=3600)
+        [mid] = post(driver, "q")
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "collMod" in record.getMessage() and "3600" in record.getMessage()
+    assert messages_ttl(backend) == [0]
+    # The worker serves, with its other indexes in place.
+    assert {"claimable", "listing", "claim"} <= set(index_keys(backend.db.messages))
+    assert [m.id for m in driver.get_messages(PROJECT, "q", [mid])] == [mid]
+
+
+def test_a_claim_meeting_expired_messages_removes_and_reports_each_once(backend, clock):
+    driver = backend.driver(clock)
+    ended: list[str] = []
+    driver.endings = ended.extend
+    t0 = clock.now
+    gone = post(driver, "q", 3, ttl=60)
+    live = post(driver, "q", 2, ttl=3600)
+    clock.advance(61)
+    with backend.record() as ops:
+        taken = claim(driver, "q", limit=10)
+    assert [m.id for m in taken.messages] == live
+    assert ended == [events.EXPIRED] * 3
+    assert sorted((e.message_id, e.time, e.expires, e.claim_count)
+                  for e in expired_events(driver, "q")) == [
+        (mid, t0 + 60, t0 + 60, 0) for mid in sorted(gone)]
+    # Each removal is pinned on the expiry; none rides in the claim's bulk uncounted.
+    removals = [op for op in ops if op.collection == "messages" and op.kind == "delete"
+                or op.kind == "findAndModify" and op.update is None]
+    assert len(removals) == 3
+    assert all(set(op.filter) == {"_id", "p", "e"} and "$lte" in op.filter["e"]
+               for op in removals)
+    assert [op.kind for op in ops if op.collection == "events"] == ["insert"]
+    # Nothing is left to report again, by a claim, a pop or the reaper.
+    assert claim(driver, "q") is None
+    assert driver.pop_messages(PROJECT, "q", 5) == []
+    driver.reap()
+    assert ended == [events.EXPIRED] * 3
+    assert agree(driver, "q") == QueueCounts(0, 2, 0)
+
+
+def test_a_pop_meeting_expired_messages_reports_them_with_what_it_popped(backend, clock):
+    driver = backend.driver(clock)
+    ended: list[str] = []
+    driver.endings = ended.extend
+    [gone] = post(driver, "q", ttl=60)
+    [live] = post(driver, "q", ttl=3600)
+    clock.advance(61)
+    assert [m.id for m in driver.pop_messages(PROJECT, "q", 5)] == [live]
+    assert sorted(ended) == [events.EXPIRED, events.POPPED]
+    assert [e.message_id for e in expired_events(driver, "q")] == [gone]
+
+
+def test_a_claim_racing_the_reaper_leaves_each_expired_message_reported_once(backend,
+                                                                             clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    ended: list[str] = []
+    rivals: list[str] = []
+    driver.endings, rival.endings = ended.extend, rivals.extend
+    gone = post(driver, "q", 3, ttl=60)
+    [live] = post(driver, "q", ttl=3600)
+    clock.advance(61)
+    # The rival's reaper removes them all between this claim's read and its removals.
+    with interloper(backend, rival.reap, "find_one_and_delete"):
+        taken = claim(driver, "q", limit=10)
+    assert [m.id for m in taken.messages] == [live]
+    assert (ended, rivals) == ([], [events.EXPIRED] * 3)
+    assert sorted(e.message_id for e in expired_events(driver, "q")) == sorted(gone)
+
+
+def test_two_reapers_at_once_report_each_expired_message_once(backend, clock,
+                                                             monkeypatch):
+    # Small batches, so that the reapers race through several (mongomock scans the
+    # whole collection for each statement: a server's batch would be slow here).
+    monkeypatch.setattr(mongo_driver, "REAP_BATCH", 16)
+    drivers = [backend.driver(clock) for _ in range(3)]
+    ended: list[list[str]] = [[] for _ in drivers]
+    for driver, mine in zip(drivers, ended, strict=True):
+        driver.endings = mine.extend
+    queues = [("proj", "a"), ("proj", "b"), ("other", "a")]
+    ids: dict[tuple[str, str], list[str]] = {}
+    for project, queue in queues:
+        batch = [NewMessage(n, 60, 0) for n in range(40)]
+        ids[(project, queue)] = drivers[0].post_messages(project, queue, CLIENT, batch)
+    kept = post(drivers[0], "a", 5, ttl=3600)
+    clock.advance(61)
+    start = threading.Barrier(len(drivers) + 1)
+
+    def reap(driver: Driver) -> None:
+        start.wait()
+        driver.reap()
+
+    def claims() -> None:  # a claim meets them too, and removes what it meets
+        start.wait()
+        while claim(drivers[0], "a", limit=5) is None and len(sum(ended, [])) < 120:
+            pass
+
+    with ThreadPoolExecutor(len(drivers) + 1) as pool:
+        done = [pool.submit(reap, driver) for driver in drivers[1:]]
+        done += [pool.submit(claims), pool.submit(reap, drivers[0])]
+        for future in done:
+            future.result(timeout=120)
+    assert sum(len(mine) for mine in ended) == 120
+    assert set(sum(ended, [])) == {events.EXPIRED}
+    assert sum(1 for mine in ended if mine) >= 2, "the reapers did not overlap"
+    for (project, queue), posted in ids.items():
+        reported = [e.message_id for e in expired_events(drivers[0], queue, project)]
+        assert sorted(reported) == sorted(posted), (project, queue)
+    assert backend.db.messages.count_documents({}) == len(kept)
+    assert agree(drivers[0], "a") == QueueCounts(0, 5, 0)  # the claim took the live ones
+    for project, queue in queues[1:]:
+        assert drivers[0].queue_counts(project, queue) == QueueCounts(0, 0, 0)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_the_reaper_thread_empties_the_queues_nobody_touches(backend, clock):
+    driver = backend.driver(clock, reap_interval=1)
+    ended: list[str] = []
+    driver.endings = ended.extend
+    gone = post(driver, "idle", 5, ttl=60)
+    [kept] = post(driver, "idle", ttl=3600)
+    clock.advance(61)
+    wait_for(lambda: len(ended) == 5)
+    assert ended == [events.EXPIRED] * 5
+    assert sorted(e.message_id for e in expired_events(driver, "idle")) == sorted(gone)
+    assert [doc["_id"] for doc in backend.db.messages.find()] == [ObjectId(kept)]
+    lease = backend.db.locks.find_one({"_id": "reaper"})
+    assert lease["h"] == f"{socket.gethostname()}:{os.getpid()}"
+    driver.close()
+    assert not driver._reaper.is_alive()
+
+
+def test_a_driver_reaps_in_the_background_only_when_told_to(backend, clock):
+    assert backend.driver(clock)._reaper is None  # tests and audits reap themselves
+    assert backend.driver(clock, reap_interval=0)._reaper is None
+
+
+def test_the_lease_grants_one_pass_at_a_time_across_processes(backend, clock):
+    first, second = backend.driver(clock), backend.driver(clock)
+    assert first._reaper_lease(0.9)
+    assert not second._reaper_lease(0.9)
+    assert not first._reaper_lease(0.9)  # its own pass is under way too
+    clock.advance(0.9)
+    assert second._reaper_lease(0.9)
+    assert not first._reaper_lease(0.9)
+    # Processes racing for a lapsed lease: one gets it.
+    clock.advance(1)
+    start = threading.Barrier(8)
+
+    def bid(driver: Driver) -> bool:
+        start.wait()
+        return driver._reaper_lease(0.9)
+
+    with ThreadPoolExecutor(8) as pool:
+        granted = list(pool.map(bid, [first, second] * 4))
+    assert granted.count(True) == 1
+
+
+def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch):
+    passes: list[float] = []
+    bids: list[bool] = []
+    lease, reap = Driver._reaper_lease, Driver.reap
+
+    def bidding(driver: Driver, seconds: float) -> bool:
+        granted = lease(driver, seconds)
+        bids.append(granted)
+        return granted
+
+    def reaping(driver: Driver) -> None:
+        passes.append(clock.now)
+        reap(driver)
+
+    monkeypatch.setattr(Driver, "_reaper_lease", bidding)
+    monkeypatch.setattr(Driver, "reap", reaping)
+    ended: list[str] = []
+    for driver in (backend.driver(clock, reap_interval=1),
+                   backend.driver(clock, reap_interval=1)):
+        driver.endings = ended.extend
+    post(backend.drivers[0], "q", 4, ttl=60)
+    clock.advance(61)
+    wait_for(lambda: len(passes) == 1)
+    # Both bid every second; the lease, 0.9 s of the primary's clock, is still held.
+    wait_for(lambda: len(bids) >= 5)
+    assert passes == [clock.now] and ended == [events.EXPIRED] * 4
+    clock.advance(0.9)
+    wait_for(lambda: len(passes) == 2)
+    bids.clear()
+    wait_for(lambda: len(bids) >= 4)
+    assert len(passes) == 2 and passes[1] == clock.now
+
+
+def test_the_metrics_counter_counts_expired_messages(backend, clock, make_conf):
+    client = testing.TestClient(create_app(make_conf(), driver=backend.driver(clock)))
+    headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}
+
+    def expired_total() -> float:
+        result = client.simulate_get("/metrics")
+        [value] = [line.split()[1] for line in result.text.splitlines()
+                   if line.startswith("delayq_messages_expired_total ")]
+        return float(value)
+
+    before = expired_total()
+    result = client.simulate_post("/v2/queues/q/messages", headers=headers, json={
+        "messages": [{"body": n, "ttl": 60} for n in range(3)]})
+    assert result.status_code == 201, result.text
+    clock.advance(61)
+    backend.drivers[0].reap()
+    assert expired_total() - before == 3
+
+
+def test_an_audit_opens_the_store_without_a_reaper():
+    from delayq.spark_jobs.store import StoreLocation, load_conf
+
+    conf = load_conf(StoreLocation(uri="mongodb://127.0.0.1:27017/?replicaSet=rs0"))
+    assert conf["drivers:message_store:mongodb"].reap_interval == 0

@@ -18,6 +18,7 @@ from delayq import conf as delayq_conf
 from delayq.conf import DRIVERS_GROUP
 from delayq.storage import conf_for_uri, load_driver
 from delayq.storage.base import Driver
+from delayq.storage.mongo.options import GROUP as MONGO_GROUP
 from delayq.storage.redis.options import GROUP as REDIS_GROUP
 from delayq.storage.sqlite.options import GROUP as SQLITE_GROUP
 
@@ -66,9 +67,10 @@ def load_conf(location: StoreLocation) -> cfg.ConfigOpts:
             raise ValueError(f"{location.config_file}: {exc}") from exc
     else:
         conf = conf_for_uri(location.uri)
-    # An audit only reads: it must not start the Redis reaper, which would expire
+    # An audit only reads: it must not start a background reaper, which would expire
     # messages (and write their events) from every Spark task.
-    conf.set_override("reap_interval", 0, group=REDIS_GROUP)
+    for group in (REDIS_GROUP, MONGO_GROUP):
+        conf.set_override("reap_interval", 0, group=group)
     return conf
 
 

@@ -129,12 +129,14 @@ def ends(stays: DataFrame, events: DataFrame, as_of: float) -> DataFrame:
     expired) of the message in the queue at or after ``start``: it proves the message
     lived until then. Without one, it is the earlier of the queue's first purge at or
     after ``start`` and the implicit expiry: the message's last known expiry when that
-    is at or before *as_of* (MongoDB and Swift write no ``expired`` events; Redis writes
-    them only when it reaps). An implicit expiry counts as ``expired`` and wins a tie
-    with a purge (a message is gone at its expiry instant). An implicit expiry before
-    ``start`` (a message moved to a dead-letter queue keeps its original expiry, which
-    claims may have outlived) is taken at ``start``: the message expired on arrival.
-    Stays with no end have null ``end_time`` and ``end_kind``.
+    is at or before *as_of* (drivers write ``expired`` events only when they remove the
+    message, none when the backend drops it on its own — MongoDB's TTL backstop,
+    Swift's expirer — and an explicit one is an ending above, never counted twice). An
+    implicit expiry counts as ``expired`` and wins a tie with a purge (a message is gone
+    at its expiry instant). An implicit expiry before ``start`` (a message moved to a
+    dead-letter queue keeps its original expiry, which claims may have outlived) is
+    taken at ``start``: the message expired on arrival. Stays with no end have null
+    ``end_time`` and ``end_kind``.
     """
     keys = stays.select(*STAY).distinct()
     expiry = last_known_expiry(events).where(F.col("last_expires") <= F.lit(as_of))

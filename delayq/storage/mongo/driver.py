@@ -37,8 +37,18 @@ it never records a change that did not happen, because events are built only fro
 MongoDB acknowledged (a claim's or a bulk delete's lost races are left out). A failed
 insert is logged, not answered with 503: the change is done, and a client retrying it
 would post or claim again. ``[events] retention`` is the TTL of each event (``schema.py``).
-MongoDB's TTL monitor deletes expired messages without the driver seeing them, so no
-``expired`` event is written (``expiry_events``); the audits infer expiry from the trail.
+
+Expiry: every query compares ``e`` with now, so an expired message is gone for every
+read, count and change from the millisecond it expires. It stays stored until a request
+removes it and reports it ``expired`` (to ``endings``, and to the trail stamped with the
+instant it expired): the background reaper (``reap``, every ``reap_interval`` seconds, in
+the one process holding the lease in ``locks``), a claim or pop meeting it at the head of
+its queue, or a delete by ids. Each removal is a ``find_one_and_delete`` pinned on the
+expiry, which returns the document to the one request that deleted it: however they race,
+each expired message is reported once. Posts do not reap (``reaps_on_write``): it would
+cost each a round trip. The TTL index on ``e`` is only a backstop, ``expired_retention``
+after the expiry; what it drops, it drops unseen (no count, no event), and the audits then
+infer the expiry from the trail.
 
 The /metrics gauges (``queue_counts``) read the ``tallies`` collection (``tallying``),
 not the messages. Every transition adds its messages' change of instants
@@ -57,7 +67,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
+import socket
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,7 +80,7 @@ import pymongo
 import pymongo.errors
 from bson import ObjectId
 from oslo_config import cfg
-from pymongo import DeleteOne, ReturnDocument, UpdateOne
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.collection import Collection
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
@@ -82,6 +95,7 @@ from delayq.storage.clock import ServerClock
 from delayq.storage.mongo import schema as s
 from delayq.storage.mongo import tallying
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.reaper import Reaper
 
 LOG = logging.getLogger(__name__)
 
@@ -107,6 +121,11 @@ UNAVAILABLE = (pymongo.errors.ConnectionFailure, pymongo.errors.WriteConcernErro
                pymongo.errors.ExecutionTimeout, pymongo.errors.WTimeoutError)
 
 DUPLICATE_KEY = 11000
+# createIndexes: an index of that name and key exists with other options (its TTL).
+INDEX_OPTIONS_CONFLICT = 85
+
+# Expired messages a reaper pass reads (and then deletes, one by one) at a time.
+REAP_BATCH = 500
 
 # A pop marks its messages with a claim of this many milliseconds before deleting them: a
 # process dying in between leaves them claimable again after it, not lost.
@@ -212,18 +231,27 @@ class Driver(base.Driver):
     """Queues, messages and claims in a MongoDB replica set or sharded cluster."""
 
     name = "mongodb"
-    expiry_events = False  # the TTL monitor deletes expired messages unseen
+    # Requests do not reap as they write (a post would pay a round trip for it): the
+    # reaper does, and claims and pops remove the expired messages they meet.
+    reaps_on_write = False
 
     def __init__(self, client: pymongo.MongoClient, database: str = "delayq", *,
                  write_concern: int | str = "majority", journal: bool = True,
                  write_timeout: float = 10.0, clock_sync_interval: float = 30.0,
+                 reap_interval: int = 0, expired_retention: int = 3600,
                  clock: Callable[[], float] | None = None, owns_client: bool = False,
                  events_settings: events.Settings = events.ON) -> None:
         """*clock* replaces the primary's clock (tests); *owns_client* closes *client*
-        with the driver; *events_settings* turns the event trail on or off."""
+        with the driver; *events_settings* turns the event trail on or off.
+
+        *reap_interval* seconds apart, a background thread reaps every queue (0: none;
+        tests call ``reap`` themselves); *expired_retention* is how long MongoDB keeps
+        an expired message before its TTL monitor drops it unseen (``schema.py``).
+        """
         self._client = client
         self._events = events_settings
         self._owns_client = owns_client
+        self._expired_retention = expired_retention
         concern = WriteConcern(w=write_concern, j=journal,
                                wtimeout=int(write_timeout * 1000) or None)
         db = client.get_database(database, write_concern=concern,
@@ -234,6 +262,8 @@ class Driver(base.Driver):
         self._claims: Collection = db[s.CLAIMS]
         self._trail: Collection = db[s.EVENTS]
         self._tallies: Collection = db[s.TALLIES]
+        self._locks: Collection = db[s.LOCKS]
+        self._holder = f"{socket.gethostname()}:{os.getpid()}"
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(s.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
@@ -244,6 +274,11 @@ class Driver(base.Driver):
                 self._ensure_indexes()
         except errors.StorageUnavailable as exc:
             LOG.warning("%s; creating the indexes at the next request.", exc.description)
+        self._reaper: Reaper | None = None
+        if reap_interval > 0:
+            self._reaper = Reaper("delayq-mongodb-reaper", self.reap, self._reaper_lease,
+                                  reap_interval)
+            self._reaper.start()
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
@@ -254,7 +289,9 @@ class Driver(base.Driver):
                              max_pool_size=group.max_pool_size)
         return cls(client, group.database, write_concern=parse_write_concern(group.write_concern),
                    journal=group.journal, write_timeout=group.write_timeout,
-                   clock_sync_interval=group.clock_sync_interval, owns_client=True,
+                   clock_sync_interval=group.clock_sync_interval,
+                   reap_interval=group.reap_interval,
+                   expired_retention=group.expired_retention, owns_client=True,
                    events_settings=events_settings(conf))
 
     def _ensure_indexes(self) -> None:
@@ -269,13 +306,51 @@ class Driver(base.Driver):
             raise errors.StorageUnavailable("Creating delayq's MongoDB indexes; retry.")
         try:
             if not self._indexed:
-                for name, indexes in s.INDEXES.items():
+                for name, indexes in s.indexes(self._expired_retention).items():
                     # With the trail off, the events collection is never created.
                     if name != s.EVENTS or self._events.enabled:
-                        self._db[name].create_indexes(indexes)
+                        self._create_indexes(name, indexes)
                 self._indexed = True
         finally:
             self._index_lock.release()
+
+    def _create_indexes(self, name: str, indexes: list[pymongo.IndexModel]) -> None:
+        """Create *indexes* of collection *name*, changing the TTL of the messages'
+        expiry index in place when it differs from ``expired_retention``.
+
+        A database made before the option (TTL 0), or by workers with another value,
+        has the index with other options: MongoDB refuses to create it again
+        (IndexOptionsConflict) but ``collMod`` changes its TTL without a rebuild.
+        ``collMod`` needs more than ``readWrite`` (``dbAdmin``): refused, the worker
+        works on with the old TTL and says how to change it by hand.
+        """
+        collection = self._db[name]
+        try:
+            collection.create_indexes(indexes)
+            return
+        except pymongo.errors.OperationFailure as exc:
+            if name != s.MESSAGES or exc.code != INDEX_OPTIONS_CONFLICT:
+                raise
+        change = {"collMod": s.MESSAGES,
+                  "index": {"keyPattern": s.EXPIRY_KEY,
+                            "expireAfterSeconds": self._expired_retention}}
+        try:
+            self._db.command(change)
+        except pymongo.errors.OperationFailure as exc:
+            if is_unavailable(exc):
+                raise
+            LOG.error("Could not set the TTL of the messages' %r index to expired_retention "
+                      "(%d s): %s. Expired messages are dropped unseen at the old TTL "
+                      "(uncounted, no expired event) until a user with the collMod "
+                      "privilege runs db.runCommand(%s) in database %r.", s.EXPIRY_INDEX,
+                      self._expired_retention, exc, json.dumps(change), self._db.name)
+            # The others may not have been created: the failed command created none.
+            indexes = [model for model in indexes
+                       if model.document["name"] != s.EXPIRY_INDEX]
+        else:
+            LOG.info("The messages' %r index now drops expired messages %d s after their "
+                     "expiry (expired_retention).", s.EXPIRY_INDEX, self._expired_retention)
+        collection.create_indexes(indexes)
 
     # Time
 
@@ -300,6 +375,9 @@ class Driver(base.Driver):
         return True
 
     def close(self) -> None:
+        # The reaper first: a pass under way finishes before the client goes.
+        if self._reaper is not None:
+            self._reaper.stop()
         if self._owns_client:
             self._client.close()
 
@@ -376,6 +454,72 @@ class Driver(base.Driver):
         """The deleted event of the message document *doc* as it was deleted."""
         return self._event(project, queue, events.DELETED, now, message_id=doc[s.ID],
                            claim_id=claim_id, claim_count=doc.get(s.CLAIM_COUNT, 0))
+
+    def _expired(self, project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """The expired event of the message document *doc*, removed after its expiry:
+        stamped with the instant it expired, however late it was removed."""
+        expires = s.ms(doc[s.EXPIRES])
+        return self._event(project, queue, events.EXPIRED, expires, message_id=doc[s.ID],
+                           claim_count=doc.get(s.CLAIM_COUNT, 0), expires=expires)
+
+    # Expiry: expired messages are invisible at once; the reaper removes and reports them
+
+    def _reaper_lease(self, seconds: float) -> bool:
+        """True when this process may reap for the next *seconds*: it took the lease
+        from a holder whose own had ended (or there was none).
+
+        The update matches only a lapsed lease; when it matches nothing, the upsert
+        tries to insert the lease's document, which exists: the duplicate key is the
+        answer "held". Of processes racing for a lapsed lease, one updates it and the
+        others' filters no longer match. A lease needs no clock of its own: every
+        process keeps the primary's (``ServerClock``).
+        """
+        with unavailable_as_503():
+            now = self._now_ms()
+            try:
+                self._locks.find_one_and_update(
+                    {s.ID: s.REAPER_LEASE, s.EXPIRES: {"$lte": s.date(now)}},
+                    {"$set": {s.EXPIRES: s.date(now + round(seconds * 1000)),
+                              s.HOLDER: self._holder}},
+                    {s.ID: 1}, upsert=True)
+            except pymongo.errors.DuplicateKeyError:
+                return False
+        return True
+
+    @backend_call
+    def reap(self) -> None:
+        """Remove every expired message of every queue, oldest expiry first, in batches
+        read by the ``expiry`` index; each deleted on its own (``_reap_each``), so that
+        with claims or other processes' reapers removing the same messages meanwhile,
+        each is still reported once in all."""
+        while True:
+            now = self._now_ms()
+            found = list(self._messages.find({s.EXPIRES: {"$lte": s.date(now)}},
+                                             {s.ID: 1, s.PROJECT: 1})
+                         .sort(s.EXPIRY_ORDER).limit(REAP_BATCH).hint(s.EXPIRY_INDEX))
+            gone = self._reap_each(found, now)
+            changes: defaultdict[str, tallying.Changes] = defaultdict(tallying.Changes)
+            for doc in gone:
+                changes[doc[s.PROJECT]].add(doc[s.QUEUE], doc, None)
+            for project, change in changes.items():
+                self._tally(project, change)
+            self._record([self._expired(doc[s.PROJECT], doc[s.QUEUE], doc) for doc in gone])
+            if len(found) < REAP_BATCH:
+                return
+
+    def _reap_each(self, docs: list[dict[str, Any]], now: int) -> list[dict[str, Any]]:
+        """Delete each of the message documents *docs* that has expired at *now*; the
+        documents, as deleted, of those this request deleted.
+
+        One ``find_one_and_delete`` each, pinned on the expiry: of a claim, a pop, a
+        delete by id and reapers removing the same message, only the one that deleted
+        it gets it back, and reports it.
+        """
+        fields = {s.PROJECT: 1, s.QUEUE: 1, s.CLAIM_COUNT: 1, **s.TALLY_FIELDS}
+        found = (self._messages.find_one_and_delete(
+            {s.ID: doc[s.ID], s.PROJECT: doc[s.PROJECT], s.EXPIRES: {"$lte": s.date(now)}},
+            fields) for doc in docs)
+        return [doc for doc in found if doc is not None]
 
     # Queues
 
@@ -549,8 +693,7 @@ class Driver(base.Driver):
         while True:
             now = self._now_ms()
             if claim_id is not None:
-                held = {**where, s.CLAIM: s.object_id(claim_id),
-                        s.CLAIM_EXPIRES: {"$gt": s.date(now)}}
+                held = {**self._held(project, queue, s.object_id(claim_id), now), **where}
                 deleted = self._messages.find_one_and_delete(
                     held, {s.CLAIM: 1, s.CLAIM_COUNT: 1, **s.TALLY_FIELDS})
                 if deleted is not None:
@@ -584,10 +727,10 @@ class Driver(base.Driver):
             [{s.ID: message_id, s.PROJECT: project, s.QUEUE: queue}
              for message_id in dict.fromkeys(s.object_id(i) for i in ids)])
         self._tally_deleted(project, queue, deleted)
-        # One that expired already (the TTL monitor had not removed it yet) ended with its
-        # expiry, which the trail does not record either.
-        self._record([self._deleted(project, queue, now, doc) for doc in deleted
-                      if s.ms(doc[s.EXPIRES]) > now])
+        # One that had expired already (not reaped yet) ended with its expiry: reported
+        # as that, by this request, which removed it (as the reaper would have).
+        self._record([self._deleted(project, queue, now, doc) if s.ms(doc[s.EXPIRES]) > now
+                      else self._expired(project, queue, doc) for doc in deleted])
 
     def _delete_each(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Delete the message each filter matches; the documents, as deleted, of those
@@ -612,9 +755,11 @@ class Driver(base.Driver):
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         now = self._now_ms()
         pop_id = ObjectId()
-        taken, _ = self._take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0,
-                              None)
+        taken, _, reaped = self._take(project, queue, now, limit, pop_id,
+                                      now + POP_LEASE_MS, 0, None)
         changes = self._taking(queue, taken, [], pop_id, now + POP_LEASE_MS, 0)
+        for doc in reaped:
+            changes.add(queue, doc, None)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
         gone = {doc[s.ID]: doc for doc in self._delete_each(
@@ -622,9 +767,10 @@ class Driver(base.Driver):
         for doc in gone.values():
             changes.add(queue, doc, None)
         self._tally(project, changes)
-        self._record([self._event(project, queue, events.POPPED, now, message_id=doc[s.ID],
-                                  claim_count=doc.get(s.CLAIM_COUNT, 0))
-                      for doc in taken if doc[s.ID] in gone])
+        self._record([self._expired(project, queue, doc) for doc in reaped] + [
+            self._event(project, queue, events.POPPED, now, message_id=doc[s.ID],
+                        claim_count=doc.get(s.CLAIM_COUNT, 0))
+            for doc in taken if doc[s.ID] in gone])
         return [s.message(doc, now) for doc in taken]
 
     @backend_call
@@ -725,13 +871,16 @@ class Driver(base.Driver):
 
     def _take(self, project: str, queue: str, now: int, limit: int, claim_id: ObjectId,
               claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-              ) -> tuple[list[dict[str, Any]], list[Move]]:
+              ) -> tuple[list[dict[str, Any]], list[Move], list[dict[str, Any]]]:
         """Claim up to *limit* claimable messages under *claim_id*, oldest availability
         first, dead-lettering by *dead_letter* on the way; their documents as they were
-        just before (each one's state pinned by its update's filter), and the moves made.
+        just before (each one's state pinned by its update's filter), the moves made,
+        and the expired messages met on the way that this request removed
+        (``_reap_each``: the caller reports them).
         """
         taken: list[dict[str, Any]] = []
         moved: list[Move] = []
+        reaped: list[dict[str, Any]] = []
         while len(taken) < limit:
             need = limit - len(taken)
             candidates = list(
@@ -748,11 +897,11 @@ class Driver(base.Driver):
                     worn_out.append(doc)
                 else:
                     fresh.append(doc)
-            ops: list[UpdateOne | DeleteOne] = [
-                DeleteOne({s.ID: doc[s.ID], s.PROJECT: project,
-                           s.EXPIRES: {"$lte": s.date(now)}}) for doc in expired]
+            # They head the range until removed: removed here, and counted, not left to
+            # every claim to read again.
+            reaped += self._reap_each(expired, now)
             moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
-            ops += [self._move_op(project, queue, move, now) for move in moves]
+            ops = [self._move_op(project, queue, move, now) for move in moves]
             claim_update = {
                 "$set": {s.CLAIM: claim_id, s.CLAIM_EXPIRES: s.date(claim_expires),
                          s.AVAILABLE: s.date(claim_expires)},
@@ -760,8 +909,10 @@ class Driver(base.Driver):
                 "$max": {s.EXPIRES: s.date(claim_expires + grace * 1000)}}
             ops += [UpdateOne(self._pinned(project, queue, doc), claim_update)
                     for doc in fresh]
+            if not ops:
+                continue
             result = self._messages.bulk_write(ops, ordered=False)
-            if result.modified_count == len(ops) - len(expired):
+            if result.modified_count == len(ops):
                 taken += fresh
                 moved += moves
                 continue
@@ -769,7 +920,7 @@ class Driver(base.Driver):
             claimed, applied = self._won(project, claim_id, fresh, moves)
             taken += claimed
             moved += applied
-        return taken, moved
+        return taken, moved, reaped
 
     @staticmethod
     def _taking(queue: str, taken: list[dict[str, Any]], moved: list[Move],
@@ -850,16 +1001,20 @@ class Driver(base.Driver):
         now = self._now_ms()
         claim_id = ObjectId()
         expires = now + ttl * 1000
-        taken, moved = self._take(project, queue, now, limit, claim_id, expires, grace,
-                                  dead_letter)
-        self._tally(project, self._taking(queue, taken, moved, claim_id, expires, grace))
+        taken, moved, reaped = self._take(project, queue, now, limit, claim_id, expires,
+                                          grace, dead_letter)
+        changes = self._taking(queue, taken, moved, claim_id, expires, grace)
+        for doc in reaped:
+            changes.add(queue, doc, None)
+        self._tally(project, changes)
+        trail = [self._expired(project, queue, doc) for doc in reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
-        trail = [self._event(project, queue, events.DEAD_LETTERED, now,
-                             message_id=move.doc[s.ID],
-                             claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
-                             target=move.target, ttl=move.ttl, expires=move.expires,
-                             body=move.doc[s.BODY])
-                 for move in moved]
+        trail += [self._event(project, queue, events.DEAD_LETTERED, now,
+                              message_id=move.doc[s.ID],
+                              claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
+                              target=move.target, ttl=move.ttl, expires=move.expires,
+                              body=move.doc[s.BODY])
+                  for move in moved]
         if not taken:
             self._record(trail)
             return None
@@ -888,17 +1043,20 @@ class Driver(base.Driver):
 
     def _held(self, project: str, queue: str, claim_id: ObjectId | str, now: int
               ) -> dict[str, Any]:
-        """The filter of the messages a claim holds now."""
+        """The filter of the messages a claim holds now.
+
+        A held message cannot have expired (a claim pushes the expiry past its own),
+        but saying so keeps an expired one, reaped or not, out of every use of it.
+        """
         return {s.CLAIM: claim_id, s.PROJECT: project, s.QUEUE: queue,
-                s.CLAIM_EXPIRES: {"$gt": s.date(now)}}
+                s.CLAIM_EXPIRES: {"$gt": s.date(now)}, s.EXPIRES: {"$gt": s.date(now)}}
 
     @backend_call
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         now = self._now_ms()
         doc = self._live_claim(project, queue, claim_id, now)
-        messages = self._messages.find(
-            {**self._held(project, queue, doc[s.ID], now), s.EXPIRES: {"$gt": s.date(now)}}
-        ).sort(s.POST_ORDER).hint(s.CLAIM_INDEX)
+        messages = self._messages.find(self._held(project, queue, doc[s.ID], now)
+                                       ).sort(s.POST_ORDER).hint(s.CLAIM_INDEX)
         return Claim(id=str(doc[s.ID]), ttl=doc[s.TTL], grace=doc[s.GRACE],
                      created=s.ms(doc[s.CREATED]) / 1000, expires=s.ms(doc[s.EXPIRES]) / 1000,
                      as_of=now / 1000, messages=[s.message(m, now) for m in messages])

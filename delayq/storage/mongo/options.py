@@ -12,8 +12,8 @@ OPTS = [
                     "string (tls, authSource, ...) are passed to pymongo; the options "
                     "below win over the same ones in the string."),
     cfg.StrOpt("database", default="delayq",
-               help="Database holding delayq's collections: queues, messages, claims "
-                    "and clock."),
+               help="Database holding delayq's collections: queues, messages, claims, "
+                    "events, tallies, clock and locks."),
     cfg.FloatOpt("server_selection_timeout", default=5.0, min=0.1,
                  help="Seconds a request waits for a usable primary (during an election, "
                       "or while MongoDB is down) before failing with 503."),
@@ -39,4 +39,18 @@ OPTS = [
                  help="Seconds between readings of the primary's clock. Each API process "
                       "keeps time by the primary's clock, read this often and advanced "
                       "by the process's monotonic clock in between."),
+    cfg.IntOpt("reap_interval", default=10, min=0,
+               help="Seconds between passes of the background reaper, which removes the "
+                    "expired messages of every queue and counts each as expired (the "
+                    "/metrics counter and the event trail). One worker of the deployment "
+                    "runs each pass. 0 disables it: only requests then remove, and "
+                    "count, the expired messages they meet (claims, pops, deletes by id), "
+                    "and MongoDB drops the others unseen after expired_retention."),
+    cfg.IntOpt("expired_retention", default=3600, min=0,
+               help="Seconds an expired message stays stored for delayq's reaper to "
+                    "remove and count it, before MongoDB's TTL monitor drops it unseen "
+                    "(uncounted, no expired event): the expireAfterSeconds of the "
+                    "messages' TTL index, changed in place (collMod) when a worker starts "
+                    "with another value. Keep it well above reap_interval. With "
+                    "reap_interval 0 only what requests meet is counted."),
 ]

@@ -1,6 +1,6 @@
 """The MongoDB driver's documents and indexes: every field name and index lives here.
 
-Three collections hold everything, for every project:
+These collections hold everything, for every project:
 
 ``queues``
     One document per queue: project ``p``, name ``q``, metadata ``md`` (JSON text, so any
@@ -39,10 +39,18 @@ Three collections hold everything, for every project:
     pages by themselves. The last level's one page covers every instant BSON can hold
     and has no ``x``.
 
-``e`` (expiry) carries a TTL index in ``messages`` and ``claims``, so MongoDB deletes
-what has expired by itself (its TTL monitor runs once a minute); queries never rely on it
-and compare ``e`` with the current time. In ``events``, ``e`` is the message's expiry as
-the event saw it, and only ``x`` is a TTL field.
+``locks``
+    Leases that let one process of the deployment do a job at a time: one document per
+    job, named by ``_id``; ``e`` is when the holder's lease ends and ``h`` who holds it
+    (host and process id, for operators). Only the background reaper's lease for now.
+
+``e`` (expiry) carries a TTL index in ``messages`` and ``claims``; queries never rely on
+it and compare ``e`` with the current time. In ``claims`` it removes a claim when it
+expires (its TTL monitor runs once a minute). In ``messages`` it is a backstop only: it
+fires ``expired_retention`` seconds after the expiry, by which time delayq's reaper (or
+a claim meeting the message) has removed the message and reported it ``expired``; what
+it deletes, it deletes unseen. In ``events``, ``e`` is the message's expiry as the event
+saw it, and only ``x`` is a TTL field.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ CLAIMS = "claims"
 CLOCK = "clock"
 EVENTS = "events"
 TALLIES = "tallies"
+LOCKS = "locks"
 
 # Fields (short: they are repeated in every document)
 ID = "_id"
@@ -90,6 +99,9 @@ CLOCK_TIME = "t"
 LEVEL = "l"
 PAGE = "g"
 TALLY = "n"
+HOLDER = "h"  # locks: who holds the lease (its end is EXPIRES)
+# The locks document of the background reaper's lease (delayq.storage.reaper).
+REAPER_LEASE = "reaper"
 # What a message's tally instants depend on (``tallying.marks``).
 TALLY_FIELDS = {CREATED: 1, DUE: 1, EXPIRES: 1, CLAIM_EXPIRES: 1}
 
@@ -116,39 +128,51 @@ LISTING_INDEX = "listing"
 CLAIM_INDEX = "claim"
 TRAIL_INDEX = "trail"
 PAGE_INDEX = "page"
+EXPIRY_INDEX = "expiry"  # the TTL index of each collection that has one
+# The key of the messages' expiry index, as collMod names the index to change.
+EXPIRY_KEY = {EXPIRES: ASCENDING}
 
-INDEXES: dict[str, list[IndexModel]] = {
-    QUEUES: [
-        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING)], name="queue", unique=True),
-    ],
-    MESSAGES: [
-        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (AVAILABLE, ASCENDING),
-                    (SEQ, ASCENDING)], name=CLAIMABLE_INDEX),
-        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (SEQ, ASCENDING)],
-                   name=LISTING_INDEX),
-        IndexModel([(CLAIM, ASCENDING)], name=CLAIM_INDEX,
-                   partialFilterExpression={CLAIM: {"$exists": True}}),
-        IndexModel([(EXPIRES, ASCENDING)], name="expiry", expireAfterSeconds=0),
-    ],
-    CLAIMS: [
-        IndexModel([(EXPIRES, ASCENDING)], name="expiry", expireAfterSeconds=0),
-    ],
-    EVENTS: [
-        # One queue's trail in order, and the queues that have one (distinct p, q).
-        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (EVENT_TIME, ASCENDING),
-                    (ID, ASCENDING)], name=TRAIL_INDEX),
-        IndexModel([(FORGET_AT, ASCENDING)], name="expiry", expireAfterSeconds=0),
-    ],
-    TALLIES: [
-        # One document per page (upserts rely on it); a queue's pages together (purge).
-        IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (LEVEL, ASCENDING),
-                    (PAGE, ASCENDING)], name=PAGE_INDEX, unique=True),
-        IndexModel([(FORGET_AT, ASCENDING)], name="expiry", expireAfterSeconds=0),
-    ],
-}
+
+def indexes(expired_retention: int) -> dict[str, list[IndexModel]]:
+    """Every collection's indexes; the messages' TTL index drops an expired message
+    *expired_retention* seconds after its expiry (a backstop behind the reaper)."""
+    return {
+        QUEUES: [
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING)], name="queue",
+                       unique=True),
+        ],
+        MESSAGES: [
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (AVAILABLE, ASCENDING),
+                        (SEQ, ASCENDING)], name=CLAIMABLE_INDEX),
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (SEQ, ASCENDING)],
+                       name=LISTING_INDEX),
+            IndexModel([(CLAIM, ASCENDING)], name=CLAIM_INDEX,
+                       partialFilterExpression={CLAIM: {"$exists": True}}),
+            # Also the reaper's: expired messages, oldest expiry first, of every queue.
+            IndexModel(list(EXPIRY_KEY.items()), name=EXPIRY_INDEX,
+                       expireAfterSeconds=expired_retention),
+        ],
+        CLAIMS: [
+            IndexModel([(EXPIRES, ASCENDING)], name=EXPIRY_INDEX, expireAfterSeconds=0),
+        ],
+        EVENTS: [
+            # One queue's trail in order, and the queues that have one (distinct p, q).
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (EVENT_TIME, ASCENDING),
+                        (ID, ASCENDING)], name=TRAIL_INDEX),
+            IndexModel([(FORGET_AT, ASCENDING)], name=EXPIRY_INDEX, expireAfterSeconds=0),
+        ],
+        TALLIES: [
+            # One document per page (upserts rely on it); a queue's pages together (purge).
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (LEVEL, ASCENDING),
+                        (PAGE, ASCENDING)], name=PAGE_INDEX, unique=True),
+            IndexModel([(FORGET_AT, ASCENDING)], name=EXPIRY_INDEX, expireAfterSeconds=0),
+        ],
+    }
+
 
 CLAIMABLE_ORDER = [(AVAILABLE, ASCENDING), (SEQ, ASCENDING)]
 POST_ORDER = [(SEQ, ASCENDING)]
+EXPIRY_ORDER = [(EXPIRES, ASCENDING)]
 # Oldest first; events of the same millisecond in the order written, as their ObjectIds
 # (made in order by the writing process) sort.
 TRAIL_ORDER = [(EVENT_TIME, ASCENDING), (ID, ASCENDING)]
