@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
 
@@ -74,6 +75,7 @@ class Metrics:
             REQUEST_SECONDS, "HTTP request latency, by method, route template and status "
                              "class (2xx, 4xx, 5xx); /metrics itself is left out.",
             REQUEST_LABELS, buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._request_children: dict[tuple[str, str, int], Any] = {}
 
     def count(self, name: str, amount: int) -> None:
         """Add *amount* to counter *name* (one of this module's counter names)."""
@@ -88,7 +90,14 @@ class Metrics:
                 self.counters[name].inc(amount)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.request_seconds.labels(method, route, f"{status // 100}xx").observe(seconds)
+        key = (method, route, status // 100)
+        child = self._request_children.get(key)
+        if child is None:
+            # labels() locks and builds the key each call; the set of routes, methods and
+            # status classes is small and fixed, so each child is looked up once.
+            child = self.request_seconds.labels(method, route, f"{status // 100}xx")
+            self._request_children[key] = child
+        child.observe(seconds)
 
     def scrape_registry(self) -> CollectorRegistry:
         """A registry holding this app's values: every worker's in multiprocess mode."""

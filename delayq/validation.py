@@ -7,6 +7,7 @@ parameter, so that the client can fix its request.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -149,11 +150,21 @@ def client_id(value: str | None) -> str:
     if not value:
         raise ValidationError("The Client-ID header is required on message and claim "
                               "requests: send a UUID in it.", title="Missing header value")
+    canonical = _canonical_uuid(value)
+    if canonical is None:
+        raise ValidationError(f"Client-ID must be a UUID; got {value[:80]!r}.",
+                              title="Wrong UUID value")
+    return canonical
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_uuid(value: str) -> str | None:
+    # A client sends the same Client-ID with every request; parsing it each time was a
+    # noticeable share of a request's CPU.
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        raise ValidationError(f"Client-ID must be a UUID; got {value[:80]!r}.",
-                              title="Wrong UUID value") from None
+        return None
 
 
 def json_document(raw: bytes, what: str) -> Any:
@@ -161,7 +172,8 @@ def json_document(raw: bytes, what: str) -> Any:
     if not raw.strip():
         raise ValidationError(f"The {what} is empty; it must be a JSON document.")
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        # As json.loads(raw, parse_constant=...) does, with one decoder made once.
+        return _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValidationError(f"The {what} is not valid JSON: {exc}.",
                               title="Invalid request body") from None
@@ -174,6 +186,9 @@ def _reject_constant(name: str) -> None:
     # Python's json accepts NaN and Infinity, which are not JSON and could not be
     # handed back to other clients.
     raise ValueError(f"{name} is not a JSON value")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:

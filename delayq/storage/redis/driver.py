@@ -21,6 +21,7 @@ entry, which the next operation on the source queue (or the reaper) completes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import secrets
@@ -90,6 +91,7 @@ def seq_name(number: int) -> str:
     return "".join(reversed(digits))
 
 
+@functools.lru_cache(maxsize=4096)  # a producer posts with the same Client-ID again
 def client_bytes(client_id: str) -> bytes:
     """A Client-ID as stored: the 16 bytes of a UUID (the API admits no other), else text.
 
@@ -100,6 +102,13 @@ def client_bytes(client_id: str) -> bytes:
     except ValueError:
         raw = client_id.encode()
         return raw + b"\0" if len(raw) == 16 else raw
+
+
+@functools.lru_cache(maxsize=4096)  # every key of a request names its project
+def project_part(project: str) -> str:
+    """A project id as it appears in keys: percent-encoded, so no ``/``, ``{`` or ``}``
+    of its own can be mistaken for the key's structure."""
+    return quote(project, safe="")
 
 
 def client_text(raw: bytes) -> str:
@@ -288,7 +297,7 @@ class Driver(base.Driver):
 
     def queue_key(self, project: str, name: str) -> str:
         """The state hash of a queue; every other key of the queue extends its prefix."""
-        return f"{self._ns}:{{{quote(project, safe='')}/{name}}}:s"
+        return f"{self._ns}:{{{project_part(project)}/{name}}}:s"
 
     def outbox_key(self, project: str, name: str) -> str:
         """The hash of a queue's dead-letter moves waiting to reach another slot."""
@@ -299,7 +308,7 @@ class Driver(base.Driver):
         return self.queue_key(project, name)[:-1] + "ev"
 
     def _catalogue_key(self, project: str) -> str:
-        return f"{self._ns}:{{{quote(project, safe='')}}}:queues"
+        return f"{self._ns}:{{{project_part(project)}}}:queues"
 
     def _projects_key(self) -> str:
         return f"{self._ns}:projects"
