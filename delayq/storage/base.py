@@ -84,7 +84,8 @@ class Driver(abc.ABC):
 
         A driver may answer from a cache of its own: the write then checks, in its atomic
         step, that the metadata the token stands for is still the stored one, and raises
-        MetadataChanged if not. This default reads the metadata and gives no token.
+        MetadataChanged if not. The dict may then be shared by concurrent calls: callers
+        read it and never change it. This default reads the metadata and gives no token.
         """
         return self.get_queue(project, name), None
 

@@ -219,9 +219,10 @@ class Driver(base.Driver):
         self._marker_ttl = move_marker_ttl
         self._events = events_settings
         self._clock = clock
-        # Queue key → the metadata (raw) last read for a write; posts and claims check it
-        # in their script (queue_for_write), so a stale entry costs a retry, never a rule.
-        self._metadata: dict[str, bytes] = {}
+        # Queue key → the metadata last read for a write, decoded and raw; posts and
+        # claims check the raw text in their script (queue_for_write), so a stale entry
+        # costs a retry, never a rule.
+        self._metadata: dict[str, tuple[dict[str, Any], bytes]] = {}
         self._link: tuple[redis.Redis | RedisCluster, bool, Scripts] | None = None
         self._link_lock = threading.Lock()
         self._link_failed_at = 0.0
@@ -403,16 +404,16 @@ class Driver(base.Driver):
         compares the token (the metadata as read) with the stored metadata, so a post
         or claim costs one round trip instead of two."""
         key = self.queue_key(project, name)
-        raw = self._metadata.get(key)
-        if raw is None:
+        cached = self._metadata.get(key)
+        if cached is None:
             with unavailable_as_503():
                 raw = self._client.hget(key, "meta")
             if raw is None:
                 return None, None
             if len(self._metadata) >= METADATA_CACHE_SIZE:
                 self._metadata.clear()  # crude, but a miss costs only the read above
-            self._metadata[key] = raw
-        return json.loads(raw), raw
+            cached = self._metadata[key] = (json.loads(raw), raw)
+        return cached
 
     def _metadata_changed(self, key: str) -> errors.MetadataChanged:
         self._metadata.pop(key, None)
