@@ -80,6 +80,9 @@ MIGRATING = ("TRYAGAIN", "ASK ", "MOVED ", "CROSSSLOT",
 (BODY, CLIENT, CREATED, TTL, DUE, EXPIRES, CLAIM, CLAIM_EXPIRES, COUNT, ID, SOURCE,
  MOVED) = range(12)
 RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
+# Message bodies as stored: no spaces; ASCII escapes (the default) keep lone surrogates,
+# valid JSON but not valid UTF-8, storable. One encoder, made once.
+COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 def seq_name(number: int) -> str:
@@ -111,6 +114,7 @@ def project_part(project: str) -> str:
     return quote(project, safe="")
 
 
+@functools.lru_cache(maxsize=4096)  # a claim's messages often share their producer
 def client_text(raw: bytes) -> str:
     if len(raw) == 16:
         return str(uuid.UUID(bytes=raw))
@@ -498,8 +502,7 @@ class Driver(base.Driver):
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
                            metadata_token or ""]
         for m in messages:
-            # ASCII escapes keep lone surrogates (valid JSON, not valid UTF-8) storable.
-            body = json.dumps(m.body, separators=(",", ":"))
+            body = COMPACT_JSON.encode(m.body)
             args += [body, client, m.ttl, m.delay]
         with unavailable_as_503():
             reply = self._scripts.post(keys=[key], args=args)
@@ -573,7 +576,7 @@ class Driver(base.Driver):
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
                      ) -> Message:
         # ASCII escapes, as in a post; '' (never valid JSON) means "unchanged".
-        text = "" if body is NO_CHANGE else json.dumps(body, separators=(",", ":"))
+        text = "" if body is NO_CHANGE else COMPACT_JSON.encode(body)
         with unavailable_as_503():
             reply = self._scripts.edit(
                 keys=[self.queue_key(project, queue)],
