@@ -129,11 +129,13 @@ def ends(stays: DataFrame, events: DataFrame, as_of: float) -> DataFrame:
     expired) of the message in the queue at or after ``start``: it proves the message
     lived until then. Without one, it is the earlier of the queue's first purge at or
     after ``start`` and the implicit expiry: the message's last known expiry when that
-    is at or before *as_of* (MongoDB and Swift write no ``expired`` events; Redis writes
-    them only when it reaps). An implicit expiry counts as ``expired`` and wins a tie
-    with a purge (a message is gone at its expiry instant). An implicit expiry before
-    ``start`` (a message moved to a dead-letter queue keeps its original expiry, which
-    claims may have outlived) is taken at ``start``: the message expired on arrival.
+    is at or before *as_of* (MongoDB writes no ``expired`` events; Redis and Swift write
+    them only when they reap, so a message Swift dropped unreaped has none: an explicit
+    ``expired`` event is the ending, never counted again as an implicit one). An
+    implicit expiry counts as ``expired`` and wins a tie with a purge (a message is gone
+    at its expiry instant). An implicit expiry before ``start`` (a message moved to a
+    dead-letter queue keeps its original expiry, which claims may have outlived) is
+    taken at ``start``: the message expired on arrival.
     Stays with no end have null ``end_time`` and ``end_kind``.
     """
     keys = stays.select(*STAY).distinct()

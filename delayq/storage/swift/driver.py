@@ -34,8 +34,21 @@ Edit
     index entry. A claimer that meets the stale entry of an edit whose editor died loses
     its bid and completes the edit (``_repair``); an edit is never counted as a claim.
 Expiry
-    Every object carries ``X-Delete-At``: Swift hides an expired message by itself (and its
-    object expirer removes it); reads also compare expiry with now.
+    Every read compares expiry with now: an expired message is never shown, counted,
+    claimed, edited, redriven or deleted. It stays stored (``X-Delete-At`` is its expiry
+    plus ``expired_retention``) until delayq removes it, so that it is reported once
+    (``expired`` event, ``endings``, tallies): Swift has no delete-if (two racing DELETEs
+    may both get 204), so the right to remove and report it is the marker
+    ``c/<id>/<n+1>`` of kind ``expire``, bid for like a claim's. Claims (and pops) bid
+    for the expired messages they meet at the head of the index, so the next ones do not
+    meet them again; ``reap`` (the background reaper, one process per pass by a lease in
+    the writers container) for every queue's. Losers repair the entry as a claim's loser
+    does; a claim that won the generation first keeps the message, which was live when
+    it bid. An entry's availability is never after its message's expiry
+    (``layout.free_entry``), so listing the index up to now finds every expired message.
+    A message being moved is completed by ``_finish_move``, never reaped. Left: a
+    ``DELETE ?ids=`` that read a message just before it expired and a removal of it may
+    both report it.
 Time
     The Swift proxy's clock (``delayq.storage.clock``), so API hosts whose own clocks are
     skewed agree on when a message is due.
@@ -48,8 +61,8 @@ Event trail
     winner of a marker records the claim or move it won, and only the request whose
     ``DELETE`` found a message records its deletion or pop. A failed event write is
     logged, not answered with 503: the change is done, and a client retrying would post or
-    claim again. The object expirer removes expired messages unseen, so no ``expired``
-    event is written (``expiry_events``).
+    claim again. Each expired message's ``expired`` event is written by the winner of its
+    ``expire`` marker, once its DELETE found the message, with the time it expired.
 
 Tallies (the /metrics gauges)
     ``queue_counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
