@@ -507,9 +507,10 @@ class Driver(base.Driver):
     def close(self) -> None:
         """Stop the reaper, write the tallies still pending (its own among them), free
         the writer slot, then let go of the connections."""
+        # Set first: a reaper pass under way stops at its next batch (and the flusher).
+        self._stop.set()
         if self._reaper is not None:
             self._reaper.stop()
-        self._stop.set()
         with self._lock:
             flusher = self._flusher
         if flusher is not None:
@@ -556,20 +557,23 @@ class Driver(base.Driver):
             containers = self._account(f"{self._prefix}:")
         for part, queue in filter(None, (lay.parse_container(self._prefix, name)
                                          for name in containers)):
+            if self._stop.is_set():
+                return  # closing: the next pass, of whichever process, goes on
             try:
                 with unavailable_as_503():
                     project = lay.project_of_part(part)
                     if project is None:
                         project = self._project_of_queue(part, queue)
                     if project is None:
-                        LOG.info("Queue %s of a hashed project part %s left unreaped: no "
-                                 "event of its trail names the project", queue, part)
+                        LOG.debug("Queue %s of a hashed project part %s left unreaped: "
+                                  "no event of its trail names the project", queue, part)
                         continue
                     self.reap_queue(project, queue)
-            except errors.StorageUnavailable as exc:
-                # The other queues of the pass still get theirs.
+            except (errors.StorageUnavailable, ClientException) as exc:
+                # One queue failing (Swift, or the queue deleted under the pass) leaves
+                # the others theirs.
                 LOG.warning("Expired messages of queue %s not reaped in this pass: %s",
-                            queue, exc.description)
+                            queue, getattr(exc, "description", exc))
 
     def _project_of_queue(self, part: str, queue: str) -> str | None:
         """The project of a hashed project part, from the queue's trail, if it has one."""
@@ -593,6 +597,8 @@ class Driver(base.Driver):
                 expired = [entry for entry in map(Entry.parse, names)
                            if entry is not None and entry.expires <= now]
                 for start in range(0, len(expired), REAP_BATCH):
+                    if self._stop.is_set():
+                        return
                     trail = self._parallel(
                         lambda entry: self._expire(project, queue, entry, now),
                         expired[start:start + REAP_BATCH], pool=REAPER_POOL)
