@@ -758,6 +758,32 @@ def test_a_reaper_deleting_after_another_read_the_message_does_not_report_it_aga
     assert expired_ids(first, "q") == [mid]
 
 
+def test_a_message_moving_when_it_expires_is_moved_on_not_reaped(make_driver, raw, prefix,
+                                                                   clock):
+    # Its mover stalls after marking it moving; by the reaper's pass its expiry in the
+    # source has passed, but the dead-letter queue's ttl keeps it alive there.
+    ended: list[str] = []
+    broker = Broker(make_driver(clock=clock), Limits())
+    broker.create_queue(PROJECT, "q", {**POLICY, "_dead_letter_queue_messages_ttl": 3600})
+    [mid] = post(broker.driver, "q", 1, ttl=60)
+    broker.release_claim(PROJECT, "q", broker.claim(PROJECT, "q", ttl=30, grace=0,
+                                                    limit=1).id)
+    hold = Hold(("put_object", layout.MESSAGE_PREFIX))  # the copy into the dead-letter queue
+    mover = reporting(make_driver, ended, clock=clock, wrap=hold.wrap)
+    moving = Background(lambda: Broker(mover, Limits()).claim(PROJECT, "q", ttl=30,
+                                                              grace=0, limit=1))
+    moving.start()
+    hold.reached("put_object", layout.MESSAGE_PREFIX)
+    clock.advance(61)
+    reporting(make_driver, ended, clock=clock).reap()
+    hold.release("put_object", layout.MESSAGE_PREFIX)
+    assert moving.result() is None
+    assert ended == [events.DEAD_LETTERED]
+    [moved] = broker.get_messages(PROJECT, "dlq", [mid])
+    assert (moved.source_queue, moved.ttl) == ("q", 3600)
+    assert [n for n in names(raw, prefix, "q") if n.startswith(("m/", "a/"))] == []
+
+
 def test_the_reaper_thread_empties_a_queue_nobody_touches(make_driver, raw, prefix, clock):
     ended: list[str] = []
     ids = post(make_driver(clock=clock), "idle", 5, ttl=60)
