@@ -66,4 +66,6 @@ def http_client(name: str, conf: cfg.ConfigOpts) -> testing.TestClient:
         conf.set_override("user", auth.user, group=group)
         conf.set_override("key", auth.key, group=group)
         conf.set_override("container_prefix", f"t{uuid.uuid4().hex[:12]}", group=group)
+        # Tests that want a reaper pass call the driver's reap themselves.
+        conf.set_override("reap_interval", 0, group=group)
     return testing.TestClient(create_app(conf, driver=driver))

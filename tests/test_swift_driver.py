@@ -559,15 +559,21 @@ def objects_of(raw: Connection, prefix: str, queue: str, message_id: str) -> dic
     return {kind: max(group) for kind, group in found.items()}
 
 
-def test_every_object_carries_x_delete_at_at_its_expiry_rounded_up(make_driver, prefix,
-                                                                  clock, raw):
-    driver = make_driver(clock=clock)
+RETENTION = 600  # expired_retention of the X-Delete-At test
+
+
+def test_every_object_carries_x_delete_at_at_its_expiry_plus_the_retention_rounded_up(
+        make_driver, prefix, clock, raw):
+    # Past its expiry a message stays stored for the retention: the driver, not Swift's
+    # expirer, removes it, and reports it.
+    driver = make_driver(clock=clock, expired_retention=RETENTION)
     broker = Broker(driver, Limits())
     broker.create_queue(PROJECT, "q", {**POLICY, "_dead_letter_queue_messages_ttl": 120})
     [free, delayed] = post(driver, "q", 1, ttl=60) + post(driver, "q", 1, ttl=60, delay=30)
     at = {kind: delete_at(raw, prefix, "q", name)
           for kind, name in objects_of(raw, prefix, "q", delayed).items()}
-    assert at == {"m/": 4_000_000_061, "a/": 4_000_000_061}  # START + 60.25, rounded up
+    # START + 60.25, rounded up, plus the retention
+    assert at == {"m/": 4_000_000_061 + RETENTION, "a/": 4_000_000_061 + RETENTION}
 
     # A claim: the message lives until the claim's expiry plus grace, its marker longer.
     claim = broker.claim(PROJECT, "q", ttl=30, grace=60, limit=1)
@@ -575,17 +581,17 @@ def test_every_object_carries_x_delete_at_at_its_expiry_rounded_up(make_driver, 
     assert delete_at(raw, prefix, "q", f"k/{claim.id}") == 4_000_000_031
     at = {kind: delete_at(raw, prefix, "q", name)
           for kind, name in objects_of(raw, prefix, "q", free).items()}
-    assert at["m/"] == at["a/"] == 4_000_000_091
+    assert at["m/"] == at["a/"] == 4_000_000_091 + RETENTION
     assert at["c/"] >= at["m/"]
     [message] = driver.get_messages(PROJECT, "q", [free])
-    assert at["m/"] == math.ceil(message.expires)
+    assert at["m/"] == math.ceil(message.expires) + RETENTION
 
     clock.advance(10)
     broker.renew_claim(PROJECT, "q", claim.id, 100, 60)
     assert delete_at(raw, prefix, "q", f"k/{claim.id}") == 4_000_000_111
     at = {kind: delete_at(raw, prefix, "q", name)
           for kind, name in objects_of(raw, prefix, "q", free).items()}
-    assert at["m/"] == at["a/"] == 4_000_000_171
+    assert at["m/"] == at["a/"] == 4_000_000_171 + RETENTION
     assert at["c/"] >= at["m/"]
 
     # Released, then moved by the next claim: the dead-letter ttl from the move on.
@@ -594,7 +600,8 @@ def test_every_object_carries_x_delete_at_at_its_expiry_rounded_up(make_driver, 
     broker.claim(PROJECT, "q", ttl=30, grace=60, limit=1)
     at = {kind: delete_at(raw, prefix, "dlq", name)
           for kind, name in objects_of(raw, prefix, "dlq", free).items()}
-    assert at == {"m/": 4_000_000_141, "a/": 4_000_000_141}  # START + 20 + 120
+    assert at == {"m/": 4_000_000_141 + RETENTION,  # START + 20 + 120
+                  "a/": 4_000_000_141 + RETENTION}
 
     for queue in ("q", "dlq"):
         for name in names(raw, prefix, queue):
@@ -629,8 +636,205 @@ def test_an_expired_message_is_invisible_to_every_read_at_once(make_driver, pref
 
     assert broker.claim(PROJECT, "q", ttl=30, grace=0, limit=10) is None
     assert broker.pop(PROJECT, "q", 10) == []
-    # The claim that met them deleted them.
+    # The claim that met them removed them, and reported each expiry.
     assert [n for n in names(raw, prefix, "q") if n.startswith(("m/", "a/"))] == []
+    assert sorted(e.message_id for e in driver.read_events(PROJECT, "q")
+                  if e.kind == events.EXPIRED) == sorted(ids)
+
+
+# Expiry: each expired message removed and reported once, by the winner of its marker
+
+
+def expired_ids(driver: Driver, queue: str) -> list[str]:
+    """The message ids of the queue's expired events, as many times as recorded."""
+    return sorted(e.message_id for e in driver.read_events(PROJECT, queue)
+                  if e.kind == events.EXPIRED)
+
+
+def reporting(make_driver: Callable[..., Driver], ended: list[str], **options: Any
+              ) -> Driver:
+    """A driver whose endings land in *ended* (thread-safe: list.extend)."""
+    driver = make_driver(**options)
+    driver.endings = ended.extend
+    return driver
+
+
+class DeleteFinds:
+    """A connection whose DELETE of a message answers 204 even when the message is gone:
+    what Swift may answer two racing DELETEs (it has no delete-if), made certain."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def delete_object(self, container: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._conn.delete_object(container, name, *args, **kwargs)
+        except ClientException as exc:
+            if exc.http_status != 404 or not name.startswith(layout.MESSAGE_PREFIX):
+                raise
+            return None
+
+
+def together(*works: Callable[[], Any]) -> list[Any]:
+    """Run *works* in threads started at once; their results."""
+    start = threading.Barrier(len(works))
+
+    def at_once(work: Callable[[], Any]) -> Callable[[], Any]:
+        return lambda: (start.wait(), work())[1]
+
+    threads = [Background(at_once(work)) for work in works]
+    for thread in threads:
+        thread.start()
+    return [thread.result() for thread in threads]
+
+
+def test_claimers_racing_over_an_expired_head_report_each_expired_message_once(
+        make_driver, raw, prefix, clock):
+    # Several processes' claims meet the same expired entries at the head of the index
+    # at once: two racing DELETEs may both answer 204, so only the marker tells who
+    # reports.
+    ended: list[str] = []
+    poster = make_driver(clock=clock)
+    gone = post(poster, "q", 24, ttl=60)
+    live = post(poster, "q", 6, ttl=3600)
+    clock.advance(61)
+    claimers = [reporting(make_driver, ended, clock=clock, wrap=DeleteFinds)
+                for _ in range(4)]
+    for claimer in claimers:
+        claimer._swift.get_auth()  # logged in before the race
+    claims = together(*(lambda c=claimer: c.claim(PROJECT, "q", ttl=60, grace=0, limit=3,
+                                                  dead_letter=None)
+                        for claimer in claimers))
+    claimed = sorted(m.id for claim in claims if claim for m in claim.messages)
+    assert len(claimed) == len(set(claimed)) and set(claimed) <= set(live)
+    reporting(make_driver, ended, clock=clock).reap()  # whatever the claims left
+    assert ended.count(events.EXPIRED) == len(gone)
+    assert expired_ids(poster, "q") == sorted(gone)
+    assert [n for n in names(raw, prefix, "q", "m/")] == [
+        f"m/{i}" for i in live]
+
+
+def test_two_reapers_racing_report_each_expired_message_once(make_driver, raw, prefix,
+                                                              clock):
+    ended: list[str] = []
+    poster = make_driver(clock=clock)
+    gone = {queue: post(poster, queue, 20, ttl=60) for queue in ("q", "r")}
+    kept = post(poster, "r", 2, ttl=3600)
+    clock.advance(61)
+    reapers = [reporting(make_driver, ended, clock=clock, wrap=DeleteFinds)
+               for _ in range(2)]
+    for reaper in reapers:
+        reaper._swift.get_auth()
+    together(*(reaper.reap for reaper in reapers))
+    assert ended.count(events.EXPIRED) == 40
+    for queue, ids in gone.items():
+        assert expired_ids(poster, queue) == sorted(ids)
+    assert names(raw, prefix, "q", "m/") == []
+    assert names(raw, prefix, "r", "m/") == [f"m/{i}" for i in kept]
+    assert [m.id for m in poster.get_messages(PROJECT, "r", kept)] == kept
+
+
+def test_a_reaper_deleting_after_another_read_the_message_does_not_report_it_again(
+        make_driver, clock):
+    # Both read the message as expired before either deletes it, and both DELETEs answer
+    # 204: only the marker's winner reports it.
+    ended: list[str] = []
+    [mid] = post(make_driver(clock=clock), "q", 1, ttl=60)
+    clock.advance(61)
+    hold = Hold(("delete_object", layout.MESSAGE_PREFIX))
+    first = reporting(make_driver, ended, clock=clock,
+                      wrap=lambda conn: DeleteFinds(hold.wrap(conn)))
+    second = reporting(make_driver, ended, clock=clock, wrap=DeleteFinds)
+    reaping = Background(first.reap)
+    reaping.start()
+    hold.reached("delete_object", layout.MESSAGE_PREFIX)
+    second.reap()
+    hold.release("delete_object", layout.MESSAGE_PREFIX)
+    reaping.result()
+    assert ended == [events.EXPIRED]
+    assert expired_ids(first, "q") == [mid]
+
+
+def test_a_message_moving_when_it_expires_is_moved_on_not_reaped(make_driver, raw, prefix,
+                                                                   clock):
+    # Its mover stalls after marking it moving; by the reaper's pass its expiry in the
+    # source has passed, but the dead-letter queue's ttl keeps it alive there.
+    ended: list[str] = []
+    broker = Broker(make_driver(clock=clock), Limits())
+    broker.create_queue(PROJECT, "q", {**POLICY, "_dead_letter_queue_messages_ttl": 3600})
+    [mid] = post(broker.driver, "q", 1, ttl=60)
+    broker.release_claim(PROJECT, "q", broker.claim(PROJECT, "q", ttl=30, grace=0,
+                                                    limit=1).id)
+    hold = Hold(("put_object", layout.MESSAGE_PREFIX))  # the copy into the dead-letter queue
+    mover = reporting(make_driver, ended, clock=clock, wrap=hold.wrap)
+    moving = Background(lambda: Broker(mover, Limits()).claim(PROJECT, "q", ttl=30,
+                                                              grace=0, limit=1))
+    moving.start()
+    hold.reached("put_object", layout.MESSAGE_PREFIX)
+    clock.advance(61)
+    reporting(make_driver, ended, clock=clock).reap()
+    hold.release("put_object", layout.MESSAGE_PREFIX)
+    assert moving.result() is None
+    assert ended == [events.DEAD_LETTERED]
+    [moved] = broker.get_messages(PROJECT, "dlq", [mid])
+    assert (moved.source_queue, moved.ttl) == ("q", 3600)
+    assert [n for n in names(raw, prefix, "q") if n.startswith(("m/", "a/"))] == []
+
+
+def test_the_reaper_thread_empties_a_queue_nobody_touches(make_driver, raw, prefix, clock):
+    ended: list[str] = []
+    ids = post(make_driver(clock=clock), "idle", 5, ttl=60)
+    clock.advance(61)
+    reporting(make_driver, ended, clock=clock, reap_interval=1)
+    deadline = time.monotonic() + 15
+    while ended.count(events.EXPIRED) < len(ids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ended == [events.EXPIRED] * len(ids)
+    assert [n for n in names(raw, prefix, "idle") if n.startswith(("m/", "a/"))] == []
+    # Each pass's lease, in the writers container, lapsed by now (Swift still lists it:
+    # no expirer runs here): one process of the deployment reaps per pass.
+    _, listing = raw.get_container(layout.writers_container(prefix))
+    assert layout.REAPER in [item["name"] for item in listing]
+
+
+def test_a_message_whose_delay_runs_past_its_ttl_is_reaped_at_its_expiry(make_driver, raw,
+                                                                         prefix, clock):
+    ended: list[str] = []
+    driver = reporting(make_driver, ended, clock=clock)
+    [late] = post(driver, "q", 1, ttl=60, delay=120)
+    # Its index entry is listed from its expiry on, not from its due time.
+    [entry] = [layout.Entry.parse(n) for n in names(raw, prefix, "q", "a/")]
+    assert entry.available == entry.expires == round((START + 60) * 1_000_000)
+    clock.advance(59)
+    driver.reap()
+    assert ended == [] and driver.queue_stats(PROJECT, "q").delayed == 1
+    clock.advance(1)
+    driver.reap()
+    assert ended == [events.EXPIRED]
+    [event] = [e for e in driver.read_events(PROJECT, "q") if e.kind == events.EXPIRED]
+    assert (event.message_id, event.time, event.expires) == (late, START + 60, START + 60)
+    assert names(raw, prefix, "q", "m/") == names(raw, prefix, "q", "a/") == []
+
+
+def test_an_expiry_whose_winner_died_is_completed_later_and_not_reported(
+        make_driver, raw, prefix, clock):
+    ended: list[str] = []
+    driver = reporting(make_driver, ended, clock=clock)
+    [mid] = post(driver, "q", 1, ttl=60)
+    clock.advance(61)
+    # A reaper won the message's expire marker, then died before its DELETE.
+    raw.put_object(layout.container(prefix, PROJECT, "q"), layout.marker_name(mid, 1),
+                   layout.encode({"kind": layout.EXPIRE, "at": round(clock.now * 1e6)}))
+    clock.advance(1)  # past the settle time: its winner may be alive yet, deleting
+    driver.reap()
+    assert names(raw, prefix, "q", "m/") == [f"m/{mid}"]
+    clock.advance(59)
+    driver.reap()
+    assert names(raw, prefix, "q", "m/") == names(raw, prefix, "q", "a/") == []
+    assert ended == [] and expired_ids(driver, "q") == []  # the winner's to report
 
 
 # Swift requests per operation

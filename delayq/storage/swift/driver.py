@@ -34,8 +34,21 @@ Edit
     index entry. A claimer that meets the stale entry of an edit whose editor died loses
     its bid and completes the edit (``_repair``); an edit is never counted as a claim.
 Expiry
-    Every object carries ``X-Delete-At``: Swift hides an expired message by itself (and its
-    object expirer removes it); reads also compare expiry with now.
+    Every read compares expiry with now: an expired message is never shown, counted,
+    claimed, edited, redriven or deleted. It stays stored (``X-Delete-At`` is its expiry
+    plus ``expired_retention``) until delayq removes it, so that it is reported once
+    (``expired`` event, ``endings``, tallies): Swift has no delete-if (two racing DELETEs
+    may both get 204), so the right to remove and report it is the marker
+    ``c/<id>/<n+1>`` of kind ``expire``, bid for like a claim's. Claims (and pops) bid
+    for the expired messages they meet at the head of the index, so the next ones do not
+    meet them again; ``reap`` (the background reaper, one process per pass by a lease in
+    the writers container) for every queue's. Losers repair the entry as a claim's loser
+    does; a claim that won the generation first keeps the message, which was live when
+    it bid. An entry's availability is never after its message's expiry
+    (``layout.free_entry``), so listing the index up to now finds every expired message.
+    A message being moved is completed by ``_finish_move``, never reaped. Left: a
+    ``DELETE ?ids=`` that read a message just before it expired and a removal of it may
+    both report it.
 Time
     The Swift proxy's clock (``delayq.storage.clock``), so API hosts whose own clocks are
     skewed agree on when a message is due.
@@ -48,8 +61,8 @@ Event trail
     winner of a marker records the claim or move it won, and only the request whose
     ``DELETE`` found a message records its deletion or pop. A failed event write is
     logged, not answered with 503: the change is done, and a client retrying would post or
-    claim again. The object expirer removes expired messages unseen, so no ``expired``
-    event is written (``expiry_events``).
+    claim again. Each expired message's ``expired`` event is written by the winner of its
+    ``expire`` marker, once its DELETE found the message, with the time it expired.
 
 Tallies (the /metrics gauges)
     ``queue_counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
@@ -127,6 +140,7 @@ from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
+from delayq.storage.reaper import Reaper
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import Entry, Record
 from delayq.storage.swift.options import GROUP
@@ -136,8 +150,15 @@ LOG = logging.getLogger(__name__)
 US = 1_000_000
 LISTING_PAGE = 10_000  # Swift's largest listing page
 CLAIM_BATCH = 32  # index entries read per listing while claiming
-# Markers outlive their message by this much, so a late claimer still finds them.
+# Markers outlive their message's object by this much, so a late claimer still finds them.
 MARKER_MARGIN = 86_400
+EXPIRED_RETENTION = 3600  # seconds an expired message stays stored (expired_retention)
+REAP_BATCH = 64  # expired index entries a reaper pass handles at once
+REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requests
+# A repairer meeting an expire marker (beyond the record) completes the removal only once
+# the marker is this old (µs of the driver's clock): before, its winner is alive and
+# deleting, and the winner reports the expiry only when its DELETE found the message.
+EXPIRY_ABANDONED = 60 * 1_000_000
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
 DELETE_ROUNDS = 5  # attempts to delete a queue container that racing posts refill
 TRAIL_BATCH = 64  # event objects read at once by read_events
@@ -343,21 +364,32 @@ class Driver(base.Driver):
     """Queues, messages and claims in an OpenStack Swift account."""
 
     name = "swift"
-    expiry_events = False  # the object expirer removes expired messages unseen
+    # Expired messages stay stored (``expired_retention``) until this driver removes
+    # them, each reported once by the winner of its ``expire`` marker.
+    expiry_events = True
+    # A post removes nothing: reaping would cost it a listing of the index. Claims remove
+    # the expired messages they meet at the head of the index, the reaper the others.
+    reaps_on_write = False
 
     def __init__(self, connect: Callable[[], swift.Connection], *, prefix: str = "dq",
                  concurrency: int = 16, claim_settle_time: float = 0.1,
                  clock_sync_interval: float = 30.0,
                  clock: Callable[[], float] | None = None,
                  events_settings: events.Settings = events.ON,
-                 tally_flush_interval: float = 1.0, tally_writer_lease: int = 300) -> None:
+                 tally_flush_interval: float = 1.0, tally_writer_lease: int = 300,
+                 expired_retention: int = EXPIRED_RETENTION, reap_interval: int = 0
+                 ) -> None:
         """*connect* makes a connection (one per thread: swiftclient's are not shared);
         *clock* replaces the proxy's clock (tests); *events_settings* turns the event
         trail on or off; *tally_flush_interval* is the seconds between writes of this
         process's tallies, *tally_writer_lease* the seconds of the lease on its writer
-        slot (at least ``MIN_LEASE``: tests use a few seconds, the option at least 30)."""
+        slot (at least ``MIN_LEASE``: tests use a few seconds, the option at least 30);
+        *expired_retention* the seconds an expired message stays stored for the reaper;
+        *reap_interval* the seconds between passes of the background reaper (0: none,
+        as tests want: they call ``reap`` themselves)."""
         if tally_writer_lease < MIN_LEASE:
             raise ValueError(f"tally_writer_lease must be at least {MIN_LEASE} s")
+        self._retention = expired_retention
         self._connect = connect
         self._events = events_settings
         # Names this process's event objects: random, so no two processes' names collide
@@ -380,8 +412,15 @@ class Driver(base.Driver):
         self._connections: list[swift.Connection] = []
         self._lock = threading.Lock()
         self._concurrency = concurrency
-        self._pool: ThreadPoolExecutor | None = None
+        # Per-message requests of API requests, and (apart, so that a pass's bids, which
+        # each wait the settle time, do not hold theirs up) of the reaper's passes.
+        self._pools: dict[str, ThreadPoolExecutor] = {}
         self._clock = clock or ServerClock(self._proxy_time_ms, clock_sync_interval)
+        self._reaper: Reaper | None = None
+        if reap_interval > 0:
+            self._reaper = Reaper("delayq-swift-reaper", self.reap, self._reaper_lease,
+                                  reap_interval)
+            self._reaper.start()
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
@@ -409,7 +448,9 @@ class Driver(base.Driver):
                    clock_sync_interval=group.clock_sync_interval,
                    events_settings=events_settings(conf),
                    tally_flush_interval=group.tally_flush_interval,
-                   tally_writer_lease=group.tally_writer_lease)
+                   tally_writer_lease=group.tally_writer_lease,
+                   expired_retention=group.expired_retention,
+                   reap_interval=group.reap_interval)
 
     # Connections, time
 
@@ -422,16 +463,18 @@ class Driver(base.Driver):
                 self._connections.append(conn)
         return conn
 
-    def _parallel(self, work: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+    def _parallel(self, work: Callable[[Any], T], items: Iterable[Any], *,
+                  pool: str = "delayq-swift") -> list[T]:
+        """``work`` of each item, in *pool*'s threads (``concurrency`` of them)."""
         items = list(items)
         if len(items) <= 1:
             return [work(item) for item in items]
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self._concurrency,
-                                                thread_name_prefix="delayq-swift")
-            pool = self._pool
-        return list(pool.map(work, items))
+            if pool not in self._pools:
+                self._pools[pool] = ThreadPoolExecutor(max_workers=self._concurrency,
+                                                       thread_name_prefix=pool)
+            executor = self._pools[pool]
+        return list(executor.map(work, items))
 
     def _proxy_time_ms(self) -> int:
         """The proxy's clock: the timestamp it gives an object it stores now."""
@@ -462,9 +505,12 @@ class Driver(base.Driver):
         return True
 
     def close(self) -> None:
-        """Write the tallies still pending, free the writer slot, then let go of the
-        connections."""
+        """Stop the reaper, write the tallies still pending (its own among them), free
+        the writer slot, then let go of the connections."""
+        # Set first: a reaper pass under way stops at its next batch (and the flusher).
         self._stop.set()
+        if self._reaper is not None:
+            self._reaper.stop()
         with self._lock:
             flusher = self._flusher
         if flusher is not None:
@@ -476,15 +522,102 @@ class Driver(base.Driver):
             LOG.warning("Tallies not written on close, lost: %s", exc.description)
         self._release_slot()
         with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
+            for executor in self._pools.values():
+                executor.shutdown(wait=False)
+            self._pools.clear()
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
 
+    # The reaper
+
+    def _reaper_lease(self, seconds: float) -> bool:
+        """Bid for this pass of the background reaper: True for the one process of the
+        deployment that won it. The lease is never renewed nor deleted: it lapses before
+        the next pass is due (``delayq.storage.reaper``)."""
+        container = lay.writers_container(self._prefix)
+        body = self._lease_body(secrets.token_hex(8))
+        # Whole seconds, as Swift keeps them; a lease of less than one would be none.
+        headers = {DELETE_AFTER: str(max(1, int(seconds)))}
+        with unavailable_as_503():
+            try:
+                return self._bid(container, lay.REAPER, body, headers)
+            except ClientException as exc:
+                if not is_status(exc, 404):
+                    raise
+                self._swift.put_container(container)  # the deployment's first lease
+                return self._bid(container, lay.REAPER, body, headers)
+
+    def reap(self) -> None:
+        """One pass: the expired messages of every queue container under this driver's
+        prefix, each removed and reported by whoever wins its expire marker (so passes
+        and claims racing report each once)."""
+        with unavailable_as_503():
+            containers = self._account(f"{self._prefix}:")
+        for part, queue in filter(None, (lay.parse_container(self._prefix, name)
+                                         for name in containers)):
+            if self._stop.is_set():
+                return  # closing: the next pass, of whichever process, goes on
+            try:
+                with unavailable_as_503():
+                    project = lay.project_of_part(part)
+                    if project is None:
+                        project = self._project_of_queue(part, queue)
+                    if project is None:
+                        LOG.debug("Queue %s of a hashed project part %s left unreaped: "
+                                  "no event of its trail names the project", queue, part)
+                        continue
+                    self.reap_queue(project, queue)
+            except (errors.StorageUnavailable, ClientException) as exc:
+                # One queue failing (Swift, or the queue deleted under the pass) leaves
+                # the others theirs.
+                LOG.warning("Expired messages of queue %s not reaped in this pass: %s",
+                            queue, getattr(exc, "description", exc))
+
+    def _project_of_queue(self, part: str, queue: str) -> str | None:
+        """The project of a hashed project part, from the queue's trail, if it has one."""
+        first = self._list(lay.events_container_of_part(self._prefix, part, queue), "",
+                           limit=1)
+        return self._project_of_trail(part, queue, first[0]) if first else None
+
+    def reap_queue(self, project: str, queue: str) -> None:
+        """Remove the queue's expired messages: every index entry available by now whose
+        expiry has passed (``layout.free_entry``: an expired message's entry is listed),
+        a listing at a time, its entries in batches of ``REAP_BATCH``, each batch's
+        events one object."""
+        container = self._container(project, queue)
+        with unavailable_as_503():
+            now = self._now_us()
+            end = lay.index_end(now)
+            after = lay.INDEX_PREFIX
+            while True:
+                names = self._list(container, lay.INDEX_PREFIX, marker=after, end=end,
+                                   limit=LISTING_PAGE)
+                expired = [entry for entry in map(Entry.parse, names)
+                           if entry is not None and entry.expires <= now]
+                for start in range(0, len(expired), REAP_BATCH):
+                    if self._stop.is_set():
+                        return
+                    trail = self._parallel(
+                        lambda entry: self._expire(project, queue, entry, now),
+                        expired[start:start + REAP_BATCH], pool=REAPER_POOL)
+                    self._record(project, queue, now, [event for event in trail if event])
+                if len(names) < LISTING_PAGE:
+                    return
+                after = names[-1]
+
     # Objects
+
+    def _stored_until(self, expires_us: int) -> str:
+        """``X-Delete-At`` of a message and its index entry: past its expiry by the
+        retention, so that this driver, not Swift's expirer, removes (and reports) it."""
+        return delete_at(expires_us, self._retention)
+
+    def _marker_until(self, expires_us: int) -> str:
+        """``X-Delete-At`` of a marker: it outlives the message's object, so a late
+        claimer or reaper still finds it."""
+        return delete_at(expires_us, self._retention + MARKER_MARGIN)
 
     @staticmethod
     def _unless_absent(request: Callable[[bool], T]) -> T | None:
@@ -565,7 +698,7 @@ class Driver(base.Driver):
     def _put_entry(self, container: str, entry: Entry) -> None:
         try:
             self._swift.put_object(container, entry.name, b"",
-                                   headers={"X-Delete-At": delete_at(entry.expires)})
+                                   headers={"X-Delete-At": self._stored_until(entry.expires)})
         except ClientException as exc:
             if not is_status(exc, 409):  # the same entry, written a moment later
                 raise
@@ -588,7 +721,7 @@ class Driver(base.Driver):
 
     def _write_record(self, container: str, message_id: str, record: Record) -> None:
         """Rewrite the message's state; nothing when the message is gone (deleted)."""
-        headers = {**record.headers(), "X-Delete-At": delete_at(record.expires)}
+        headers = {**record.headers(), "X-Delete-At": self._stored_until(record.expires)}
         try:
             self._unless_absent(lambda _: self._swift.post_object(
                 container, lay.message_name(message_id), headers=headers))
@@ -1098,7 +1231,8 @@ class Driver(base.Driver):
                                        lay.encode(message.body),
                                        content_type="application/json",
                                        headers={**record.headers(),
-                                                "X-Delete-At": delete_at(record.expires)})
+                                                "X-Delete-At": self._stored_until(
+                                                    record.expires)})
                 try:
                     self._put_entry(container, record.entry(message_id))
                 except Exception:
@@ -1136,13 +1270,16 @@ class Driver(base.Driver):
         found = self._parallel(lambda i: (i, self._read(container, i)), ids)
         live = []
         for message_id, read in found:
-            if read is None or read[0].expires <= now:
+            if read is None:
                 continue
             if read[0].moving:
+                # Its expiry here does not matter: the move decides whether it lives on
+                # in the queue it was moving to.
                 self._finish_move(project, queue, message_id, read[0], read[1],
                                   json.loads(read[0].moving), now)
                 continue
-            live.append(self._message(message_id, *read, now))
+            if read[0].expires > now:
+                live.append(self._message(message_id, *read, now))
         return live
 
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
@@ -1244,12 +1381,15 @@ class Driver(base.Driver):
                 if found is None:
                     return None
                 record = found[0]
+                if record.expires <= now and not record.moving:
+                    # It ended with its expiry, which the winner of its expire marker
+                    # removes and reports: deleted here too, it would go unreported.
+                    return None
                 deleted = self._forget(container, message_id, record)
                 if deleted and not record.moving:
                     self._tally(project, queue, record, None)
-                # One that expired already (the expirer had not removed it yet) ended with
-                # its expiry, which the trail does not record; a moving one with its move.
-                if not deleted or record.expires <= now or record.moving:
+                # A moving one ended with its move.
+                if not deleted or record.moving:
                     return None
                 return self._deleted(project, queue, now, message_id, record)
 
@@ -1261,15 +1401,15 @@ class Driver(base.Driver):
         with unavailable_as_503():
             now = self._now_us()
             pop_id = uuid.uuid4().hex
-            taken, _ = self._take(project, queue, now, limit, pop_id, now + POP_LEASE * US,
-                                  0, None)
+            taken, _, expired = self._take(project, queue, now, limit, pop_id,
+                                           now + POP_LEASE * US, 0, None)
             forgotten = self._parallel(lambda t: self._forget(container, t[0], t[1]), taken)
             for (_, record, _, _), deleted in zip(taken, forgotten, strict=True):
                 if deleted:
                     self._tally(project, queue, record, None)
             # Popped as it was before the pop marked it; one a concurrent delete took
             # first is that delete's to record.
-            self._record(project, queue, now, [
+            self._record(project, queue, now, expired + [
                 self._event(project, queue, events.POPPED, now, message_id=message_id,
                             claim_count=before.count)
                 for (message_id, _, _, before), deleted in zip(taken, forgotten, strict=True)
@@ -1280,12 +1420,15 @@ class Driver(base.Driver):
 
     def _take(self, project: str, queue: str, now: int, limit: int, claim_id: str,
               claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-              ) -> tuple[list[tuple[str, Record, bytes, Record]], list[Moved]]:
+              ) -> tuple[list[tuple[str, Record, bytes, Record]], list[Moved],
+                         list[events.Event]]:
         """Claim up to *limit* claimable messages; ``(id, new record, body, old record)``
-        of each, and the dead-letter moves made on the way."""
+        of each, the dead-letter moves made on the way, and the ``expired`` events of the
+        expired messages met on the way that this request removed."""
         container = self._container(project, queue)
         taken: list[tuple[str, Record, bytes, Record]] = []
         moved: list[Moved] = []
+        expired: list[events.Event] = []
         after = lay.INDEX_PREFIX
         end = lay.index_end(now)
         dlq_ready = False
@@ -1318,25 +1461,21 @@ class Driver(base.Driver):
                     contended = True
                 elif isinstance(result, Moved):
                     moved.append(result)
+                elif isinstance(result, events.Event):
+                    expired.append(result)
                 elif result is not None:
                     taken.append(result)
-        return taken, moved
+        return taken, moved, expired
 
     def _take_one(self, project: str, queue: str, entry: Entry, now: int, claim_id: str,
                   claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-                  ) -> tuple[str, Record, bytes, Record] | Moved | Lost | None:
+                  ) -> tuple[str, Record, bytes, Record] | Moved | Lost | events.Event | None:
         container = self._container(project, queue)
         message_id = entry.message_id
         if entry.expires <= now:
-            # The entry may be older than the message's state (a claim extends expiry):
-            # the message's own record decides.
-            found = self._read(container, message_id)
-            if found is None or found[0].expires <= now:
-                self._delete(container, lay.message_name(message_id))
-                self._delete(container, entry.name)
-            else:
-                self._repair(project, queue, entry, now)
-            return None
+            # Removed here (reported once, by the winner of its expire marker), so that
+            # the next claims do not meet it again.
+            return self._expire(project, queue, entry, now)
         move = dead_letter is not None and entry.count >= dead_letter.max_claim_count
         marker = {"kind": lay.MOVE if move else lay.CLAIM, "claim": claim_id,
                   "expires": claim_expires, "grace": grace, "at": now,
@@ -1370,7 +1509,7 @@ class Driver(base.Driver):
         container = self._container(project, queue)
         message_id = entry.message_id
         won = self._bid(container, lay.marker_name(message_id, entry.generation + 1), marker,
-                        {"X-Delete-At": delete_at(entry.expires, MARKER_MARGIN)})
+                        {"X-Delete-At": self._marker_until(entry.expires)})
         if not won:
             self._repair(project, queue, entry, now)
             return LOST
@@ -1419,11 +1558,11 @@ class Driver(base.Driver):
         source = self._container(project, queue)
         target = self._container(project, marker["queue"])
         moved, available = self._arrival(queue, record, marker)
-        entry = Entry(available, message_id, moved.count, moved.generation, lay.FREE,
-                      moved.expires)
+        entry = lay.free_entry(available, message_id, moved.count, moved.generation,
+                               moved.expires)
         expires = moved.expires
         if expires > now:
-            headers = {**moved.headers(), "X-Delete-At": delete_at(expires)}
+            headers = {**moved.headers(), "X-Delete-At": self._stored_until(expires)}
             try:
                 self._create(target, lay.message_name(message_id), body, headers)
             except ClientException as exc:
@@ -1539,7 +1678,7 @@ class Driver(base.Driver):
                           "due": None if delay is None else now + round(delay * US),
                           "body": None if body is NO_CHANGE else lay.encode(body).decode()}
                 if self._bid(container, lay.marker_name(message_id, generation), marker,
-                             {"X-Delete-At": delete_at(record.expires, MARKER_MARGIN)}):
+                             {"X-Delete-At": self._marker_until(record.expires)}):
                     counted = self._edited(record, marker, generation)
                     self._tally(project, queue, record, counted)
                     edited = self._complete_edit(container, message_id, record, old_body,
@@ -1609,10 +1748,65 @@ class Driver(base.Driver):
                 return None
             self._swift.put_object(container, name, body, content_type="application/json",
                                    headers={**edited.headers(),
-                                            "X-Delete-At": delete_at(edited.expires)})
+                                            "X-Delete-At": self._stored_until(edited.expires)})
         if not self._move_entry(container, message_id, met, edited.entry(message_id)):
             return None
         return edited, body
+
+    def _expire(self, project: str, queue: str, entry: Entry, now: int
+                ) -> events.Event | None:
+        """Remove the message of *entry*, an index entry whose expiry has passed, when it
+        has indeed expired; its ``expired`` event when this request is the one to report
+        it: the winner of its ``expire`` marker, whose DELETE found the message.
+
+        Swift has no delete-if: two racing DELETEs may both answer 204, so a DELETE alone
+        cannot tell who reports. The marker bid can: claims and reapers that meet the
+        same expired message bid for its next generation, and only one wins it (a claim
+        or move that won it first leaves the message to live on, as it should).
+        """
+        container = self._container(project, queue)
+        message_id = entry.message_id
+        record = self._head(container, message_id)
+        if record is None:
+            self._delete(container, entry.name)  # its message was removed or moved
+            return None
+        if record.moving or record.expires > now:
+            # A move to complete, or an entry older than the record (a claim extended the
+            # message's expiry): brought in line like any stale entry.
+            self._repair(project, queue, entry, now)
+            return None
+        if not self._bid(container, lay.marker_name(message_id, record.generation + 1),
+                         {"kind": lay.EXPIRE, "at": now},
+                         {"X-Delete-At": self._marker_until(record.expires)}):
+            # Another reaper or claim removes it; or a claim, move or edit won the
+            # generation before the record showed it (its maker may have died).
+            self._repair(project, queue, entry, now)
+            return None
+        if not self._remove(container, message_id, record, entry):
+            return None  # deleted by another request (a delete by ids that read it live)
+        self._tally(project, queue, record, None)
+        return self._event(project, queue, events.EXPIRED, record.expires,
+                           message_id=message_id, claim_count=record.count,
+                           expires=record.expires / US)
+
+    def _head(self, container: str, message_id: str) -> Record | None:
+        """The message's record, without its body; None when it is absent."""
+        name = lay.message_name(message_id)
+        headers = self._unless_absent(lambda recheck: self._swift.head_object(
+            container, name, headers={"X-Newest": "true"} if recheck else None))
+        return None if headers is None else Record.from_headers(headers)
+
+    def _remove(self, container: str, message_id: str, record: Record, met: Entry) -> bool:
+        """Delete an expired message, then its index entries; False if it was gone.
+
+        The message first: an entry left by a process dying in between points at
+        nothing and is dropped by whoever meets it, while a message left without an entry
+        would be found by no reaper.
+        """
+        found = self._delete(container, lay.message_name(message_id))
+        for name in {record.entry(message_id).name, met.name}:
+            self._delete(container, name)
+        return found
 
     def _repair(self, project: str, queue: str, entry: Entry, now: int) -> None:
         """Bring a stale index entry in line with the message's markers and record.
@@ -1638,6 +1832,12 @@ class Driver(base.Driver):
             marker = json.loads(latest[1])
             if now - marker["at"] < self._settle * US:
                 return  # a bid still settling: its winner is alive and finishes the job
+            if marker["kind"] == lay.EXPIRE:
+                # Its winner removes the message and reports it; one that died before
+                # its DELETE left the rest to whoever comes much later, uncounted.
+                if now - marker["at"] >= EXPIRY_ABANDONED:
+                    self._remove(container, message_id, record, entry)
+                return
             # Every generation past the record's was a claim, but a final move or edit
             # (an edit bids only for the generation right after a record it read).
             claims = generation - record.generation - (marker["kind"] != lay.CLAIM)
@@ -1674,8 +1874,7 @@ class Driver(base.Driver):
         if state.get("claim") != record.claim or state.get("expires", 0) <= now:
             return
         self._swift.put_object(container, marker, lay.encode({**state, "expires": 0}),
-                               headers={"X-Delete-At": delete_at(record.expires,
-                                                                 MARKER_MARGIN)})
+                               headers={"X-Delete-At": self._marker_until(record.expires)})
         released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
         self._write_record(container, message_id, released)
         self._tally(project, queue, record, released)
@@ -1690,9 +1889,10 @@ class Driver(base.Driver):
             now = self._now_us()
             claim_id = uuid.uuid4().hex
             expires = now + ttl * US
-            taken, moved = self._take(project, queue, now, limit, claim_id, expires, grace,
-                                      dead_letter)
-            trail = [self._dead_lettered(project, queue, now, move) for move in moved]
+            taken, moved, expired = self._take(project, queue, now, limit, claim_id,
+                                               expires, grace, dead_letter)
+            trail = expired + [self._dead_lettered(project, queue, now, move)
+                               for move in moved]
             if not taken:
                 self._record(project, queue, now, trail)
                 return None
@@ -1765,7 +1965,7 @@ class Driver(base.Driver):
                     container, marker, lay.encode({"kind": lay.CLAIM, "claim": claim_id,
                                                    "expires": expires, "grace": grace,
                                                    "at": now, "queue": None, "ttl": None}),
-                    headers={"X-Delete-At": delete_at(renewed.expires, MARKER_MARGIN)})
+                    headers={"X-Delete-At": self._marker_until(renewed.expires)})
                 self._write_record(container, message_id, renewed)
                 self._tally(project, queue, record, renewed)
                 self._move_entry(container, message_id, record.entry(message_id),

@@ -7,22 +7,28 @@ Inside it:
 ``meta``
     The queue's metadata (JSON).
 ``m/<id>``
-    A message: its body (JSON) and its state in ``X-Object-Meta-*`` headers, with
-    ``X-Delete-At`` at its expiry so Swift hides and removes it by itself. Ids begin with
-    the post time, so listing ``m/`` is post order.
+    A message: its body (JSON) and its state in ``X-Object-Meta-*`` headers. Ids begin
+    with the post time, so listing ``m/`` is post order. ``X-Delete-At`` is its expiry
+    plus ``expired_retention``: an expired message stays stored that long for the driver
+    to remove it itself and report it (``expired``), and is dropped by Swift, unseen,
+    only when nobody did.
 ``a/<available>.<id>.<count>.<generation>.<state>.<expires>``
     The availability index: an empty object per message, named by when it next becomes
-    claimable (its due time, or its claim's expiry), so listing ``a/`` up to *now* yields
-    exactly the claimable messages, oldest first — however many are delayed or claimed,
-    and with no delay condition at all. The name also carries what a claim needs to
-    decide without reading the message: claim count, generation, state (``f`` free or
-    delayed, ``c`` claimed) and expiry — which is also all ``stats`` needs.
+    claimable (its due time, or its claim's expiry) — or by its expiry, when that comes
+    first (a delay past the ttl) — so listing ``a/`` up to *now* yields exactly the
+    claimable messages, oldest first, however many are delayed or claimed and with no
+    delay condition at all, and with them every expired one, which the reaper removes.
+    The name also carries what a claim needs to decide without reading the message:
+    claim count, generation, state (``f`` free or delayed, ``c`` claimed) and expiry —
+    which is also all ``stats`` needs. ``X-Delete-At`` as its message's.
 ``c/<id>/<generation>``
     Generation markers, the source of truth for exclusivity: the n-th claim (or the
-    dead-letter move, or edit) of a message is the one request that creates
-    ``c/<id>/<n>`` with ``If-None-Match: *``. Body: kind (claim, move or edit), claim id,
-    claim expiry; an edit's marker carries the edit itself (new due time, new body), so
-    that whoever meets it can complete it.
+    dead-letter move, edit, or expiry) of a message is the one request that creates
+    ``c/<id>/<n>`` with ``If-None-Match: *``. Body: kind (claim, move, edit or expire),
+    claim id, claim expiry; an edit's marker carries the edit itself (new due time, new
+    body), so that whoever meets it can complete it. An ``expire`` marker is the right to
+    delete an expired message and report it: of all the claims and reapers that meet it,
+    only its winner does.
 ``k/<claim id>``
     A claim: ttl, grace, times and the ``[id, generation]`` pairs it holds.
 ``t/<level>/<page>/<slot>``
@@ -59,6 +65,10 @@ for ``<prefix>:clock``, which holds the one object ``now`` that reads the proxy'
     one, deleted on close. A process takes the lowest free slot, so the slots in use, and
     the tally objects a count reads, are bounded by the processes alive at once, not by
     those ever started.
+``reaper``
+    The lease of the background reaper's pass (``delayq.storage.reaper``): a bid like a
+    slot's (``kind`` ``lease``), ``X-Delete-After`` the lease, never renewed, so one
+    process of the deployment reaps per pass.
 
 Times in names are microseconds in 14 hexadecimal digits, so names sort by time.
 """
@@ -88,7 +98,8 @@ CLAIMED = "c"  # claimed: available again at the claim's expiry
 MOVE = "move"
 CLAIM = "claim"
 EDIT = "edit"
-LEASE = "lease"  # the kind of a writer slot's lease (a bid like a marker)
+EXPIRE = "expire"  # the right to remove an expired message and report it
+LEASE = "lease"  # the kind of a writer slot's or the reaper's lease (a bid like a marker)
 
 TIME_DIGITS = 14
 GENERATION_DIGITS = 6
@@ -147,6 +158,11 @@ def writers_container(prefix: str) -> str:
 def slot_name(slot: int) -> str:
     """The lease object of writer slot *slot*."""
     return f"{SLOT_PREFIX}{slot}"
+
+
+# The reaper's lease, in the writers container (no slot's name, which begins with
+# SLOT_PREFIX).
+REAPER = "reaper"
 
 
 def parse_container(prefix: str, name: str) -> tuple[str, str] | None:
@@ -330,7 +346,15 @@ class Record:
         if self.claim and self.claim_expires:
             return Entry(self.claim_expires, message_id, self.count, self.generation,
                          CLAIMED, self.expires)
-        return Entry(self.due, message_id, self.count, self.generation, FREE, self.expires)
+        return free_entry(self.due, message_id, self.count, self.generation, self.expires)
+
+
+def free_entry(due: int, message_id: str, count: int, generation: int, expires: int
+               ) -> Entry:
+    """The entry of a free or delayed message: available at its due time, or at its
+    expiry when its delay runs past its ttl, so that listing the index up to now finds
+    every expired message (a claim's expiry never passes the message's)."""
+    return Entry(min(due, expires), message_id, count, generation, FREE, expires)
 
 
 def encode(value: Any) -> bytes:

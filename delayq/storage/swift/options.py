@@ -62,4 +62,18 @@ OPTS = [
                     "every fifth of this time and stops writing when a third is left "
                     "unrenewed; a slot of a process killed is taken again this long "
                     "after its last renewal at most."),
+    cfg.IntOpt("reap_interval", default=30, min=0,
+               help="Seconds between passes of the background reaper, which removes the "
+                    "expired messages of every queue and reports each (the expired "
+                    "events and the delayq_messages_expired_total counter). One worker of "
+                    "the deployment runs each pass, which lists every queue's container "
+                    "and the part of its index that is due. 0 disables it: then only the "
+                    "claims that meet expired messages remove them, and the others stay "
+                    "uncounted until Swift drops them (expired_retention)."),
+    cfg.IntOpt("expired_retention", default=3600, min=60,
+               help="Seconds an expired message stays stored (X-Delete-At is its expiry "
+                    "plus this), hidden from every read, for the reaper to remove and "
+                    "count it; past this, Swift's object expirer drops it unseen and "
+                    "uncounted. Keep it well above reap_interval (a pass of a large "
+                    "deployment may take a while)."),
 ]
