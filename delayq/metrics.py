@@ -43,7 +43,7 @@ COUNTER_HELP = {
              "(queue deletes and purges are not counted).",
     DEAD_LETTERED: "Messages a claim moved to their queue's dead-letter queue.",
     EXPIRED: "Messages delayq removed because their ttl had passed (see the operator "
-             "guide: MongoDB and Swift expire messages without delayq seeing it).",
+             "guide for those a store may drop by itself).",
 }
 
 # The driver-reported endings each counter takes (see Driver.endings).

@@ -28,10 +28,6 @@ class Driver(abc.ABC):
     """A storage backend for queues, messages and claims of every project."""
 
     name: str
-    # False for a driver whose backend deletes expired messages on its own, unseen, and
-    # which so writes no ``expired`` events; the audits then infer expiry from the trail
-    # (delayq.events).
-    expiry_events: bool = True
     # True when requests remove the expired messages they meet as they write (each
     # reported as ``expired``), so any write after an expiry reaps a batch of it; False
     # when only ``reap`` (the background reaper, delayq.storage.reaper) does, because a

@@ -269,8 +269,6 @@ def test_a_claim_that_moves_and_claims_records_both(broker, driver, clock):
 
 
 def test_an_expired_message_is_recorded_at_the_instant_it_expired(broker, driver, clock):
-    if not driver.expiry_events:
-        pytest.skip(f"the {driver.name} backend expires messages itself (no expired events)")
     create(broker, "q")
     t0 = clock.now
     [short] = post(broker, "q", "short", ttl=60)
@@ -309,8 +307,6 @@ def test_an_expired_message_is_recorded_at_the_instant_it_expired(broker, driver
 def test_many_expired_messages_are_each_recorded_once(broker, driver, clock):
     # Drivers reap expired messages in bounded batches on each write, so a large expiry
     # may take several writes to reach the trail; each message is recorded once.
-    if not driver.expiry_events:
-        pytest.skip(f"the {driver.name} backend expires messages itself (no expired events)")
     create(broker, "q")
     t0 = clock.now
     ids = []
@@ -337,31 +333,10 @@ def test_a_delete_of_an_expired_message_records_no_deletion(broker, driver, cloc
     broker.delete_messages(PROJECT, "q", [mid])
     write(broker, "q")
     kinds = [e.kind for e in trail(driver, "q") if e.message_id == mid]
-    if driver.expiry_events:
-        assert kinds == [events.POSTED, events.EXPIRED]
-        assert of_kind(driver, "q", events.EXPIRED) == [
-            Event(PROJECT, "q", events.EXPIRED, t0 + 60, message_id=mid, claim_count=0,
-                  expires=t0 + 60)]
-    else:
-        assert kinds == [events.POSTED]
-
-
-def test_no_expired_event_is_invented_where_the_backend_expires_messages(broker, driver,
-                                                                        clock):
-    if driver.expiry_events:
-        pytest.skip(f"the {driver.name} driver writes expired events (tested above)")
-    create(broker, "q")
-    [mid] = post(broker, "q", "short", ttl=60)
-    lapse(broker, clock, ttl=60, grace=60)
-    clock.advance(61)
-    post(broker, "q", "a write")
-    claim(broker, "q")
-    post(broker, "q", "another write")
-    with pytest.raises(errors.MessageNotFound):
-        broker.get_message(PROJECT, "q", mid)
-    assert of_kind(driver, "q", events.EXPIRED) == []
-    assert [e.kind for e in trail(driver, "q") if e.message_id == mid] == [
-        events.POSTED, events.CLAIMED]
+    assert kinds == [events.POSTED, events.EXPIRED]
+    assert of_kind(driver, "q", events.EXPIRED) == [
+        Event(PROJECT, "q", events.EXPIRED, t0 + 60, message_id=mid, claim_count=0,
+              expires=t0 + 60)]
 
 
 # purged

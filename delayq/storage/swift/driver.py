@@ -364,9 +364,6 @@ class Driver(base.Driver):
     """Queues, messages and claims in an OpenStack Swift account."""
 
     name = "swift"
-    # Expired messages stay stored (``expired_retention``) until this driver removes
-    # them, each reported once by the winner of its ``expire`` marker.
-    expiry_events = True
     # A post removes nothing: reaping would cost it a listing of the index. Claims remove
     # the expired messages they meet at the head of the index, the reaper the others.
     reaps_on_write = False
