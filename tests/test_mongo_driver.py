@@ -1493,8 +1493,16 @@ def test_the_metrics_counter_counts_expired_messages(backend, clock, make_conf):
     assert expired_total() - before == 3
 
 
-def test_an_audit_opens_the_store_without_a_reaper():
+def test_an_audit_opens_the_store_without_a_reaper(tmp_path):
     from delayq.spark_jobs.store import StoreLocation, load_conf
 
     conf = load_conf(StoreLocation(uri="mongodb://127.0.0.1:27017/?replicaSet=rs0"))
     assert conf["drivers:message_store:mongodb"].reap_interval == 0
+    # A configuration file that turns every reaper on: the audit turns them off.
+    groups = ("mongodb", "redis", "swift")
+    config = tmp_path / "delayq.conf"
+    config.write_text("[drivers]\nmessage_store = swift\n" + "".join(
+        f"[drivers:message_store:{name}]\nreap_interval = 5\n" for name in groups))
+    conf = load_conf(StoreLocation(config_file=str(config)))
+    assert [conf[f"drivers:message_store:{name}"].reap_interval for name in groups] == [
+        0, 0, 0]

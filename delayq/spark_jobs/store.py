@@ -21,6 +21,7 @@ from delayq.storage.base import Driver
 from delayq.storage.mongo.options import GROUP as MONGO_GROUP
 from delayq.storage.redis.options import GROUP as REDIS_GROUP
 from delayq.storage.sqlite.options import GROUP as SQLITE_GROUP
+from delayq.storage.swift.options import GROUP as SWIFT_GROUP
 
 CONFIG_FILE = "config_file"
 URI = "uri"
@@ -69,7 +70,7 @@ def load_conf(location: StoreLocation) -> cfg.ConfigOpts:
         conf = conf_for_uri(location.uri)
     # An audit only reads: it must not start a background reaper, which would expire
     # messages (and write their events) from every Spark task.
-    for group in (REDIS_GROUP, MONGO_GROUP):
+    for group in (REDIS_GROUP, MONGO_GROUP, SWIFT_GROUP):
         conf.set_override("reap_interval", 0, group=group)
     return conf
 
