@@ -14,6 +14,7 @@ import asyncio
 import json
 import random
 import uuid
+import zlib
 
 import pytest
 from falcon import testing
@@ -117,6 +118,30 @@ class World:
 def world(request, tmp_path_factory) -> World:
     client = http_client(request.param, sqlite_conf(tmp_path_factory.mktemp("world")))
     return World(client, {"Client-ID": str(uuid.uuid4()), "X-Project-ID": "project-a"})
+
+
+# The large tables of cases, and how many of their cases run on Swift: one in SWIFT_SHARE.
+# Validation happens before any driver is called, so each case mostly re-checks the same
+# code on every store; on Swift each case's before/after snapshot costs about half a
+# second, which made these tables a quarter of the whole suite's time. The sample is
+# fixed (by each case's id), and every case still runs on the three other stores.
+SAMPLED_ON_SWIFT = frozenset({
+    "test_bad_queue_name", "test_malformed_json", "test_post_bad_messages",
+    "test_bad_client_id", "test_bad_query_parameters", "test_reserved_attribute_put",
+    "test_reserved_attribute_patch", "test_claim_bad_values"})
+SWIFT_SHARE = 4
+
+
+@pytest.fixture(autouse=True)
+def swift_sample(request) -> None:
+    """Skip the cases of ``SAMPLED_ON_SWIFT`` outside Swift's fixed sample."""
+    if request.node.originalname not in SAMPLED_ON_SWIFT:
+        return
+    if request.node.callspec.params.get("world") != "swift":
+        return
+    if zlib.crc32(request.node.nodeid.encode()) % SWIFT_SHARE:
+        pytest.skip(f"one case in {SWIFT_SHARE} of this table runs on Swift "
+                    "(SAMPLED_ON_SWIFT)")
 
 
 @pytest.fixture
