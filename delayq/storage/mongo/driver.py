@@ -515,11 +515,9 @@ class Driver(base.Driver):
         delete by id and reapers removing the same message, only the one that deleted
         it gets it back, and reports it.
         """
-        fields = {s.PROJECT: 1, s.QUEUE: 1, s.CLAIM_COUNT: 1, **s.TALLY_FIELDS}
-        found = (self._messages.find_one_and_delete(
-            {s.ID: doc[s.ID], s.PROJECT: doc[s.PROJECT], s.EXPIRES: {"$lte": s.date(now)}},
-            fields) for doc in docs)
-        return [doc for doc in found if doc is not None]
+        return self._delete_each(
+            [{s.ID: doc[s.ID], s.PROJECT: doc[s.PROJECT], s.EXPIRES: {"$lte": s.date(now)}}
+             for doc in docs], s.PROJECT, s.QUEUE)
 
     # Queues
 
@@ -732,17 +730,18 @@ class Driver(base.Driver):
         self._record([self._deleted(project, queue, now, doc) if s.ms(doc[s.EXPIRES]) > now
                       else self._expired(project, queue, doc) for doc in deleted])
 
-    def _delete_each(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _delete_each(self, filters: list[dict[str, Any]], *fields: str
+                     ) -> list[dict[str, Any]]:
         """Delete the message each filter matches; the documents, as deleted, of those
-        this request deleted.
+        this request deleted (claim count and tally fields, and *fields*).
 
         One ``find_one_and_delete`` each: only it tells which request deleted a message
         two deleted at once, and in which state (the claim count of the trail, the
         instants of the tallies). A pinned bulk delete would save round trips but not
         tell, when some vanished under a concurrent delete, which of them it deleted.
         """
-        fields = {s.CLAIM_COUNT: 1, **s.TALLY_FIELDS}
-        found = (self._messages.find_one_and_delete(where, fields) for where in filters)
+        kept = {s.CLAIM_COUNT: 1, **s.TALLY_FIELDS, **dict.fromkeys(fields, 1)}
+        found = (self._messages.find_one_and_delete(where, kept) for where in filters)
         return [doc for doc in found if doc is not None]
 
     def _tally_deleted(self, project: str, queue: str, docs: list[dict[str, Any]]) -> None:
@@ -757,9 +756,7 @@ class Driver(base.Driver):
         pop_id = ObjectId()
         taken, _, reaped = self._take(project, queue, now, limit, pop_id,
                                       now + POP_LEASE_MS, 0, None)
-        changes = self._taking(queue, taken, [], pop_id, now + POP_LEASE_MS, 0)
-        for doc in reaped:
-            changes.add(queue, doc, None)
+        changes = self._taking(queue, taken, [], reaped, pop_id, now + POP_LEASE_MS, 0)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
         gone = {doc[s.ID]: doc for doc in self._delete_each(
@@ -924,9 +921,13 @@ class Driver(base.Driver):
 
     @staticmethod
     def _taking(queue: str, taken: list[dict[str, Any]], moved: list[Move],
-                claim_id: ObjectId, claim_expires: int, grace: int) -> tallying.Changes:
-        """The tally changes of what ``_take`` claimed and moved (as read: pinned)."""
+                reaped: list[dict[str, Any]], claim_id: ObjectId, claim_expires: int,
+                grace: int) -> tallying.Changes:
+        """The tally changes of what ``_take`` claimed, moved and reaped (as read:
+        pinned)."""
         changes = tallying.Changes()
+        for doc in reaped:
+            changes.add(queue, doc, None)
         for doc in taken:
             changes.add(queue, doc, s.claimed(doc, claim_id, claim_expires, grace))
         for move in moved:
@@ -1003,10 +1004,8 @@ class Driver(base.Driver):
         expires = now + ttl * 1000
         taken, moved, reaped = self._take(project, queue, now, limit, claim_id, expires,
                                           grace, dead_letter)
-        changes = self._taking(queue, taken, moved, claim_id, expires, grace)
-        for doc in reaped:
-            changes.add(queue, doc, None)
-        self._tally(project, changes)
+        self._tally(project, self._taking(queue, taken, moved, reaped, claim_id, expires,
+                                          grace))
         trail = [self._expired(project, queue, doc) for doc in reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._event(project, queue, events.DEAD_LETTERED, now,

@@ -154,6 +154,7 @@ CLAIM_BATCH = 32  # index entries read per listing while claiming
 MARKER_MARGIN = 86_400
 EXPIRED_RETENTION = 3600  # seconds an expired message stays stored (expired_retention)
 REAP_BATCH = 64  # expired index entries a reaper pass handles at once
+API_POOL = "delayq-swift"  # threads for the per-message requests of API requests
 REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requests
 # A repairer meeting an expire marker (beyond the record) completes the removal only once
 # the marker is this old (µs of the driver's clock): before, its winner is alive and
@@ -461,7 +462,7 @@ class Driver(base.Driver):
         return conn
 
     def _parallel(self, work: Callable[[Any], T], items: Iterable[Any], *,
-                  pool: str = "delayq-swift") -> list[T]:
+                  pool: str = API_POOL) -> list[T]:
         """``work`` of each item, in *pool*'s threads (``concurrency`` of them)."""
         items = list(items)
         if len(items) <= 1:
@@ -637,9 +638,13 @@ class Driver(base.Driver):
         return self._unless_absent(lambda recheck: self._swift.get_object(
             container, name, headers={"X-Newest": "true"} if newest or recheck else None))
 
-    def _exists(self, container: str, name: str) -> bool:
+    def _head(self, container: str, name: str) -> dict[str, str] | None:
+        """The object's headers; None when it is absent."""
         return self._unless_absent(lambda recheck: self._swift.head_object(
-            container, name, headers={"X-Newest": "true"} if recheck else None)) is not None
+            container, name, headers={"X-Newest": "true"} if recheck else None))
+
+    def _exists(self, container: str, name: str) -> bool:
+        return self._head(container, name) is not None
 
     def _delete(self, container: str, name: str) -> bool:
         """Delete the object; False when it was not there (deleted by someone else)."""
@@ -1763,7 +1768,7 @@ class Driver(base.Driver):
         """
         container = self._container(project, queue)
         message_id = entry.message_id
-        record = self._head(container, message_id)
+        record = self._read_record(container, message_id)
         if record is None:
             self._delete(container, entry.name)  # its message was removed or moved
             return None
@@ -1786,11 +1791,9 @@ class Driver(base.Driver):
                            message_id=message_id, claim_count=record.count,
                            expires=record.expires / US)
 
-    def _head(self, container: str, message_id: str) -> Record | None:
+    def _read_record(self, container: str, message_id: str) -> Record | None:
         """The message's record, without its body; None when it is absent."""
-        name = lay.message_name(message_id)
-        headers = self._unless_absent(lambda recheck: self._swift.head_object(
-            container, name, headers={"X-Newest": "true"} if recheck else None))
+        headers = self._head(container, lay.message_name(message_id))
         return None if headers is None else Record.from_headers(headers)
 
     def _remove(self, container: str, message_id: str, record: Record, met: Entry) -> bool:
