@@ -1542,3 +1542,42 @@ def test_a_purge_or_deletion_racing_this_process_tally_writes_leaves_nothing_cou
         assert driver.queue_counts(PROJECT, "q") == QueueCounts(0, 0, 0), round_
     driver.close()
     assert counted_by_a_new_process(make_driver, clock) == QueueCounts(0, 0, 0)
+
+
+def test_a_deleted_queue_brought_back_by_a_racing_tally_write_is_no_queue(make_driver,
+                                                                          prefix, clock, raw):
+    """Another process's tally write racing a deletion can bring the container back holding
+    only that write (found by a suite run: the queue still existed after its DELETE)."""
+    writer, other = make_driver(clock=clock, **NO_FLUSH), make_driver(clock=clock)
+    post(writer, "q", 3)
+    writer.flush_tallies()
+    container = layout.container(prefix, PROJECT, "q")
+    _, listing = raw.get_container(container, prefix=layout.TALLY_PREFIX)
+    written = {item["name"]: raw.get_object(container, item["name"])[1] for item in listing}
+    assert written
+    other.delete_queue(PROJECT, "q")
+    # What the race leaves: the container again, with the tally write and nothing else.
+    raw.put_container(container)
+    for name, body in written.items():
+        raw.put_object(container, name, body)
+
+    for reader in (other, make_driver(clock=clock)):
+        assert reader.get_queue(PROJECT, "q") is None
+        assert reader.list_queues(PROJECT, None, 10) == []
+    # The read dropped the stray sums: a queue created again under the name counts
+    # nothing of the one that was, nor does the writer's next write bring them back.
+    assert names(raw, prefix, "q") == []
+    assert other.create_queue(PROJECT, "q", {})
+    assert counted_by_a_new_process(make_driver, clock) == QueueCounts(0, 0, 0)
+    post(writer, "q", 2)
+    writer.flush_tallies()
+    assert counted_by_a_new_process(make_driver, clock) == QueueCounts(2, 0, 0)
+
+
+def test_a_container_holding_messages_but_no_metadata_is_a_queue_finished_on_read(
+        make_driver, prefix, clock, raw):
+    driver = make_driver(clock=clock)
+    post(driver, "q", 2)
+    raw.delete_object(layout.container(prefix, PROJECT, "q"), layout.META)
+    assert make_driver(clock=clock).get_queue(PROJECT, "q") == {}
+    assert names(raw, prefix, "q", layout.META) == [layout.META]

@@ -1089,17 +1089,30 @@ class Driver(base.Driver):
         with unavailable_as_503():
             found = self._get(container, lay.META)
             if found is None:
-                # A container without metadata is a creation that died half way (a post
-                # may already have stored messages in it): finish it.
-                try:
-                    self._swift.head_container(container)
-                except ClientException as exc:
-                    if is_status(exc, 404):
-                        return None
-                    raise
+                # A container without metadata holding messages is a creation that died
+                # half way after a post stored them: finish it. One holding no message is
+                # no queue: an unfinished creation, or a deleted queue's container that a
+                # racing tally write brought back (see _drop_stray_tallies).
+                if not self._list(container, lay.MESSAGE_PREFIX, limit=1):
+                    self._drop_stray_tallies(container)
+                    return None
                 self._create(container, lay.META, lay.encode({}), {})
                 found = self._get(container, lay.META)
         return json.loads(found[1]) if found else None
+
+    def _drop_stray_tallies(self, container: str) -> None:
+        """Delete the tally objects of a container that holds no queue and no message.
+
+        Another process's tally write racing a deletion can bring the deleted container
+        back (Swift adds the object's row to the deleted container's database) holding
+        only that write: sums of the queue that was, which a queue created again under
+        the name must not count. The writer finds its object gone at its next write and
+        starts again from what it counts after, as after a purge.
+        """
+        stray = self._list(container, lay.TALLY_PREFIX)
+        # Checked again just before: a queue created meanwhile keeps its tallies.
+        if stray and self._get(container, lay.META) is None:
+            self._delete_objects(container, stray)
 
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
         container = self._container(project, name)
