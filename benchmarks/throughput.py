@@ -20,7 +20,8 @@ requests (methods, paths and bodies). Only the ``--seconds`` window is measured:
   and all its workers over the window, divided by the requests completed in it;
 * store CPU per request, where the store is a process of the run (redis-server, Swift's
   servers): the same, for its processes;
-* the load generator's own CPU (this process): it runs on the same machine.
+* the load generator's own CPU (this process): it runs on the same machine, on the same
+  CPUs as the servers unless ``--pin`` keeps it on CPU 0 and them on the others.
 
 The targets run in ``--rounds`` rounds, the trivial app before the first and after each
 round: ``trivial, sqlite, redis, trivial, sqlite, redis, trivial, ...``. Each driver's
@@ -35,7 +36,7 @@ Usage::
 
     python benchmarks/throughput.py [--driver sqlite --driver redis ...] [--seconds 10]
                                     [--warmup 2] [--concurrency 8] [--workers 2]
-                                    [--rounds 3]
+                                    [--rounds 5] [--pin]
 """
 
 from __future__ import annotations
@@ -194,6 +195,23 @@ def load(target: str, port: int, master: int, store_pids: list[int],
 
 # Targets ---------------------------------------------------------------------------------
 
+LOAD_CPUS = {0}  # --pin: the load generator's CPU; the servers and stores get the others
+
+
+def server_cpus() -> set[int]:
+    return os.sched_getaffinity(0) - LOAD_CPUS
+
+
+@contextlib.contextmanager
+def on_cpus(cpus: set[int]) -> Iterator[None]:
+    """Run this process (and what it starts meanwhile) on *cpus* only."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
 
 def mongodb_backend() -> backlog.Backend | None:
     """A database of its own on the MongoDB of DELAYQ_TEST_MONGODB_URI, if it is set."""
@@ -238,6 +256,9 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
     port = backlog.free_port()
     config = directory / "delayq.conf"
     with contextlib.ExitStack() as stack:
+        if args.pin:
+            # What starts now (store, gunicorn and the workers it forks) inherits this.
+            stack.enter_context(on_cpus(server_cpus()))
         service = None
         if target == TRIVIAL:
             config.write_text("")
@@ -262,6 +283,8 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
             client.close()
         log(f"  {target}: serving on port {port}, loading for "
             f"{args.warmup:g} + {args.seconds:g} s")
+        if args.pin:
+            stack.enter_context(on_cpus(LOAD_CPUS))
         return load(target, port, server.proc.pid, store_pids(service), args)
 
 
@@ -343,9 +366,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="[drivers:transport:wsgi] storage_calls of the drivers' servers; "
                              "repeatable: each driver is measured with each (default: the "
                              "server's default)")
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=5,
                         help="rounds of the drivers, each followed by the trivial app "
-                             "(default 3)")
+                             "(default 5)")
+    parser.add_argument("--pin", action="store_true",
+                        help="load generator on CPU 0, servers and stores on the other CPUs "
+                             "(they otherwise share them all)")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 when Redis's median ratio exceeds {TARGET_RATIO}")
     return parser.parse_args(argv)
@@ -353,6 +379,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.pin and not os.sched_getaffinity(0) > LOAD_CPUS:
+        print("--pin needs CPU 0 and at least one more", file=sys.stderr)
+        return 2
     drivers = args.driver or ["sqlite", "redis"]
     available = backends()
     skipped = [d for d in drivers if available[d] is None]
