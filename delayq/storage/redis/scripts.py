@@ -66,10 +66,9 @@ class CountedScript:
             reply = self._link.evalsha(self.script.sha, self.script.script, keys, args)
         else:
             reply = self.script(keys=keys, args=args, client=client)
-        ended = [kind for kind, count in zip(ENDED, reply, strict=False)
-                 for _ in range(count)]
-        if ended:
-            self._report(ended)
+        if any(reply[:len(ENDED)]):  # most calls end no message
+            self._report([kind for kind, count in zip(ENDED, reply, strict=False)
+                          for _ in range(count)])
         return reply[len(ENDED)] if len(reply) > len(ENDED) else None
 
 
