@@ -1093,7 +1093,14 @@ class Driver(base.Driver):
                 # half way after a post stored them: finish it. One holding no message is
                 # no queue: an unfinished creation, or a deleted queue's container that a
                 # racing tally write brought back (see _drop_stray_tallies).
-                if not self._list(container, lay.MESSAGE_PREFIX, limit=1):
+                try:
+                    _, held = self._swift.get_container(container, prefix=lay.MESSAGE_PREFIX,
+                                                        limit=1)
+                except ClientException as exc:
+                    if is_status(exc, 404):
+                        return None  # no container: nothing to tidy either
+                    raise
+                if not held:
                     self._drop_stray_tallies(container)
                     return None
                 self._create(container, lay.META, lay.encode({}), {})
