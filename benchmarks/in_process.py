@@ -94,22 +94,27 @@ async def cycle(app: Any, trivial: bool) -> None:
     assert status == 204, status
 
 
-def measure(target: str, requests: int, sections: dict[str, dict[str, Any]]) -> float:
-    """CPU milliseconds per request of *target* ('trivial' or a driver), in this process."""
+def build_app(target: str, sections: dict[str, dict[str, Any]]) -> Any:
+    """The ASGI app of *target*: the trivial app, or delayq on driver *target* configured
+    with *sections* (``{group: {option: value}}``)."""
     if target == "trivial":
         import trivial_app
-        app = trivial_app.create_app()
-    else:
-        from delayq import conf as delayq_conf
-        from delayq.api.app import create_app
-        conf = delayq_conf.load([])
-        conf.set_override("message_store", target, group="drivers")
-        for group, options in sections.items():
-            for name, value in options.items():
-                conf.set_override(name, value, group=group)
-        if target == "redis":  # no background reaper passes in the measured process
-            conf.set_override("reap_interval", 0, group="drivers:message_store:redis")
-        app = create_app(conf)
+        return trivial_app.create_app()
+    from delayq import conf as delayq_conf
+    from delayq.api.app import create_app
+    conf = delayq_conf.load([])
+    conf.set_override("message_store", target, group="drivers")
+    for group, options in sections.items():
+        for name, value in options.items():
+            conf.set_override(name, value, group=group)
+    if target == "redis":  # no background reaper passes in the measured process
+        conf.set_override("reap_interval", 0, group="drivers:message_store:redis")
+    return create_app(conf)
+
+
+def measure(target: str, requests: int, sections: dict[str, dict[str, Any]]) -> float:
+    """CPU milliseconds per request of *target* ('trivial' or a driver), in this process."""
+    app = build_app(target, sections)
     cycles = max(1, requests // 3)
 
     async def run() -> float:

@@ -1,0 +1,193 @@
+"""Instructions per served request, counted by valgrind: a ratio no noisy machine moves.
+
+``benchmarks/throughput.py`` measures CPU time, which on a shared machine moves with
+what the neighbours and the scheduler do: the trivial app alone swings by 40% between
+runs minutes apart (docs/performance.md, "Throughput"). This counts the instructions the
+server process executes per request instead, under ``valgrind --tool=callgrind``. The
+count is the same run after run on the same versions, whatever else the machine does, so
+it shows how much work delayq adds to a request, and a change's effect on it, exactly.
+
+What it does not show: time. Instructions that miss the caches, and the kernel's work
+(system calls, the wake-up after a Redis round trip), cost CPU time that no instruction
+count of the process sees; throughput.py's ratio is the one that includes them.
+
+Each target is served by one uvicorn process, set up as a ``delayq-server`` worker runs
+it (uvicorn with ``loop`` and ``http`` on ``auto``, prometheus_client in multiprocess
+mode), without gunicorn's master, which does no per-request work. The trivial app is
+``benchmarks/trivial_app.py``; each driver's store is started as ``benchmarks/backlog.py``
+starts it. One keep-alive connection makes the requests of ``benchmarks/throughput.py``
+(post a message, claim it, delete it, on a queue of its own), so requests never overlap
+and the count does not depend on timing. The server runs twice under valgrind, once for
+``--cycles`` cycles and once for ``2 × --cycles`` more; the difference of the two totals,
+divided by the difference in requests, is the count per request, with start-up, imports
+and shutdown cancelled out. Background expiry passes are off: they cost per second, not
+per request, and a run under valgrind lasts about fifty times longer than without.
+
+Needs valgrind (Debian: ``apt install valgrind``). About a minute per target.
+
+Usage::
+
+    python benchmarks/instructions.py [--driver redis --driver sqlite ...] [--cycles 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+try:
+    import backlog
+except ModuleNotFoundError:  # imported from elsewhere than benchmarks/
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import backlog
+
+import in_process  # noqa: E402
+import throughput  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "instructions.json"
+TRIVIAL = throughput.TRIVIAL
+REQUESTS_PER_CYCLE = 3
+READY_TIMEOUT = 300.0  # seconds: imports under valgrind take a while
+SUMMARY_PREFIX = "summary:"  # callgrind's total of the whole run, in its output file
+
+
+# The server, run under valgrind ---------------------------------------------------------
+
+
+def serve(target: str, port: int, sections: dict[str, dict[str, Any]]) -> None:
+    """Serve *target* on *port* with uvicorn, as a delayq-server worker would."""
+    import uvicorn
+
+    app = in_process.build_app(target, sections)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="auto", http="auto",
+                            lifespan="on", log_level="warning", access_log=False)
+    uvicorn.Server(config).run()
+
+
+def count(target: str, sections: dict[str, dict[str, Any]], cycles: int,
+          workdir: Path) -> int:
+    """Instructions the server executed serving *cycles* cycles, start-up included."""
+    port = backlog.free_port()
+    out = workdir / f"callgrind-{target}-{cycles}.out"
+    metrics_dir = workdir / f"metrics-{target}-{cycles}"
+    metrics_dir.mkdir()
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+               sys.executable, __file__, "--serve", target, "--port", str(port),
+               "--sections", json.dumps(sections)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_ready(proc, port)
+        loader = throughput.Loader(port, f"bench-in-{uuid.uuid4().hex[:8]}",
+                                   threading.Event())
+        for _ in range(cycles):
+            loader.cycle()
+        loader.client.close()
+    finally:
+        proc.send_signal(signal.SIGINT)  # uvicorn shuts down; valgrind writes its file
+        _, stderr = proc.communicate(timeout=300)
+    if proc.returncode not in (0, -signal.SIGINT):
+        raise RuntimeError(f"{target}: the server exited with {proc.returncode}:\n{stderr}")
+    for line in out.read_text().splitlines():
+        if line.startswith(SUMMARY_PREFIX):
+            return int(line[len(SUMMARY_PREFIX):])
+    raise RuntimeError(f"{out}: no {SUMMARY_PREFIX!r} line")
+
+
+def wait_ready(proc: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        with contextlib.suppress(OSError):
+            client = backlog.Client(port)
+            status, _, _ = client.request("GET", "/v2/ping")
+            client.close()
+            if status == 204:
+                return
+        time.sleep(0.5)
+    raise RuntimeError(f"the server did not answer within {READY_TIMEOUT:g} s")
+
+
+def per_request(target: str, sections: dict[str, dict[str, Any]], cycles: int,
+                workdir: Path) -> float:
+    """Instructions per request: the difference of a short and a long run."""
+    short = count(target, sections, cycles, workdir)
+    long = count(target, sections, 3 * cycles, workdir)
+    return (long - short) / (2 * cycles * REQUESTS_PER_CYCLE)
+
+
+# Report ----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--driver", action="append", choices=["sqlite", "redis"],
+                        help="a driver to measure; repeatable (default: sqlite and redis)")
+    parser.add_argument("--cycles", type=int, default=200,
+                        help="cycles (3 requests each) of the shorter run; the longer "
+                             "makes three times as many (default 200)")
+    parser.add_argument("--output", type=Path, default=RESULTS,
+                        help="JSON results (default benchmarks/results/instructions.json)")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sections", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.port, json.loads(args.sections))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt install valgrind)", file=sys.stderr)
+        return 2
+    drivers = args.driver or ["sqlite", "redis"]
+    results: dict[str, float] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-instructions-"))
+    try:
+        for target in [TRIVIAL, *drivers]:
+            directory = workdir / target
+            directory.mkdir()
+            with contextlib.ExitStack() as stack:
+                sections: dict[str, dict[str, Any]] = {}
+                if target != TRIVIAL:
+                    backend = backlog.BACKENDS[target]
+                    sections = backend.sections(directory)
+                    stack.enter_context(backend.service(sections, directory))
+                print(f"  {target}: counting {args.cycles} and {3 * args.cycles} cycles",
+                      flush=True)
+                results[target] = per_request(target, sections, args.cycles, directory)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    trivial = results[TRIVIAL]
+    rows = [{"target": target, "instructions_per_request": round(value),
+             "ratio": round(value / trivial, 2)} for target, value in results.items()]
+    print()
+    print("| target | instructions per request | ratio to trivial |")
+    print("|---|---:|---:|")
+    for row in rows:
+        print(f"| {row['target']} | {row['instructions_per_request']:,} | "
+              f"{row['ratio']:.2f} |")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": backlog.machine(), "options": {"cycles": args.cycles,
+                                                   "drivers": drivers},
+        "rows": rows}, indent=2))
+    print(f"written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
