@@ -3,14 +3,21 @@
 ``benchmarks/throughput.py`` measures whole requests through gunicorn and uvicorn, where
 HTTP parsing and the event loop cost as much as the app. This hands the same cycle of
 requests (post one message, claim it, delete it with its claim id) straight to the ASGI
-app, with a real store, and reports the process CPU time per request, beside the trivial
-app of ``benchmarks/trivial_app.py`` given the same requests. Each target runs in a
-fresh process, alternating, ``--rounds`` times, so drift on a shared machine shows.
+app, with a real store, and reports the process CPU time per request (user and system
+apart too), beside the trivial app of ``benchmarks/trivial_app.py`` given the same
+requests. Each target runs in a fresh process, alternating, ``--rounds`` times, so drift
+on a shared machine shows.
+
+``--trivial-ping`` adds the trivial app with one blocking Redis ``PING`` after each
+request: the same work, plus a wait on another process like the one each delayq request
+on Redis makes. Its user time beyond the trivial app's (the PING itself costs about a
+microsecond of it) is what a wait costs the code that runs after it: the caches and
+branch predictors it finds cold.
 
 Usage::
 
     python benchmarks/in_process.py [--driver redis --driver sqlite] [--requests 3000]
-                                    [--rounds 3]
+                                    [--rounds 3] [--trivial-ping]
 
 To compare two versions of delayq, run each checkout's copy of this script with
 ``PYTHONPATH=<checkout>`` (the child processes inherit it).
@@ -23,12 +30,13 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 try:
     import backlog
@@ -37,6 +45,10 @@ except ModuleNotFoundError:  # imported from elsewhere than benchmarks/
     import backlog
 
 CLIENT_ID = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
+TRIVIAL = "trivial"
+# The trivial app with one blocking Redis round trip (PING) after each request: what a
+# wait on another process does to the CPU time of the same work (--trivial-ping).
+TRIVIAL_PING = "trivial+ping"
 WARMUP_CYCLES = 200
 
 
@@ -97,7 +109,7 @@ async def cycle(app: Any, trivial: bool) -> None:
 def build_app(target: str, sections: dict[str, dict[str, Any]]) -> Any:
     """The ASGI app of *target*: the trivial app, or delayq on driver *target* configured
     with *sections* (``{group: {option: value}}``)."""
-    if target == "trivial":
+    if target == TRIVIAL:
         import trivial_app
         return trivial_app.create_app()
     from delayq import conf as delayq_conf
@@ -112,32 +124,61 @@ def build_app(target: str, sections: dict[str, dict[str, Any]]) -> Any:
     return create_app(conf)
 
 
-def measure(target: str, requests: int, sections: dict[str, dict[str, Any]]) -> float:
-    """CPU milliseconds per request of *target* ('trivial' or a driver), in this process."""
-    app = build_app(target, sections)
+def redis_pinger(sections: dict[str, dict[str, Any]]) -> Any:
+    """A function making one blocking ``PING`` round trip to the run's Redis."""
+    uri = urlsplit(sections[backlog.REDIS_GROUP]["uri"])
+    sock = socket.create_connection((uri.hostname, uri.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def ping() -> None:
+        sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+        if not sock.recv(64).startswith(b"+PONG"):
+            raise RuntimeError("Redis did not answer PING")
+
+    return ping
+
+
+def measure(target: str, requests: int, sections: dict[str, dict[str, Any]]
+            ) -> dict[str, float]:
+    """CPU milliseconds per request of *target* in this process: user + system
+    (``cpu_ms``), and each apart (``user_ms``, ``system_ms``)."""
+    app = build_app(TRIVIAL if target == TRIVIAL_PING else target, sections)
+    trivial = target in (TRIVIAL, TRIVIAL_PING)
+    ping = redis_pinger(sections) if target == TRIVIAL_PING else None
     cycles = max(1, requests // 3)
 
-    async def run() -> float:
+    async def one_cycle() -> None:
+        await cycle(app, trivial)
+        if ping is not None:  # one round trip a request, between requests
+            ping()
+            ping()
+            ping()
+
+    async def run() -> dict[str, float]:
         for _ in range(WARMUP_CYCLES):
-            await cycle(app, target == "trivial")
-        started = time.process_time()
+            await one_cycle()
+        before = os.times()
         for _ in range(cycles):
-            await cycle(app, target == "trivial")
-        return (time.process_time() - started) / (3 * cycles) * 1000
+            await one_cycle()
+        after = os.times()
+        user, system = after.user - before.user, after.system - before.system
+        per_request = 1000 / (3 * cycles)
+        return {"cpu_ms": (user + system) * per_request, "user_ms": user * per_request,
+                "system_ms": system * per_request}
 
     return asyncio.run(run())
 
 
 def child(target: str, requests: int, sections_json: str) -> None:
-    print(json.dumps({"cpu_ms": measure(target, requests, json.loads(sections_json))}))
+    print(json.dumps(measure(target, requests, json.loads(sections_json))))
 
 
-def run_child(target: str, requests: int, sections: dict[str, Any]) -> float:
+def run_child(target: str, requests: int, sections: dict[str, Any]) -> dict[str, float]:
     result = subprocess.run(
         [sys.executable, __file__, "--child", target, "--requests", str(requests),
          "--sections", json.dumps(sections)],
         check=True, capture_output=True, text=True, env=os.environ.copy())
-    return json.loads(result.stdout.strip().splitlines()[-1])["cpu_ms"]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,6 +189,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="requests measured per target and round")
     parser.add_argument("--rounds", type=int, default=3,
                         help="times each target is measured, alternating")
+    parser.add_argument("--trivial-ping", action="store_true",
+                        help="also the trivial app with one Redis PING round trip after "
+                             "each request (needs --driver redis)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--sections", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -155,7 +199,10 @@ def main(argv: list[str] | None = None) -> None:
         child(args.child, args.requests, args.sections)
         return
     drivers = args.driver or ["redis"]
-    results: dict[str, list[float]] = {target: [] for target in ["trivial", *drivers]}
+    if args.trivial_ping and "redis" not in drivers:
+        parser.error("--trivial-ping needs --driver redis (its Redis answers the PINGs)")
+    targets = [TRIVIAL, *([TRIVIAL_PING] if args.trivial_ping else []), *drivers]
+    results: dict[str, list[dict[str, float]]] = {target: [] for target in targets}
     with tempfile.TemporaryDirectory(prefix="delayq-in-process-") as tmp, \
             contextlib.ExitStack() as services:
         sections: dict[str, dict[str, Any]] = {}
@@ -164,17 +211,23 @@ def main(argv: list[str] | None = None) -> None:
             directory.mkdir()
             sections[name] = backend.sections(directory)
             services.enter_context(backend.service(sections[name], directory))
+        sections[TRIVIAL_PING] = sections.get("redis", {})
         for _ in range(args.rounds):
             for target in results:
                 results[target].append(
                     run_child(target, args.requests, sections.get(target, {})))
-    print("| target | CPU ms/request, each round | mean | ratio to trivial |")
-    print("|---|---|---:|---:|")
-    trivial = sum(results["trivial"]) / len(results["trivial"])
+    print("| target | CPU ms/request, each round | mean | user | system | ratio to trivial |")
+    print("|---|---|---:|---:|---:|---:|")
+
+    def mean(values: list[dict[str, float]], key: str) -> float:
+        return sum(v[key] for v in values) / len(values)
+
+    trivial = mean(results[TRIVIAL], "cpu_ms")
     for target, values in results.items():
-        mean = sum(values) / len(values)
-        print(f"| {target} | {' / '.join(f'{v:.3f}' for v in values)} | {mean:.3f} | "
-              f"{mean / trivial:.1f} |")
+        each = " / ".join(f"{v['cpu_ms']:.3f}" for v in values)
+        print(f"| {target} | {each} | {mean(values, 'cpu_ms'):.3f} | "
+              f"{mean(values, 'user_ms'):.3f} | {mean(values, 'system_ms'):.3f} | "
+              f"{mean(values, 'cpu_ms') / trivial:.1f} |")
 
 
 if __name__ == "__main__":
