@@ -620,7 +620,8 @@ class Server:
         raise RuntimeError(f"delayq-server not ready after {timeout}s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
-        self._log.flush()
+        if not self._log.closed:  # closed by stop(); the file stays readable
+            self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:

@@ -35,10 +35,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -80,46 +78,33 @@ def count(target: str, sections: dict[str, dict[str, Any]], cycles: int,
           workdir: Path) -> int:
     """Instructions the server executed serving *cycles* cycles, start-up included."""
     port = backlog.free_port()
-    out = workdir / f"callgrind-{target}-{cycles}.out"
-    metrics_dir = workdir / f"metrics-{target}-{cycles}"
+    run = f"{target}-{cycles}"
+    out = workdir / f"callgrind-{run}.out"
+    metrics_dir = workdir / f"metrics-{run}"
     metrics_dir.mkdir()
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
-    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+    command = ["env", "PYTHONHASHSEED=0", f"PROMETHEUS_MULTIPROC_DIR={metrics_dir}",
+               "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                sys.executable, __file__, "--serve", target, "--port", str(port),
                "--sections", json.dumps(sections)]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    server = backlog.Server(workdir / "delayq.conf", port, workdir / f"server-{run}.log",
+                            command=command)
     try:
-        wait_ready(proc, port)
+        server.wait_ready(timeout=READY_TIMEOUT)
         loader = throughput.Loader(port, f"bench-in-{uuid.uuid4().hex[:8]}",
                                    threading.Event())
         for _ in range(cycles):
             loader.cycle()
         loader.client.close()
     finally:
-        proc.send_signal(signal.SIGINT)  # uvicorn shuts down; valgrind writes its file
-        _, stderr = proc.communicate(timeout=300)
-    if proc.returncode not in (0, -signal.SIGINT):
-        raise RuntimeError(f"{target}: the server exited with {proc.returncode}:\n{stderr}")
+        server.stop()  # uvicorn shuts down on SIGTERM; valgrind then writes its file
+    # uvicorn raises the signal it caught again once shut down: -SIGTERM is its clean exit.
+    if server.proc.returncode not in (0, -signal.SIGTERM):
+        raise RuntimeError(f"{target}: the server exited with {server.proc.returncode}:\n"
+                           f"{server.log_tail()}")
     for line in out.read_text().splitlines():
         if line.startswith(SUMMARY_PREFIX):
             return int(line[len(SUMMARY_PREFIX):])
     raise RuntimeError(f"{out}: no {SUMMARY_PREFIX!r} line")
-
-
-def wait_ready(proc: subprocess.Popen, port: int) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}")
-        with contextlib.suppress(OSError):
-            client = backlog.Client(port)
-            status, _, _ = client.request("GET", "/v2/ping")
-            client.close()
-            if status == 204:
-                return
-        time.sleep(0.5)
-    raise RuntimeError(f"the server did not answer within {READY_TIMEOUT:g} s")
 
 
 def per_request(target: str, sections: dict[str, dict[str, Any]], cycles: int,

@@ -394,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         targets += [*measured, TRIVIAL]
     info = backlog.machine()
     print(f"delayq throughput benchmark: {', '.join(targets)}; {args.concurrency} "
-          f"connections, {args.workers} workers, {info['cpus']} CPUs shared with the "
-          "load generator")
+          f"connections, {args.workers} workers, {info['cpus']} CPUs "
+          + ("with the load generator alone on CPU 0" if args.pin
+             else "shared with the load generator"))
     workdir = Path(tempfile.mkdtemp(prefix="delayq-throughput-"))
     try:
         measurements = [
