@@ -67,7 +67,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -225,11 +225,13 @@ class RedisServer:
     Like the test suite's servers: ``--save ''`` and ``--appendonly no`` keep a 2-million
     message fill from writing snapshots (a fork and a disk write in the middle of a
     measurement), and the data directory and log live in the run's temporary directory.
+    *extra* arguments come after those and override them (``--appendonly yes``).
     """
 
-    def __init__(self, port: int, directory: Path) -> None:
+    def __init__(self, port: int, directory: Path, extra: Sequence[str] = ()) -> None:
         self.port = port
         self.directory = directory
+        self.extra = list(extra)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -246,7 +248,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [executable, "--bind", "127.0.0.1", "--port", str(self.port),
              "--dir", str(self.directory), "--save", "", "--appendonly", "no",
-             "--protected-mode", "no", "--logfile", str(self.log_path)],
+             "--protected-mode", "no", "--logfile", str(self.log_path), *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         client = redis.Redis(host="127.0.0.1", port=self.port)
         deadline = time.monotonic() + REDIS_START_TIMEOUT
@@ -301,12 +303,14 @@ def redis_sections(workdir: Path) -> Sections:
 
 
 @contextlib.contextmanager
-def redis_service(sections: Sections, workdir: Path) -> Iterator[RedisServer]:
-    """The run's own redis-server, on the port of *sections*' uri, stopped on exit."""
+def redis_service(sections: Sections, workdir: Path, extra: Sequence[str] = ()
+                  ) -> Iterator[RedisServer]:
+    """The run's own redis-server, on the port of *sections*' uri, stopped on exit;
+    *extra* are more ``redis-server`` arguments (``RedisServer``)."""
     port = urlsplit(sections[REDIS_GROUP]["uri"]).port
     if port is None:
         raise ValueError("the Redis uri names no port")
-    server = RedisServer(port, workdir / "redis")
+    server = RedisServer(port, workdir / "redis", extra)
     server.start()
     try:
         yield server
