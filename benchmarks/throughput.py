@@ -7,7 +7,9 @@ Each target is served by gunicorn with uvicorn workers (``--workers``, default 2
 * each ``--driver``: the real ``delayq-server`` on that store. The stores are started as
   ``benchmarks/backlog.py`` starts them (its ``BACKENDS``): SQLite a file, Redis a private
   ``redis-server``, Swift the test suite's ``SwiftCluster``. MongoDB needs a real replica
-  set named by ``DELAYQ_TEST_MONGODB_URI`` and is skipped without one.
+  set named by ``DELAYQ_TEST_MONGODB_URI`` and is skipped without one. That Redis keeps
+  no AOF unless ``--redis-appendfsync`` turns it on (``appendonly yes`` with that
+  ``appendfsync``, in the run's temporary directory), to measure what durability costs.
 
 The load: ``--concurrency`` threads, each with its own keep-alive connection and queue,
 repeating a cycle of three requests for ``--warmup`` and then ``--seconds`` seconds:
@@ -37,12 +39,15 @@ Usage::
     python benchmarks/throughput.py [--driver sqlite --driver redis ...] [--seconds 10]
                                     [--warmup 2] [--concurrency 8] [--workers 2]
                                     [--rounds 5] [--pin]
+                                    [--redis-appendfsync everysec|always]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -268,6 +273,10 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
             driver, _, storage_calls = target.partition(MODE_SEPARATOR)
             backend = backends()[driver]
             assert backend is not None
+            if driver == "redis" and args.redis_appendfsync:
+                backend = dataclasses.replace(backend, service=functools.partial(
+                    backlog.redis_service,
+                    extra=["--appendonly", "yes", "--appendfsync", args.redis_appendfsync]))
             sections = backend.sections(directory)
             service = stack.enter_context(backend.service(sections, directory))
             backlog.write_config(config, driver, port, args.workers, sections,
@@ -372,6 +381,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pin", action="store_true",
                         help="load generator on CPU 0, servers and stores on the other CPUs "
                              "(they otherwise share them all)")
+    parser.add_argument("--redis-appendfsync", choices=("everysec", "always"),
+                        help="run the Redis store with appendonly yes and this appendfsync "
+                             "(default: no AOF)")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 when Redis's median ratio exceeds {TARGET_RATIO}")
     return parser.parse_args(argv)
@@ -396,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"delayq throughput benchmark: {', '.join(targets)}; {args.concurrency} "
           f"connections, {args.workers} workers, {info['cpus']} CPUs "
           + ("with the load generator alone on CPU 0" if args.pin
-             else "shared with the load generator"))
+             else "shared with the load generator")
+          + (f"; Redis with appendfsync {args.redis_appendfsync}"
+             if args.redis_appendfsync else ""))
     workdir = Path(tempfile.mkdtemp(prefix="delayq-throughput-"))
     try:
         measurements = [
