@@ -4,6 +4,9 @@ Settings come from ``[drivers:transport:wsgi]`` in the configuration file; ``--b
 ``--port`` and ``--workers`` on the command line win over it. Each worker process builds
 its own app and storage connections after the fork.
 
+delayq's own log records (INFO and up) go to standard error in gunicorn's error-log
+format, with the logger's name: gunicorn and uvicorn set up only their own loggers.
+
 Workers share their Prometheus counters through files in one directory
 (``delayq.metrics``): ``--metrics-dir`` or ``PROMETHEUS_MULTIPROC_DIR`` names it, else a
 temporary directory is made and removed at exit. It is emptied at start either way.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import logging
 import os
 import shutil
 import sys
@@ -31,6 +35,10 @@ from delayq.validation import MAX_CLAIM_WAIT
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 WORKER_CLASS = "uvicorn_worker.UvicornWorker"
+
+# gunicorn's error-log format (glogging.CONFIG_DEFAULTS), with the logger's name added.
+LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
+LOG_DATE_FORMAT = "[%Y-%m-%d %H:%M:%S %z]"
 
 
 class Server(BaseApplication):
@@ -95,7 +103,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("delayq-server: --workers must be at least 1")
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     use_metrics_dir(args.metrics_dir or os.environ.get(MULTIPROC_ENV))
+    use_logging()
     Server(conf, address, workers).run()
+
+
+def use_logging() -> None:
+    """Send the ``delayq`` loggers' records, INFO and up, to standard error.
+
+    Set in the master before gunicorn forks, so every worker inherits it. Without it a
+    worker's warnings reached standard error bare (Python's last-resort handler: no time,
+    no process, no level) and its INFO records nowhere.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
+    logger = logging.getLogger("delayq")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def use_metrics_dir(directory: str | None) -> None:

@@ -9,6 +9,7 @@ never see each other's keys. The Redis servers come from ``tests/redis_servers.p
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import time
 import uuid
@@ -118,6 +119,22 @@ def test_health_names_the_redis_store(server, store):
     name = unique("health")
     c.queue(name, force_create=True)
     assert store._client.exists(store.queue_key(PROJECT, name)) == 1
+
+
+# The suite's Redis servers keep no append-only file, as an operator should not.
+PERSISTENCE_WARNING = re.compile(
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}\] \[(\d+)\] \[WARNING\] "
+    r"delayq\.storage\.redis\.persistence: Redis at (127\.0\.0\.1:\d+): appendonly is "
+    r"not yes: a restart of redis-server loses every acknowledged message")
+
+
+def test_the_worker_logs_that_redis_keeps_no_aof(server, backend):
+    """In gunicorn's log format, with the worker's pid and each Redis server's address."""
+    [worker] = child_pids(server.proc.pid)
+    found = [m.groups() for m in map(PERSISTENCE_WARNING.match, server.stderr().splitlines())
+             if m]
+    assert {int(pid) for pid, _ in found} == {worker}, server.stderr()
+    assert len({address for _, address in found}) == (1 if backend == "redis" else 3)
 
 
 # 1. Delayed queues

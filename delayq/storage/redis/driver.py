@@ -47,6 +47,7 @@ from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
 from delayq.storage.reaper import Reaper
+from delayq.storage.redis import persistence
 from delayq.storage.redis.link import ScriptLink
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import METADATA_CHANGED, Scripts
@@ -290,6 +291,7 @@ class Driver(base.Driver):
                         scripts = Scripts(client, self._events.retention,
                                           lambda kinds: self.endings(kinds), link)
                         scripts.load(client)
+                        persistence.check(client)
                 except errors.StorageUnavailable as exc:
                     self._link_failed_at = time.monotonic()
                     self._link_error = exc.description
