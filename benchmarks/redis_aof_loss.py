@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -172,12 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     try:
         for mode in args.modes.split(","):
-            directory = workdir / mode
-            if args.disk_load:
-                with DiskLoad(workdir / "disk-load"):
-                    outcomes.append(crash_rounds(mode, args.rounds, directory, rng))
-            else:
-                outcomes.append(crash_rounds(mode, args.rounds, directory, rng))
+            load = DiskLoad(workdir / "disk-load") if args.disk_load else nullcontext()
+            with load:
+                outcomes.append(crash_rounds(mode, args.rounds, workdir / mode, rng))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
