@@ -2,17 +2,22 @@
 
 Every transition of the driver is one ``EVALSHA``, and a request usually makes one. Sent
 through redis-py's command machinery (the pool's lock and bookkeeping, the retry
-wrapper, argument filtering, health checks), that call costs about three times the CPU
-of the round trip itself: ~80 µs against ~30 µs on the machine of docs/performance.md,
-a sixth of what a whole request costs the server. A ``ScriptLink`` keeps one redis-py
-``Connection`` per thread (of the client's pool's class and settings, so host,
-password, TLS and database are the client's) and writes the packed command to it
-directly; replies and errors are still read and mapped by redis-py. The API's threads
-live as long as its worker, so these connections are as many as the threads that call
-scripts; one whose thread has ended is closed when another thread makes its own.
+wrapper, argument filtering, health checks, its parser's read loop), that call costs
+several times the CPU of the round trip itself, a large share of what a whole request
+costs the server. A ``ScriptLink`` keeps one redis-py ``Connection`` per thread (of the
+client's pool's class and settings, so host, password, TLS and database are the
+client's). redis-py connects it and makes the handshake; the link then writes each
+packed command to its socket and reads the reply with a ``hiredis.Reader`` of its own,
+whose error replies are redis-py's exception classes (``parse_error``), so callers see
+what redis-py would raise. The API's threads live as long as its worker, so these
+connections are as many as the threads that call scripts; one whose thread has ended is
+closed when another thread makes its own.
 
 What the client's own path did is kept:
 
+- a timeout raises redis-py's ``TimeoutError`` and a failed read or write its
+  ``ConnectionError``; either closes the connection, so a late reply is never read as
+  the answer to another command;
 - a connection error on a connection that served a call before (Redis restarted, an
   idle connection cut by a firewall) is retried once on a new connection, as the
   client's ``Retry`` did; a timeout is not (the script may have run);
@@ -24,16 +29,48 @@ A Redis Cluster routes each call by its key's slot: its clients keep redis-py's 
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Any
 
 import hiredis
-import redis
+from redis import exceptions
 from redis.connection import Connection, ConnectionPool
-from redis.exceptions import NoScriptError
 
 # How these connections show in CLIENT LIST (set once, as each connects).
 CLIENT_NAME = "delayq-scripts"
+# Bytes read from the socket at a time: a claim's reply for a few messages fits.
+READ_SIZE = 65536
+
+
+class _Line:
+    """One thread's connection, its socket once connected and the reader of its replies."""
+
+    __slots__ = ("conn", "sock", "reader", "buffer", "used")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.sock: socket.socket | None = None
+        self.reader: Any = None
+        self.buffer = bytearray(READ_SIZE)
+        self.used = False  # a call succeeded on the current connection
+
+    def open(self) -> socket.socket:
+        """The connected socket, connecting (and making the handshake) if need be."""
+        conn = self.conn
+        conn.connect()
+        # redis-py's parser read the handshake's replies; this reader starts empty, at
+        # the first reply after them.
+        self.reader = hiredis.Reader(protocolError=exceptions.InvalidResponse,
+                                     replyError=conn._parser.parse_error)
+        self.sock = conn._sock
+        self.used = False
+        return self.sock
+
+    def drop(self) -> None:
+        """Close the connection: whatever it was in the middle of is abandoned."""
+        self.sock = self.reader = None
+        self.conn.disconnect()
 
 
 class ScriptLink:
@@ -43,55 +80,76 @@ class ScriptLink:
         self._pool = pool
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: dict[int, Connection] = {}  # by thread ident
+        self._lines: dict[int, _Line] = {}  # by thread ident
 
-    def _connection(self) -> Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._pool.connection_class(
-                **{**self._pool.connection_kwargs, "client_name": CLIENT_NAME})
+    def _line(self) -> _Line:
+        line = getattr(self._local, "line", None)
+        if line is None:
+            line = _Line(self._pool.connection_class(
+                **{**self._pool.connection_kwargs, "client_name": CLIENT_NAME}))
             with self._lock:
                 alive = {thread.ident for thread in threading.enumerate()}
-                for ident in [i for i in self._connections if i not in alive]:
-                    self._connections.pop(ident).disconnect()
+                for ident in [i for i in self._lines if i not in alive]:
+                    self._lines.pop(ident).drop()
                 # An ended thread's ident may be this thread's now.
-                replaced = self._connections.pop(threading.get_ident(), None)
+                replaced = self._lines.pop(threading.get_ident(), None)
                 if replaced is not None:
-                    replaced.disconnect()
-                self._connections[threading.get_ident()] = conn
-            self._local.conn = conn
-            self._local.used = False
-        return conn
+                    replaced.drop()
+                self._lines[threading.get_ident()] = line
+            self._local.line = line
+        return line
 
     def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
         """The reply of script *sha* (source *script*, loaded again if Redis lost it)."""
         command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
         try:
             return self._call(command)
-        except NoScriptError:
+        except exceptions.NoScriptError:
             self._call(hiredis.pack_command(("SCRIPT", "LOAD", script)))
             return self._call(command)
 
     def _call(self, command: bytes) -> Any:
-        conn = self._connection()
+        line = self._line()
         try:
-            return self._round_trip(conn, command)
-        except redis.exceptions.ConnectionError:
-            # redis-py's ConnectionError covers timeouts only as its TimeoutError, which
-            # is not one: a timed-out script may have run, so it is never sent again.
-            if not self._local.used:
+            return round_trip(line, command)
+        except exceptions.ConnectionError:
+            # redis-py's TimeoutError is not a ConnectionError: a timed-out script may
+            # have run, so it is never sent again.
+            if not line.used:
                 raise
-            self._local.used = False
-            return self._round_trip(conn, command)  # the connection reconnects itself
-
-    def _round_trip(self, conn: Connection, command: bytes) -> Any:
-        conn.send_packed_command([command], check_health=False)
-        reply = conn.read_response()
-        self._local.used = True
-        return reply
+            return round_trip(line, command)  # on a new connection
 
     def close(self) -> None:
         """Disconnect every thread's connection (each reconnects if used again)."""
         with self._lock:
-            for conn in self._connections.values():
-                conn.disconnect()
+            for line in self._lines.values():
+                line.drop()
+
+
+def round_trip(line: _Line, command: bytes) -> Any:
+    """Send *command* on *line* and return its reply; raise an error reply as redis-py
+    would, and close the connection on any failure of the socket."""
+    sock = line.sock or line.open()
+    reader = line.reader
+    try:
+        sock.sendall(command)
+        reply = reader.gets()
+        while reply is False:  # RESP2 has no booleans: False is "not enough data yet"
+            read = sock.recv_into(line.buffer)
+            if not read:
+                raise exceptions.ConnectionError("Connection closed by server.")
+            reader.feed(line.buffer, 0, read)
+            reply = reader.gets()
+    except TimeoutError as exc:  # the socket's timeout
+        line.drop()
+        raise exceptions.TimeoutError(f"Timeout talking to Redis: {exc}") from exc
+    except OSError as exc:
+        line.drop()
+        raise exceptions.ConnectionError(f"Error talking to Redis: {exc}") from exc
+    except BaseException:
+        line.drop()
+        raise
+    line.used = True
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
