@@ -84,15 +84,8 @@ RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
 # Message bodies as stored: no spaces; ASCII escapes (the default) keep lone surrogates,
 # valid JSON but not valid UTF-8, storable. One encoder, made once.
 COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
-
-
-def seq_name(number: int) -> str:
-    """A message's position in its queue, as the fixed-width base-36 text Lua uses."""
-    digits = []
-    for _ in range(SEQ_LENGTH):
-        number, digit = divmod(number, 36)
-        digits.append(DIGITS[digit])
-    return "".join(reversed(digits))
+# Stored bodies are this encoder's output: decoded without json.loads's argument checks.
+JSON_DECODER = json.JSONDecoder()
 
 
 @functools.lru_cache(maxsize=4096)  # a producer posts with the same Client-ID again
@@ -377,7 +370,7 @@ class Driver(base.Driver):
         claim = fields[CLAIM]
         return Message(
             id=(fields[ID] or nonce + seq).decode(),
-            body=json.loads(fields[BODY].decode("utf-8", "surrogatepass")),
+            body=JSON_DECODER.decode(fields[BODY].decode("utf-8", "surrogatepass")),
             ttl=ttl,
             created=created / US,
             expires=(created + ttl * US + fields[EXPIRES]) / US,
@@ -524,10 +517,10 @@ class Driver(base.Driver):
             reply = self._scripts.post(keys=[key], args=args)
             if reply[0] == METADATA_CHANGED:
                 raise self._metadata_changed(key)
-            nonce, first, listed = reply
-            if not listed:
+            if not reply[1]:  # the queue is not in its project's catalogue yet
                 self._list_queue(project, queue)
-        return [nonce.decode() + seq_name(first + i) for i in range(len(messages))]
+        nonce = reply[0]
+        return [(nonce + seq).decode() for seq in reply[2:]]
 
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
