@@ -8,7 +8,7 @@ from delayq import errors
 from delayq.message import Message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read-only, though not frozen: see delayq.message
 class Claim:
     """A live claim as read at backend time ``as_of``, with the messages it holds."""
 
