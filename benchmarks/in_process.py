@@ -107,6 +107,25 @@ async def cycle(app: Any, trivial: bool) -> None:
     assert status == 204, status
 
 
+async def start_lifespan(app: Any) -> asyncio.Task:
+    """Run the app's ASGI lifespan startup, as uvicorn does before the first request
+    (delayq batches its metrics from then on); the task stays until the loop ends."""
+    events: asyncio.Queue = asyncio.Queue()
+    await events.put({"type": "lifespan.startup"})
+    started = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "lifespan.startup.complete":
+            started.set()
+        elif message["type"] == "lifespan.startup.failed":
+            raise RuntimeError(message)
+
+    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}},
+                                   events.get, send))
+    await started.wait()
+    return task
+
+
 def build_app(target: str, sections: dict[str, dict[str, Any]]) -> Any:
     """The ASGI app of *target*: the trivial app, or delayq on driver *target* configured
     with *sections* (``{group: {option: value}}``)."""
@@ -156,6 +175,7 @@ def measure(target: str, requests: int, sections: dict[str, dict[str, Any]]
             ping()
 
     async def run() -> dict[str, float]:
+        lifespan = await start_lifespan(app)
         for _ in range(WARMUP_CYCLES):
             await one_cycle()
         # getrusage, not os.times: clock ticks (10 ms) are coarse beside a trivial run.
@@ -166,6 +186,7 @@ def measure(target: str, requests: int, sections: dict[str, dict[str, Any]]
         user = after.ru_utime - before.ru_utime
         system = after.ru_stime - before.ru_stime
         per_request = 1000 / (3 * cycles)
+        lifespan.cancel()
         return {"cpu_ms": (user + system) * per_request, "user_ms": user * per_request,
                 "system_ms": system * per_request}
 

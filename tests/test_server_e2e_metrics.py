@@ -1,6 +1,6 @@
 """End to end: ``/metrics`` of a real ``delayq-server`` with two gunicorn workers sums
-both workers' counters, whichever worker serves the scrape, and keeps a killed worker's
-counts."""
+both workers' counters, whichever worker serves the scrape, once each worker has written
+its counts (within ``FLUSH_INTERVAL``), and keeps a killed worker's counts."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from delayq.metrics import FLUSH_INTERVAL
 from tests.server import child_pids, delayq_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -59,6 +60,12 @@ def test_counters_sum_over_workers_and_survive_a_killed_worker(tmp_path):
         counted = {int(name.split("_")[1].split(".")[0])
                    for name in os.listdir(metrics_dir) if name.startswith("counter_")}
         assert set(workers) <= counted, (workers, counted)
+        # Each worker writes its counts within FLUSH_INTERVAL (slack for a busy machine);
+        # from then on every scrape, whichever worker serves it, has them all.
+        deadline = time.monotonic() + FLUSH_INTERVAL + 10
+        while scrape(server.url).get(("delayq_messages_posted_total", ())) != POSTS:
+            assert time.monotonic() < deadline, scrape(server.url)
+            time.sleep(0.1)
         for _ in range(10):
             samples = scrape(server.url)
             assert samples[("delayq_messages_posted_total", ())] == POSTS

@@ -10,6 +10,7 @@ projects whose queues it wants (``?project=NAME``, repeatable); each contributes
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -39,11 +40,18 @@ class RequestTimer:
     """Middleware: observes every request's latency, labelled by its route template.
 
     The template (``/v2/queues/{name}/messages``), not the path, keeps the number of
-    series bounded; a request no route matched is labelled ``unmatched``.
+    series bounded; a request no route matched is labelled ``unmatched``. The ASGI
+    lifespan starts and stops the batching of the counts (``Metrics.start``).
     """
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+
+    async def process_startup(self, scope: dict, event: dict) -> None:
+        self.metrics.start(asyncio.get_running_loop())
+
+    async def process_shutdown(self, scope: dict, event: dict) -> None:
+        self.metrics.stop()
 
     async def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.started = time.perf_counter()
@@ -53,10 +61,11 @@ class RequestTimer:
         started = getattr(req.context, "started", None)
         if started is None or req.path == PATH:
             return
-        status = resp.status if isinstance(resp.status, int) else int(str(resp.status)[:3])
+        status = resp.status
+        if not isinstance(status, int):
+            status = int(str(status)[:3])
         self.metrics.observe_request(req.method, req.uri_template or "unmatched", status,
                                      time.perf_counter() - started)
-
 
 class QueueGauges(Collector):
     """Free, claimed and delayed counts of the queues of some projects, read now."""
