@@ -18,6 +18,7 @@ from typing import Any
 
 from oslo_config import cfg
 
+from delayq import jsontext
 from delayq import queue as q
 from delayq.conf import TRANSPORT_GROUP
 from delayq.errors import ValidationError
@@ -175,12 +176,12 @@ def json_document(raw: bytes, what: str) -> Any:
         try:
             # Nearly every body is UTF-8: decoded as such without json.loads's sniffing
             # of UTF-16 and UTF-32, which cost as much as decoding a small body.
-            return _DECODER.decode(raw.decode("utf-8", "surrogatepass"))
+            return jsontext.loads_strict(raw.decode("utf-8", "surrogatepass"))
         except ValueError:  # UnicodeDecodeError too: it is a ValueError
-            # As json.loads(raw, parse_constant=...) does, with one decoder made once:
-            # another encoding, or a byte-order mark, is read right; invalid JSON in
-            # UTF-8 fails here again and is reported as such.
-            return _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+            # As json.loads(raw) does: another encoding, or a byte-order mark, is read
+            # right; invalid JSON in UTF-8 fails here again and is reported as such.
+            return jsontext.loads_strict(
+                raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValidationError(f"The {what} is not valid JSON: {exc}.",
                               title="Invalid request body") from None
@@ -189,13 +190,6 @@ def json_document(raw: bytes, what: str) -> Any:
                               title="Invalid request body") from None
 
 
-def _reject_constant(name: str) -> None:
-    # Python's json accepts NaN and Infinity, which are not JSON and could not be
-    # handed back to other clients.
-    raise ValueError(f"{name} is not a JSON value")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:

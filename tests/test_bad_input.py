@@ -233,6 +233,21 @@ def test_malformed_json(world, route, body):
     world.assert_unchanged()
 
 
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16-le", "utf-16", "utf-32-be"])
+def test_json_in_other_unicode_encodings_is_read_as_json_loads_reads_it(own_world, encoding):
+    # RFC 8259 asks for UTF-8, but json.loads reads these too, and so did delayq; the
+    # UTF-8 fast path must not turn them away or misread them.
+    world = own_world
+    text = json.dumps({"messages": [{"body": {"text": "ünïcode ☃", "n": 1}}]})
+    resp = send(world.client, "POST", "/v2/queues/encodings/messages", world.headers,
+                text.encode(encoding))
+    assert resp.status_code == 201, resp.text
+    href = resp.json["resources"][0]
+    got = world.client.simulate_get(href, headers=world.headers)
+    assert got.status_code == 200, got.text
+    assert got.json["body"] == {"text": "ünïcode ☃", "n": 1}
+
+
 @pytest.mark.parametrize(("route", "body"), [
     ("post", b'{"messages": [{"body": NaN}]}'),
     ("post", b'{"messages": [{"body": [Infinity, -Infinity]}]}'),

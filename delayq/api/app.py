@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import json
-
 import falcon
 import falcon.asgi
 import falcon.media
 from oslo_config import cfg
 
+from delayq import jsontext
 from delayq.api import claims, errors, home, messages, queues
 from delayq.api import metrics as metrics_api
 from delayq.api.runner import Runner
@@ -48,7 +46,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     # JSON may carry lone surrogates ("\ud800") that UTF-8 cannot encode; ASCII-escaped
     # output hands them back exactly as they came in.
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
-        dumps=functools.partial(json.dumps, ensure_ascii=True))
+        dumps=jsontext.dumps)
     errors.install(app)
 
     app.add_route(metrics_api.PATH, metrics_api.MetricsResource(run, metrics))

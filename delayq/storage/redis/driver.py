@@ -40,7 +40,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from delayq import errors, events
+from delayq import errors, events, jsontext
 from delayq.claim import Claim, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
@@ -81,11 +81,6 @@ MIGRATING = ("TRYAGAIN", "ASK ", "MOVED ", "CROSSSLOT",
 (BODY, CLIENT, CREATED, TTL, DUE, EXPIRES, CLAIM, CLAIM_EXPIRES, COUNT, ID, SOURCE,
  MOVED) = range(12)
 RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
-# Message bodies as stored: no spaces; ASCII escapes (the default) keep lone surrogates,
-# valid JSON but not valid UTF-8, storable. One encoder, made once.
-COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
-# Stored bodies are this encoder's output: decoded without json.loads's argument checks.
-JSON_DECODER = json.JSONDecoder()
 
 
 @functools.lru_cache(maxsize=4096)  # a producer posts with the same Client-ID again
@@ -370,7 +365,7 @@ class Driver(base.Driver):
         claim = fields[CLAIM]
         return Message(
             id=(fields[ID] or nonce + seq).decode(),
-            body=JSON_DECODER.decode(fields[BODY].decode("utf-8", "surrogatepass")),
+            body=jsontext.loads(fields[BODY].decode("utf-8", "surrogatepass")),
             ttl=ttl,
             created=created / US,
             expires=(created + ttl * US + fields[EXPIRES]) / US,
@@ -511,7 +506,8 @@ class Driver(base.Driver):
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
                            metadata_token or ""]
         for m in messages:
-            body = COMPACT_JSON.encode(m.body)
+            # No spaces; ASCII escapes keep lone surrogates (valid JSON, not UTF-8).
+            body = jsontext.dumps_compact(m.body)
             args += [body, client, m.ttl, m.delay]
         with unavailable_as_503():
             reply = self._scripts.post(keys=[key], args=args)
@@ -585,7 +581,7 @@ class Driver(base.Driver):
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
                      ) -> Message:
         # ASCII escapes, as in a post; '' (never valid JSON) means "unchanged".
-        text = "" if body is NO_CHANGE else COMPACT_JSON.encode(body)
+        text = "" if body is NO_CHANGE else jsontext.dumps_compact(body)
         with unavailable_as_503():
             reply = self._scripts.edit(
                 keys=[self.queue_key(project, queue)],

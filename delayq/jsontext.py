@@ -1,0 +1,57 @@
+"""JSON text out and in on a request's path, with the encoders and decoders made once.
+
+``json.dumps`` and ``JSONEncoder.encode`` build a new C encoder object on every call, and
+``json.loads`` checks its arguments and sniffs the encoding of bytes each time: on a
+small document that costs more than the encoding or decoding itself, and a request does
+two or three. The functions here call C encoders built once at import, with the
+standard library's own settings otherwise (ASCII escapes, so lone surrogates survive;
+no ``NaN`` check, as ``json.dumps``).
+
+No circular-reference check: every document encoded here was decoded from JSON or built
+by delayq, so none refers to itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from json.encoder import c_make_encoder, encode_basestring_ascii
+from typing import Any
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _encoder(item_separator: str, key_separator: str) -> Callable[[Any], str]:
+    """An ``encode(obj) -> str`` with these separators."""
+    if c_make_encoder is None:  # a Python without the _json accelerator
+        return json.JSONEncoder(separators=(item_separator, key_separator)).encode
+    chunks = c_make_encoder(None, _refuse, encode_basestring_ascii, None, key_separator,
+                            item_separator, False, False, True)
+
+    def encode(value: Any) -> str:
+        return "".join(chunks(value, 0))
+
+    return encode
+
+
+#: As ``json.dumps(value)``: API responses.
+dumps = _encoder(", ", ": ")
+#: As ``json.dumps(value, separators=(",", ":"))``: message bodies as stored.
+dumps_compact = _encoder(",", ":")
+
+
+def _reject_constant(name: str) -> None:
+    # Python's json accepts NaN and Infinity, which are not JSON and could not be
+    # handed back to other clients.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+_PLAIN = json.JSONDecoder()
+
+#: Decode a request body's text: ``NaN`` and ``Infinity`` are refused (ValueError).
+loads_strict = _STRICT.decode
+#: Decode text delayq encoded itself (a stored body).
+loads = _PLAIN.decode
