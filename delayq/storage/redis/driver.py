@@ -24,7 +24,7 @@ import dataclasses
 import functools
 import json
 import logging
-import secrets
+import random
 import threading
 import time
 import uuid
@@ -112,11 +112,13 @@ def client_text(raw: bytes) -> str:
 
 def new_nonce() -> str:
     """A random prefix for the ids minted by one incarnation of a queue."""
-    # A post makes one (used only if the queue is new), so it must be cheap: one read of
-    # the system's randomness, each byte mapped to a digit in C. 256 is not a multiple of
-    # 36, so the first 4 digits are a little likelier (8/256 against 7/256): 51 of the
-    # 51.7 bits of a uniform nonce, plenty to keep incarnations apart.
-    return secrets.token_bytes(NONCE_LENGTH).translate(NONCE_DIGITS).decode()
+    # A post makes one (used only if the queue is new), so it must be cheap: bytes from
+    # the random module (no system call; it reseeds from the system after a fork, so
+    # gunicorn's workers draw apart), each mapped to a digit in C. The nonce is no
+    # secret (every message id shows it), only unique. 256 is not a multiple of 36, so
+    # the first 4 digits are a little likelier (8/256 against 7/256): 51 of the 51.7
+    # bits of a uniform nonce, plenty to keep incarnations apart.
+    return random.randbytes(NONCE_LENGTH).translate(NONCE_DIGITS).decode()
 
 
 def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, int]], int]:

@@ -30,6 +30,8 @@ A Redis Cluster routes each call by its key's slot: its clients keep redis-py's 
 from __future__ import annotations
 
 import socket
+import ssl
+import struct
 import threading
 from typing import Any
 
@@ -63,7 +65,7 @@ class _Line:
         # the first reply after them.
         self.reader = hiredis.Reader(protocolError=exceptions.InvalidResponse,
                                      replyError=conn._parser.parse_error)
-        self.sock = conn._sock
+        self.sock = kernel_timeouts(conn._sock)
         self.used = False
         return self.sock
 
@@ -140,7 +142,7 @@ def round_trip(line: _Line, command: bytes) -> Any:
                 raise exceptions.ConnectionError("Connection closed by server.")
             reader.feed(line.buffer, 0, read)
             reply = reader.gets()
-    except TimeoutError as exc:  # the socket's timeout
+    except (TimeoutError, BlockingIOError) as exc:  # Python's timeout; the kernel's
         line.drop()
         raise exceptions.TimeoutError(f"Timeout talking to Redis: {exc}") from exc
     except OSError as exc:
@@ -153,3 +155,23 @@ def round_trip(line: _Line, command: bytes) -> Any:
     if isinstance(reply, Exception):
         raise reply
     return reply
+
+
+def kernel_timeouts(sock: socket.socket) -> socket.socket:
+    """*sock* in blocking mode, its timeout kept by the kernel (``SO_RCVTIMEO`` and
+    ``SO_SNDTIMEO``): a read or write that waits that long fails with ``EAGAIN``
+    (``BlockingIOError``).
+
+    On a socket with a Python timeout, CPython calls ``poll()`` before every send and
+    receive: two system calls of the four a script call makes. TLS sockets keep Python's
+    timeout, since OpenSSL reports the kernel's as a want-read error.
+    """
+    timeout = sock.gettimeout()
+    if timeout is None or isinstance(sock, ssl.SSLSocket):
+        return sock
+    seconds = int(timeout)
+    timeval = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    sock.settimeout(None)
+    return sock
