@@ -40,20 +40,20 @@ class Broker:
         # leaving a queue are counted by the driver's ``endings`` (it alone sees expiries
         # and dead-letter moves).
         self.counters = counters
+        self._reserved_defaults = {
+            q.DEFAULT_MESSAGE_TTL: limits.default_message_ttl,
+            q.MAX_MESSAGES_POST_SIZE: limits.max_messages_post_size,
+            q.DEFAULT_MESSAGE_DELAY: limits.default_message_delay,
+            q.MAX_CLAIM_COUNT: None,
+            q.DEAD_LETTER_QUEUE: None,
+            q.DEAD_LETTER_QUEUE_MESSAGES_TTL: None,
+        }
 
     # Queues
 
     def with_reserved_defaults(self, metadata: dict[str, Any]) -> dict[str, Any]:
         """*metadata* with every reserved attribute present, defaults filled in."""
-        defaults = {
-            q.DEFAULT_MESSAGE_TTL: self.limits.default_message_ttl,
-            q.MAX_MESSAGES_POST_SIZE: self.limits.max_messages_post_size,
-            q.DEFAULT_MESSAGE_DELAY: self.limits.default_message_delay,
-            q.MAX_CLAIM_COUNT: None,
-            q.DEAD_LETTER_QUEUE: None,
-            q.DEAD_LETTER_QUEUE_MESSAGES_TTL: None,
-        }
-        return {**defaults, **metadata}
+        return {**self._reserved_defaults, **metadata}
 
     def create_queue(self, project: str, name: str, metadata: Any) -> bool:
         """Create a queue; False when it exists (its metadata is then left alone)."""

@@ -317,15 +317,20 @@ def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
                               f"{limits.max_messages_per_page}.")
     checked = []
     for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise ValidationError(f"{where} must be a JSON object.")
-        if "body" not in message:
+        if not isinstance(message, dict) or "body" not in message:
+            where = f"messages[{index}]"
+            if not isinstance(message, dict):
+                raise ValidationError(f"{where} must be a JSON object.")
             raise ValidationError(f"{where}.body is missing.")
         ttl = message.get("ttl")
-        if ttl is not None:
-            integer(ttl, f"{where}.ttl", MIN_MESSAGE_TTL, limits.max_message_ttl)
-        delay, deliver_at = own_delay(message, limits, f"{where}.", where)
+        if ttl is not None and not (_is_int(ttl) and
+                                    MIN_MESSAGE_TTL <= ttl <= limits.max_message_ttl):
+            integer(ttl, f"messages[{index}].ttl", MIN_MESSAGE_TTL, limits.max_message_ttl)
+        if "delay" in message or "deliver_at" in message:
+            where = f"messages[{index}]"
+            delay, deliver_at = own_delay(message, limits, f"{where}.", where)
+        else:  # the usual post: the names in errors are made only when needed
+            delay = deliver_at = None
         checked.append(PostedMessage(message["body"], ttl, delay, deliver_at))
     return checked
 
