@@ -81,6 +81,9 @@ def _is_int(value: Any) -> bool:
 
 def integer(value: Any, name: str, low: int, high: int | None = None) -> int:
     """*value* as an int within ``low..high``, or a ValidationError naming *name*."""
+    # JSON gives exactly int (never a subclass other than bool): one test for the usual.
+    if type(value) is int and low <= value and (high is None or value <= high):
+        return value
     if not _is_int(value):
         raise ValidationError(f"{name} must be an integer, not {json.dumps(value)}.")
     if value < low or (high is not None and value > high):
@@ -323,7 +326,7 @@ def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
                 raise ValidationError(f"{where} must be a JSON object.")
             raise ValidationError(f"{where}.body is missing.")
         ttl = message.get("ttl")
-        if ttl is not None and not (_is_int(ttl) and
+        if ttl is not None and not (type(ttl) is int and
                                     MIN_MESSAGE_TTL <= ttl <= limits.max_message_ttl):
             integer(ttl, f"messages[{index}].ttl", MIN_MESSAGE_TTL, limits.max_message_ttl)
         if "delay" in message or "deliver_at" in message:

@@ -77,9 +77,9 @@ UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
 MIGRATING = ("TRYAGAIN", "ASK ", "MOVED ", "CROSSSLOT",
              "Script attempted to access a non local key")
 
-# Record fields, as lua/common.lua hands them over (due and expires relative).
-(BODY, CLIENT, CREATED, TTL, DUE, EXPIRES, CLAIM, CLAIM_EXPIRES, COUNT, ID, SOURCE,
- MOVED) = range(12)
+# RECORD_FIELDS, as lua/common.lua packs them (due and expires relative to created):
+# body, client, created, ttl, due, expires, claim, claim_expires, count, id, source,
+# moved. A record written before the last ones existed gets these defaults for them.
 RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
 
 
@@ -362,23 +362,26 @@ class Driver(base.Driver):
     @staticmethod
     def _message(nonce: bytes, seq: bytes, raw: bytes, as_of: int) -> Message:
         fields = msgpack.unpackb(raw, raw=True)
-        fields = list(fields) + RECORD_DEFAULTS[len(fields):]
-        created, ttl = fields[CREATED], fields[TTL]
-        claim = fields[CLAIM]
+        if len(fields) < len(RECORD_DEFAULTS):  # a record written with fewer fields
+            fields += RECORD_DEFAULTS[len(fields):]
+        (body, client, created, ttl, due, expires, claim, claim_expires, count, id_, source,
+         moved) = fields  # RECORD_FIELDS
+        # Positional, in Message's field order: by keyword, each of the 13 arguments
+        # costs a name match, and a claim builds a Message per message it takes.
         return Message(
-            id=(fields[ID] or nonce + seq).decode(),
-            body=jsontext.loads(fields[BODY].decode("utf-8", "surrogatepass")),
-            ttl=ttl,
-            created=created / US,
-            expires=(created + ttl * US + fields[EXPIRES]) / US,
-            due=(created + fields[DUE]) / US,
-            client_id=client_text(fields[CLIENT]),
-            claim_id=f"{nonce.decode()}c{claim}" if claim else None,
-            claim_expires=fields[CLAIM_EXPIRES] / US,
-            claim_count=fields[COUNT],
-            as_of=as_of / US,
-            source_queue=fields[SOURCE].decode() or None,
-            moved_at=fields[MOVED] / US if fields[MOVED] else None,
+            (id_ or nonce + seq).decode(),
+            jsontext.loads(body.decode("utf-8", "surrogatepass")),
+            ttl,
+            created / US,
+            (created + ttl * US + expires) / US,
+            (created + due) / US,
+            client_text(client),
+            f"{nonce.decode()}c{claim}" if claim else None,
+            claim_expires / US,
+            count,
+            as_of / US,
+            source.decode() or None,
+            moved / US if moved else None,
         )
 
     def _messages(self, nonce: bytes, pairs: list, as_of: int) -> list[Message]:
