@@ -36,6 +36,10 @@ GAUGES = (("free", "delayq_queue_free_messages",
            "Messages whose delay has not passed yet."))
 
 
+# A response's status ("201 Created", an http.HTTPStatus or an int) → its code.
+STATUS_CODES: dict[object, int] = {}
+
+
 class RequestTimer:
     """Middleware: observes every request's latency, labelled by its route template.
 
@@ -62,9 +66,11 @@ class RequestTimer:
         if started is None or req.path == PATH:
             return
         status = resp.status
-        if not isinstance(status, int):
-            status = int(str(status)[:3])
-        self.metrics.observe_request(req.method, req.uri_template or "unmatched", status,
+        code = STATUS_CODES.get(status)
+        if code is None:  # once per distinct status a resource sets
+            code = STATUS_CODES[status] = (
+                status if isinstance(status, int) else int(str(status)[:3]))
+        self.metrics.observe_request(req.method, req.uri_template or "unmatched", code,
                                      time.perf_counter() - started)
 
 class QueueGauges(Collector):

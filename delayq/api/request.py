@@ -36,9 +36,9 @@ async def body(req: falcon.Request, limit: int, what: str) -> tuple[bytes, int]:
     The stream is read at most one byte past *limit*, so a client cannot make the server
     buffer more than the limit whatever Content-Length it claims.
     """
-    if req.content_length is not None and req.content_length > limit:
-        raise ValidationError(f"The {what} is {req.content_length} bytes; the limit is "
-                              f"{limit}.")
+    declared = req.content_length  # parsed from the header at each read
+    if declared is not None and declared > limit:
+        raise ValidationError(f"The {what} is {declared} bytes; the limit is {limit}.")
     raw = await req.stream.read(limit + 1)
     if len(raw) > limit:
         raise ValidationError(f"The {what} is larger than the limit of {limit} bytes.")

@@ -47,21 +47,20 @@ class Runner:
         return self._inline and time.monotonic() >= self._threads_until
 
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self.inline:
-            return self._call_inline(fn, *args, **kwargs)
+        if self._inline:
+            # self.inline, written out: this runs for every request.
+            started = time.monotonic()
+            if started >= self._threads_until:
+                try:
+                    return fn(*args, **kwargs)
+                except StorageUnavailable:
+                    self._back_off()
+                    raise
+                finally:
+                    if time.monotonic() - started > SLOW_CALL:
+                        self._back_off()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
-
-    def _call_inline(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        started = time.monotonic()
-        try:
-            return fn(*args, **kwargs)
-        except StorageUnavailable:
-            self._back_off()
-            raise
-        finally:
-            if time.monotonic() - started > SLOW_CALL:
-                self._back_off()
 
     def _back_off(self) -> None:
         if self._adaptive:

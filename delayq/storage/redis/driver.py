@@ -191,6 +191,8 @@ class _UnavailableAs503:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  traceback: Any) -> bool:
+        if exc is None:
+            return False
         if isinstance(exc, UNAVAILABLE):
             raise errors.StorageUnavailable(f"Redis is unavailable: {exc}") from exc
         if isinstance(exc, redis.exceptions.ResponseError) and any(

@@ -30,6 +30,11 @@ NAMES = (
 # Message endings a script reports (common.lua's ENDED), in the order it returns them.
 ENDED = ("deleted", "popped", "dead_lettered", "expired")
 ENDED_TABLE = "local ENDED = {" + ", ".join(f"{kind} = 0" for kind in ENDED) + "}\n"
+N_ENDED = len(ENDED)
+NOTHING_ENDED = [0] * N_ENDED
+# The usual report (a delete, a pop of one), made once: (counts) → kinds.
+ONE_ENDED = {tuple(int(i == j) for j in range(len(ENDED))): (kind,)
+             for i, kind in enumerate(ENDED)}
 # The first element of a post's or claim's reply when the queue's metadata is no longer
 # the one the driver passed (``Driver.queue_for_write``); no nonce looks like it.
 METADATA_CHANGED = b"metadata-changed"
@@ -66,10 +71,12 @@ class CountedScript:
             reply = self._link.evalsha(self.script.sha, self.script.script, keys, args)
         else:
             reply = self.script(keys=keys, args=args, client=client)
-        if any(reply[:len(ENDED)]):  # most calls end no message
-            self._report([kind for kind, count in zip(ENDED, reply, strict=False)
-                          for _ in range(count)])
-        return reply[len(ENDED)] if len(reply) > len(ENDED) else None
+        counts = reply[:N_ENDED]
+        if counts != NOTHING_ENDED:  # most calls end no message
+            kinds = ONE_ENDED.get(tuple(counts))
+            self._report(kinds or [kind for kind, count in zip(ENDED, counts, strict=True)
+                                   for _ in range(count)])
+        return reply[N_ENDED] if len(reply) > N_ENDED else None
 
 
 class Scripts:
