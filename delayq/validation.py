@@ -239,7 +239,7 @@ def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
     return checked
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read-only, though not frozen: see delayq.message
 class PostedMessage:
     """One message of a post request, checked but with delay and ttl not yet resolved."""
 
