@@ -109,10 +109,9 @@ class Broker:
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
             queue_delay = metadata[q.DEFAULT_MESSAGE_DELAY]
-            resolved = [
-                NewMessage(body=m.body,
-                           ttl=m.ttl if m.ttl is not None else default_ttl,
-                           delay=resolve_delay(queue_delay, delay))
+            resolved = [  # NewMessage(body, ttl, delay)
+                NewMessage(m.body, m.ttl if m.ttl is not None else default_ttl,
+                           resolve_delay(queue_delay, delay))
                 for m, delay in zip(messages, delays, strict=True)]
             return self.driver.post_messages(project, queue, client_id, resolved,
                                              metadata_token=token)
@@ -135,7 +134,10 @@ class Broker:
     def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
         """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
         on the backend's clock (read once, only when a message has one)."""
-        if all(m.deliver_at is None for m in messages):
+        for m in messages:  # a loop, not all(...): a post usually has one message
+            if m.deliver_at is not None:
+                break
+        else:
             return [m.delay for m in messages]
         now = self.driver.now()
         return [m.delay if m.deliver_at is None else validation.delay_until(

@@ -84,48 +84,54 @@ class ScriptLink:
         self._lock = threading.Lock()
         self._lines: dict[int, _Line] = {}  # by thread ident
 
-    def _line(self) -> _Line:
-        line = getattr(self._local, "line", None)
-        if line is None:
-            line = _Line(self._pool.connection_class(
-                **{**self._pool.connection_kwargs, "client_name": CLIENT_NAME}))
-            with self._lock:
-                alive = {thread.ident for thread in threading.enumerate()}
-                for ident in [i for i in self._lines if i not in alive]:
-                    self._lines.pop(ident).drop()
-                # An ended thread's ident may be this thread's now.
-                replaced = self._lines.pop(threading.get_ident(), None)
-                if replaced is not None:
-                    replaced.drop()
-                self._lines[threading.get_ident()] = line
-            self._local.line = line
+    def _new_line(self) -> _Line:
+        """This thread's line, made at its first call."""
+        line = _Line(self._pool.connection_class(
+            **{**self._pool.connection_kwargs, "client_name": CLIENT_NAME}))
+        with self._lock:
+            alive = {thread.ident for thread in threading.enumerate()}
+            for ident in [i for i in self._lines if i not in alive]:
+                self._lines.pop(ident).drop()
+            # An ended thread's ident may be this thread's now.
+            replaced = self._lines.pop(threading.get_ident(), None)
+            if replaced is not None:
+                replaced.drop()
+            self._lines[threading.get_ident()] = line
+        self._local.line = line
         return line
 
     def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
         """The reply of script *sha* (source *script*, loaded again if Redis lost it)."""
         command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
         try:
-            return self._call(command)
-        except exceptions.NoScriptError:
-            self._call(hiredis.pack_command(("SCRIPT", "LOAD", script)))
-            return self._call(command)
-
-    def _call(self, command: bytes) -> Any:
-        line = self._line()
+            line = self._local.line
+        except AttributeError:
+            line = self._new_line()
         try:
-            return round_trip(line, command)
-        except exceptions.ConnectionError:
-            # redis-py's TimeoutError is not a ConnectionError: a timed-out script may
-            # have run, so it is never sent again.
-            if not line.used:
-                raise
-            return round_trip(line, command)  # on a new connection
+            return call(line, command)
+        except exceptions.NoScriptError:
+            call(line, hiredis.pack_command(("SCRIPT", "LOAD", script)))
+            return call(line, command)
 
     def close(self) -> None:
         """Disconnect every thread's connection (each reconnects if used again)."""
         with self._lock:
             for line in self._lines.values():
                 line.drop()
+
+
+def call(line: _Line, command: bytes) -> Any:
+    """The reply to *command*, sent again on a new connection if the line's connection,
+    which had served a call before, turns out broken (Redis restarted, a firewall cut an
+    idle connection)."""
+    try:
+        return round_trip(line, command)
+    except exceptions.ConnectionError:
+        # redis-py's TimeoutError is not a ConnectionError: a timed-out script may have
+        # run, so it is never sent again.
+        if not line.used:
+            raise
+        return round_trip(line, command)  # on a new connection
 
 
 def round_trip(line: _Line, command: bytes) -> Any:
