@@ -632,3 +632,21 @@ def test_metadata_changed_by_another_process_rules_the_next_post_and_claim(own_s
     assert (stats.free, stats.claimed, stats.delayed) == (1, 0, 0)
     a.driver.close()
     b.driver.close()
+
+
+def test_a_reply_larger_than_the_links_read_buffer_arrives_whole(own_server):
+    # The script link reads replies READ_SIZE bytes at a time: a claim of bodies adding
+    # up to several times that must come back whole, and the next call must not see
+    # any of it.
+    driver = Driver(own_server.uri, namespace=namespace())
+    try:
+        bodies = [{"n": i, "text": f"{i:05d}" * 8000} for i in range(10)]  # 40 KB each
+        ids = []
+        for body in bodies:
+            ids += post(driver, "big", 1, body=body)
+        claim = driver.claim(PROJECT, "big", ttl=60, grace=60, limit=10, dead_letter=None)
+        assert [m.body for m in claim.messages] == bodies
+        assert [m.id for m in claim.messages] == ids
+        assert driver.queue_stats(PROJECT, "big").total == 10
+    finally:
+        driver.close()
