@@ -8,6 +8,7 @@ move surviving a process killed between its steps.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import socket
 import threading
@@ -650,3 +651,25 @@ def test_a_reply_larger_than_the_links_read_buffer_arrives_whole(own_server):
         assert driver.queue_stats(PROJECT, "big").total == 10
     finally:
         driver.close()
+
+
+def test_forked_workers_mint_different_nonces():
+    # Nonces come from the random module, which reseeds in a forked child: gunicorn's
+    # workers, forked from one master, must not mint the same queue incarnations.
+    from delayq.storage.redis.driver import new_nonce
+
+    new_nonce()  # the parent's generator in use before the fork, as in the master
+    read, write = os.pipe()
+    children = []
+    for _ in range(4):
+        pid = os.fork()
+        if pid == 0:  # the child writes one nonce and leaves at once
+            os.write(write, (new_nonce() + "\n").encode())
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    os.close(write)
+    with os.fdopen(read) as lines:
+        nonces = lines.read().split()
+    assert len(nonces) == 4 and len(set(nonces + [new_nonce()])) == 5, nonces
