@@ -73,6 +73,7 @@ class RequestTimer:
         self.metrics.observe_request(req.method, req.uri_template or "unmatched", code,
                                      time.perf_counter() - started)
 
+
 class QueueGauges(Collector):
     """Free, claimed and delayed counts of the queues of some projects, read now."""
 

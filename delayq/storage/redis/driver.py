@@ -77,7 +77,7 @@ UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
 MIGRATING = ("TRYAGAIN", "ASK ", "MOVED ", "CROSSSLOT",
              "Script attempted to access a non local key")
 
-# RECORD_FIELDS, as lua/common.lua packs them (due and expires relative to created):
+# A record's fields, as lua/common.lua packs them (due and expires relative to created):
 # body, client, created, ttl, due, expires, claim, claim_expires, count, id, source,
 # moved. A record written before the last ones existed gets these defaults for them.
 RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
@@ -367,7 +367,7 @@ class Driver(base.Driver):
         if len(fields) < len(RECORD_DEFAULTS):  # a record written with fewer fields
             fields += RECORD_DEFAULTS[len(fields):]
         (body, client, created, ttl, due, expires, claim, claim_expires, count, id_, source,
-         moved) = fields  # RECORD_FIELDS
+         moved) = fields  # in the order of RECORD_DEFAULTS
         # Positional, in Message's field order: by keyword, each of the 13 arguments
         # costs a name match, and a claim builds a Message per message it takes.
         return Message(

@@ -19,7 +19,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors, events, tallies, validation
+from delayq import errors, events, jsontext, tallies, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
@@ -208,7 +208,7 @@ class Driver(base.Driver):
     def _message(row: tuple, as_of: float) -> Message:
         (_seq, id_, body, ttl, created, expires, due, client_id, claim_id, claim_expires,
          claim_count, source_queue, moved_at) = row
-        return Message(id=id_, body=json.loads(body), ttl=ttl, created=created,
+        return Message(id=id_, body=jsontext.loads(body), ttl=ttl, created=created,
                        expires=expires, due=due, client_id=client_id, claim_id=claim_id,
                        claim_expires=claim_expires, claim_count=claim_count, as_of=as_of,
                        source_queue=source_queue, moved_at=moved_at)
@@ -299,7 +299,7 @@ class Driver(base.Driver):
             now = self.now()
             queue_id = self._ensure_queue(db, project, queue, now)
             db.executemany(sql.MESSAGE_INSERT, [
-                (id_, queue_id, json.dumps(m.body), m.ttl, now, now + m.ttl,
+                (id_, queue_id, jsontext.dumps(m.body), m.ttl, now, now + m.ttl,
                  now + m.delay, now + m.delay, client_id)
                 for id_, m in zip(ids, messages, strict=True)])
             self._record(db, [
