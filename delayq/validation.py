@@ -193,8 +193,6 @@ def json_document(raw: bytes, what: str) -> Any:
                               title="Invalid request body") from None
 
 
-
-
 def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
     """Check a whole queue metadata document, reserved attributes included.
 

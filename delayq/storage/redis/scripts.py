@@ -33,7 +33,7 @@ ENDED_TABLE = "local ENDED = {" + ", ".join(f"{kind} = 0" for kind in ENDED) + "
 N_ENDED = len(ENDED)
 NOTHING_ENDED = [0] * N_ENDED
 # The usual report (a delete, a pop of one), made once: (counts) → kinds.
-ONE_ENDED = {tuple(int(i == j) for j in range(len(ENDED))): (kind,)
+ONE_ENDED = {tuple(int(i == j) for j in range(N_ENDED)): (kind,)
              for i, kind in enumerate(ENDED)}
 # The first element of a post's or claim's reply when the queue's metadata is no longer
 # the one the driver passed (``Driver.queue_for_write``); no nonce looks like it.
