@@ -41,16 +41,10 @@ class Runner:
         self._adaptive = mode == AUTO
         self._threads_until = 0.0  # monotonic time before which calls use the pool
 
-    @property
-    def inline(self) -> bool:
-        """Whether the next call runs on the event loop."""
-        return self._inline and time.monotonic() >= self._threads_until
-
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self._inline:
-            # self.inline, written out: this runs for every request.
             started = time.monotonic()
-            if started >= self._threads_until:
+            if started >= self._threads_until:  # not backing off after a slow call
                 try:
                     return fn(*args, **kwargs)
                 except StorageUnavailable:
