@@ -87,12 +87,12 @@ class Metrics:
             REQUEST_SECONDS, "HTTP request latency, by method, route template and status "
                              "class (2xx, 4xx, 5xx); /metrics itself is left out.",
             REQUEST_LABELS, buckets=LATENCY_BUCKETS, registry=self.registry)
-        self._request_children: dict[tuple[str, str, int], Any] = {}
+        self._request_children: dict[tuple[str, str | None, Any], Any] = {}
         self.flush_interval = flush_interval
-        # Counts not written yet: by counter name; by request label key, the sum of the
-        # latencies then the number in each bucket (+Inf last).
+        # Counts not written yet: by counter name; by (method, route template, status),
+        # the sum of the latencies then the number in each bucket (+Inf last).
         self._counts: dict[str, int] = {}
-        self._latencies: dict[tuple[str, str, int], list[float]] = {}
+        self._latencies: dict[tuple[str, str | None, Any], list[float]] = {}
         self._lock = threading.Lock()  # the broker counts from pool threads too
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_pending = False
@@ -125,15 +125,26 @@ class Metrics:
         if not self._flush_pending:
             self._written_soon()
 
-    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        key = (method, route, status // 100)
-        with self._lock:
-            held = self._latencies.get(key)
-            if held is None:
-                held = self._latencies[key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
-            held[0] += seconds
-            # The first bound at or above *seconds*, as the histogram's own observe().
-            held[1 + bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+    def observe_request(self, method: str, route: str | None, status: Any,
+                        seconds: float) -> None:
+        """Observe a request's latency, from the app's event loop.
+
+        *route* is the request's route template (None: no route matched); *status* the
+        response's, as Falcon holds it ("201 Created", an int, an http.HTTPStatus):
+        turned into a label when written, once per second per kind of request.
+        """
+        key = (method, route, status)
+        if self._loop is None:  # not batching (see start)
+            self._request_child(key).observe(seconds)
+            return
+        # No lock: while the loop is known, requests are observed and the latencies
+        # written on its thread only (count() locks because pool threads count too).
+        held = self._latencies.get(key)
+        if held is None:
+            held = self._latencies[key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+        held[0] += seconds
+        # The first bound at or above *seconds*, as the histogram's own observe().
+        held[1 + bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         if not self._flush_pending:
             self._written_soon()
 
@@ -166,11 +177,13 @@ class Metrics:
                 if count:
                     value.inc(count)
 
-    def _request_child(self, key: tuple[str, str, int]) -> Any:
+    def _request_child(self, key: tuple[str, str | None, Any]) -> Any:
         child = self._request_children.get(key)
         if child is None:
-            method, route, status_class = key
-            child = self.request_seconds.labels(method, route, f"{status_class}xx")
+            method, route, status = key
+            code = status if isinstance(status, int) else int(str(status)[:3])
+            child = self.request_seconds.labels(method, route or "unmatched",
+                                                f"{code // 100}xx")
             self._request_children[key] = child
         return child
 

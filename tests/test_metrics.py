@@ -99,11 +99,14 @@ def test_request_latency_is_labelled_by_route_template(client, headers):
     post(client, headers, queue, 1)
     post(client, headers, queue, 1)
     client.simulate_get("/v2/queues/nope/messages/x", headers={})  # a 400, another series
+    client.simulate_get("/v2/nowhere/at/all", headers=headers)  # no route: a 404
     samples = scrape(client)
     assert samples[key] - before == 2
     assert samples[("delayq_request_duration_seconds_count",
                     (("method", "GET"), ("route", "/v2/queues/{name}/messages/{message_id}"),
                      ("status", "4xx")))] >= 1
+    assert samples[("delayq_request_duration_seconds_count",
+                    (("method", "GET"), ("route", "unmatched"), ("status", "4xx")))] >= 1
     # Neither paths nor /metrics itself make series.
     assert not [k for k in samples if ("route", "/metrics") in k[1] or queue in str(k)]
 

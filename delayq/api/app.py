@@ -41,7 +41,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     broker.driver.endings = metrics.count_endings
     run = Runner(broker, mode=conf[WSGI_GROUP].storage_calls)
     waiting = Waiting(run, poll_interval=conf[WSGI_GROUP].claim_wait_poll_interval)
-    app = falcon.asgi.App(middleware=[metrics_api.RequestTimer(metrics), _Shutdown(run)])
+    app = falcon.asgi.App(request_type=metrics_api.Request,
+                          middleware=[metrics_api.RequestTimer(metrics), _Shutdown(run)])
     app.req_options.strip_url_path_trailing_slash = True
     # JSON may carry lone surrogates ("\ud800") that UTF-8 cannot encode; ASCII-escaped
     # output hands them back exactly as they came in.
