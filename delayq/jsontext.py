@@ -14,6 +14,7 @@ by delayq, so none refers to itself.
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring_ascii
 from typing import Any
@@ -49,9 +50,15 @@ def _reject_constant(name: str) -> None:
 
 
 _STRICT = json.JSONDecoder(parse_constant=_reject_constant)
-_PLAIN = json.JSONDecoder()
+# The decoder's C scanner, without decode()'s checks around it (whitespace skipped with a
+# regular expression at both ends, trailing text refused): for text delayq wrote itself.
+_scan = json.scanner.make_scanner(json.JSONDecoder())
 
 #: Decode a request body's text: ``NaN`` and ``Infinity`` are refused (ValueError).
 loads_strict = _STRICT.decode
-#: Decode text delayq encoded itself (a stored body).
-loads = _PLAIN.decode
+
+
+def loads(text: str) -> Any:
+    """Decode a document delayq encoded itself (a stored body): one JSON value, with
+    no whitespace around it."""
+    return _scan(text, 0)[0]

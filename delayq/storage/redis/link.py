@@ -107,11 +107,20 @@ class ScriptLink:
             line = self._local.line
         except AttributeError:
             line = self._new_line()
+        # call(line, command), written out: this is every script call's path.
         try:
-            return call(line, command)
+            return round_trip(line, command)
         except exceptions.NoScriptError:
-            call(line, hiredis.pack_command(("SCRIPT", "LOAD", script)))
-            return call(line, command)
+            pass
+        except exceptions.ConnectionError:
+            if not line.used:
+                raise
+            try:
+                return round_trip(line, command)  # on a new connection
+            except exceptions.NoScriptError:  # a restarted Redis may have lost it
+                pass
+        call(line, hiredis.pack_command(("SCRIPT", "LOAD", script)))
+        return call(line, command)
 
     def close(self) -> None:
         """Disconnect every thread's connection (each reconnects if used again)."""

@@ -30,10 +30,8 @@ NAMES = (
 # Message endings a script reports (common.lua's ENDED), in the order it returns them.
 ENDED = ("deleted", "popped", "dead_lettered", "expired")
 ENDED_TABLE = "local ENDED = {" + ", ".join(f"{kind} = 0" for kind in ENDED) + "}\n"
-N_ENDED = len(ENDED)
-NOTHING_ENDED = [0] * N_ENDED
 # The usual report (a delete, a pop of one), made once: (counts) → kinds.
-ONE_ENDED = {tuple(int(i == j) for j in range(N_ENDED)): (kind,)
+ONE_ENDED = {tuple(int(i == j) for j in range(len(ENDED))): (kind,)
              for i, kind in enumerate(ENDED)}
 # The first element of a post's or claim's reply when the queue's metadata is no longer
 # the one the driver passed (``Driver.queue_for_write``); no nonce looks like it.
@@ -41,15 +39,17 @@ METADATA_CHANGED = b"metadata-changed"
 
 
 def wrapped(common: str, body: str) -> str:
-    """*body* run as a function after *common*, its reply behind the ENDED counts.
+    """*body* run as a function after *common*; its reply goes last, behind the number
+    of messages the call ended and the ENDED counts.
 
-    The reply goes last: a script replying nil then still returns the counts (a Lua
-    table stops at its first nil).
+    A nil reply is sent as ``false`` (which Redis sends as nil too): a Lua table stops at
+    its first nil, and the reply must be where the caller looks for it.
     """
     counts = ", ".join(f"ENDED.{kind}" for kind in ENDED)
+    total = " + ".join(f"ENDED.{kind}" for kind in ENDED)
     # The reply first: a table constructor reads ENDED before calling script().
     return (f"{common}\nlocal function script()\n{body}\nend\n"
-            f"local reply = script()\nreturn {{{counts}, reply}}\n")
+            f"local reply = script()\nreturn {{{total}, {counts}, reply or false}}\n")
 
 
 class CountedScript:
@@ -71,12 +71,12 @@ class CountedScript:
             reply = self._link.evalsha(self.script.sha, self.script.script, keys, args)
         else:
             reply = self.script(keys=keys, args=args, client=client)
-        counts = reply[:N_ENDED]
-        if counts != NOTHING_ENDED:  # most calls end no message
+        if reply[0]:  # most calls end no message
+            counts = reply[1:-1]
             kinds = ONE_ENDED.get(tuple(counts))
             self._report(kinds or [kind for kind, count in zip(ENDED, counts, strict=True)
                                    for _ in range(count)])
-        return reply[N_ENDED] if len(reply) > N_ENDED else None
+        return reply[-1]
 
 
 class Scripts:
