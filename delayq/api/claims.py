@@ -34,11 +34,15 @@ class ClaimCollection:
                                            if_empty={})
         ttl, grace = validation.claim_options(document, limits)
 
-        async def attempt() -> ClaimResult | None:
-            return await self.run(self.run.broker.claim, project, name, ttl=ttl,
-                                  grace=grace, limit=limit)
+        claim = await self.run(self.run.broker.claim, project, name, ttl=ttl, grace=grace,
+                               limit=limit)
+        if claim is None and wait > 0:
+            async def attempt() -> ClaimResult | None:
+                return await self.run(self.run.broker.claim, project, name, ttl=ttl,
+                                      grace=grace, limit=limit)
 
-        claim = await self.waiting.claim(project, name, attempt, limit=limit, wait=wait)
+            claim = await self.waiting.claim_later(project, name, attempt, limit=limit,
+                                                   wait=wait)
         if claim is None:
             resp.status = falcon.HTTP_204
             return

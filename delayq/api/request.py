@@ -33,12 +33,17 @@ def media_type(req: falcon.Request, accepted: tuple[str, ...], what: str) -> Non
 async def body(req: falcon.Request, limit: int, what: str) -> tuple[bytes, int]:
     """The raw body, refused unread when it is longer than *limit*; and its length.
 
-    The stream is read at most one byte past *limit*, so a client cannot make the server
-    buffer more than the limit whatever Content-Length it claims.
+    At most *limit* bytes are read (one more without a Content-Length), so a client
+    cannot make the server buffer more than the limit, whatever it sends.
     """
     declared = req.content_length  # parsed from the header at each read
-    if declared is not None and declared > limit:
-        raise ValidationError(f"The {what} is {declared} bytes; the limit is {limit}.")
+    if declared is not None:
+        if declared > limit:
+            raise ValidationError(f"The {what} is {declared} bytes; the limit is {limit}.")
+        # Falcon's stream ends at the declared length (the server refuses a body that
+        # runs past it): reading it all reads at most *limit* bytes.
+        raw = await req.stream.readall()
+        return raw, len(raw)
     raw = await req.stream.read(limit + 1)
     if len(raw) > limit:
         raise ValidationError(f"The {what} is larger than the limit of {limit} bytes.")

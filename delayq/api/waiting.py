@@ -185,17 +185,15 @@ class Waiting:
             watch = self._watches[(project, queue)] = _Watch(self, project, queue)
         return watch
 
-    async def claim(self, project: str, queue: str, attempt: Attempt, *, limit: int,
-                    wait: float) -> Claim | None:
-        """The claim *attempt* makes now or, failing that, within *wait* seconds.
+    async def claim_later(self, project: str, queue: str, attempt: Attempt, *, limit: int,
+                          wait: float) -> Claim | None:
+        """The claim *attempt* makes within *wait* seconds, once an attempt made at once
+        (by the caller) found nothing.
 
-        *attempt* claims up to *limit* messages of *queue* (None when it found none). It
-        runs at once; when it finds nothing and *wait* is above 0, it runs again each
-        time this waiter's turn comes, until it claims something or *wait* has passed.
+        *attempt* claims up to *limit* messages of *queue* (None when it finds none). It
+        runs each time this waiter's turn comes, until it claims something or *wait*
+        has passed.
         """
-        claim = await attempt()
-        if claim is not None or wait <= 0:
-            return claim
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         first = False
