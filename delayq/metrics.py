@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import os
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -89,11 +89,12 @@ class Metrics:
             REQUEST_LABELS, buckets=LATENCY_BUCKETS, registry=self.registry)
         self._request_children: dict[tuple[str, str | None, Any], Any] = {}
         self.flush_interval = flush_interval
-        # Counts not written yet: by counter name; by (method, route template, status),
-        # the sum of the latencies then the number in each bucket (+Inf last).
-        self._counts: dict[str, int] = {}
+        # Counts not written yet: (counter name, amount) pairs, added from any thread (the
+        # broker counts from pool threads too; a deque's append and popleft are atomic);
+        # by (method, route template, status), the sum of the latencies then the number
+        # in each bucket (+Inf last).
+        self._counts: collections.deque[tuple[str, int]] = collections.deque()
         self._latencies: dict[tuple[str, str | None, Any], list[float]] = {}
-        self._lock = threading.Lock()  # the broker counts from pool threads too
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_pending = False
 
@@ -109,19 +110,17 @@ class Metrics:
     def count(self, name: str, amount: int) -> None:
         """Add *amount* to counter *name* (one of this module's counter names)."""
         if amount:
-            with self._lock:
-                self._counts[name] = self._counts.get(name, 0) + amount
+            self._counts.append((name, amount))
             if not self._flush_pending:
                 self._written_soon()
 
     def count_endings(self, kinds: Iterable[str]) -> None:
         """Count messages a driver reports gone, one event kind per message."""
-        with self._lock:
-            counts = self._counts
-            for kind in kinds:
-                name = ENDINGS.get(kind)
-                if name is not None:
-                    counts[name] = counts.get(name, 0) + 1
+        counts = self._counts
+        for kind in kinds:
+            name = ENDINGS.get(kind)
+            if name is not None:
+                counts.append((name, 1))
         if not self._flush_pending:
             self._written_soon()
 
@@ -163,10 +162,18 @@ class Metrics:
 
     def flush(self) -> None:
         """Write the counts held to the prometheus_client values (the shared files)."""
-        with self._lock:
-            counts, self._counts = self._counts, {}
-            latencies, self._latencies = self._latencies, {}
-            self._flush_pending = False
+        # Cleared first: a count added from now on is either taken below or sees the flag
+        # down and asks for a flush of its own.
+        self._flush_pending = False
+        latencies, self._latencies = self._latencies, {}
+        pending = self._counts
+        counts: dict[str, int] = {}
+        while True:
+            try:  # not "while pending": a flush in another thread may take the last one
+                name, amount = pending.popleft()
+            except IndexError:
+                break
+            counts[name] = counts.get(name, 0) + amount
         for name, amount in counts.items():
             self.counters[name].inc(amount)
         for key, held in latencies.items():

@@ -100,3 +100,31 @@ def test_without_a_started_loop_or_after_stop_each_count_is_written_at_once():
         assert posted(metrics) == 3
 
     asyncio.run(run())
+
+
+def test_counts_from_many_threads_are_all_written_while_flushes_run():
+    # Pool threads count while the loop's timer flushes (and, once the loop is gone,
+    # while each count flushes at once, from every thread): no count is lost or doubled.
+    threads, each = 8, 3000
+    metrics = Metrics(flush_interval=0.001)
+
+    def work() -> None:
+        for _ in range(each):
+            metrics.count(POSTED, 1)
+        metrics.count_endings(["deleted", "popped", "expired"])
+
+    async def run() -> None:
+        metrics.start(asyncio.get_running_loop())
+        await asyncio.gather(*(asyncio.to_thread(work) for _ in range(threads)))
+        metrics.stop()
+
+    asyncio.run(run())
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    assert posted(metrics) == 2 * threads * each
+    values = samples(metrics.registry)
+    assert values[("delayq_messages_deleted_total", ())] == 2 * threads * 2
+    assert values[("delayq_messages_expired_total", ())] == 2 * threads
