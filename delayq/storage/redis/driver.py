@@ -68,6 +68,7 @@ REDRIVE_SKIP_BUDGET = 10_000  # messages without a source a redrive steps over p
 READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
 CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
 METADATA_CACHE_SIZE = 10_000  # queues whose metadata a process keeps for writes
+KEY_CACHE_SIZE = 10_000  # queues whose state-hash key a process keeps made
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
@@ -234,6 +235,8 @@ class Driver(base.Driver):
         # claims check the raw text in their script (queue_for_write), so a stale entry
         # costs a retry, never a rule.
         self._metadata: dict[str, tuple[dict[str, Any], bytes]] = {}
+        # (project, queue) → queue_key(): made once, the key's hash computed once too.
+        self._queue_keys: dict[tuple[str, str], str] = {}
         self._link: tuple[redis.Redis | RedisCluster, bool, Scripts] | None = None
         self._link_lock = threading.Lock()
         self._link_failed_at = 0.0
@@ -310,7 +313,13 @@ class Driver(base.Driver):
 
     def queue_key(self, project: str, name: str) -> str:
         """The state hash of a queue; every other key of the queue extends its prefix."""
-        return f"{self._ns}:{{{project_part(project)}/{name}}}:s"
+        key = self._queue_keys.get((project, name))
+        if key is None:
+            if len(self._queue_keys) >= KEY_CACHE_SIZE:
+                self._queue_keys.clear()  # a miss costs only this line's formatting
+            key = self._queue_keys[(project, name)] = (
+                f"{self._ns}:{{{project_part(project)}/{name}}}:s")
+        return key
 
     def outbox_key(self, project: str, name: str) -> str:
         """The hash of a queue's dead-letter moves waiting to reach another slot."""
