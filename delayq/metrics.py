@@ -137,7 +137,8 @@ class Metrics:
             self._request_child(key).observe(seconds)
             return
         # No lock: while the loop is known, requests are observed and the latencies
-        # written on its thread only (count() locks because pool threads count too).
+        # written on its thread only (counts, which pool threads add too, go through
+        # the deque).
         held = self._latencies.get(key)
         if held is None:
             held = self._latencies[key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
