@@ -119,7 +119,9 @@ def new_nonce() -> str:
     # secret (every message id shows it), only unique. 256 is not a multiple of 36, so
     # the first 4 digits are a little likelier (8/256 against 7/256): 51 of the 51.7
     # bits of a uniform nonce, plenty to keep incarnations apart.
-    return random.randbytes(NONCE_LENGTH).translate(NONCE_DIGITS).decode()
+    # random.randbytes(n), written out: it is a Python method around these two calls.
+    return (random.getrandbits(NONCE_LENGTH * 8).to_bytes(NONCE_LENGTH, "little")
+            .translate(NONCE_DIGITS).decode())
 
 
 def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, int]], int]:
@@ -238,6 +240,9 @@ class Driver(base.Driver):
         self._marker_ttl = move_marker_ttl
         self._events = events_settings
         self._clock = clock
+        # ARGV[1] of every script: without a clock "" (what str() returns, with no Python
+        # call), so the script reads the server's clock.
+        self._now_arg: Callable[[], str] = str if clock is None else self._clock_arg
         # Queue key → the metadata last read for a write, decoded and raw; posts and
         # claims check the raw text in their script (queue_for_write), so a stale entry
         # costs a retry, never a rule.
@@ -305,7 +310,8 @@ class Driver(base.Driver):
 
     @property
     def _client(self) -> redis.Redis | RedisCluster:
-        return self._connected()[0]
+        link = self._link  # connected: no call to _connected()
+        return (link if link is not None else self._connected())[0]
 
     @property
     def cluster(self) -> bool:
@@ -314,7 +320,8 @@ class Driver(base.Driver):
 
     @property
     def _scripts(self) -> Scripts:
-        return self._connected()[2]
+        link = self._link  # connected: no call to _connected()
+        return (link if link is not None else self._connected())[2]
 
     # Keys and arguments
 
@@ -342,9 +349,9 @@ class Driver(base.Driver):
     def _projects_key(self) -> str:
         return f"{self._ns}:projects"
 
-    def _now_arg(self) -> str:
-        """ARGV[1] of every script: empty, so the script reads the server's clock."""
-        return "" if self._clock is None else str(round(self._clock() * US))
+    def _clock_arg(self) -> str:
+        """ARGV[1] of every script with a clock given (tests): its time in microseconds."""
+        return str(round(self._clock() * US))
 
     def same_slot(self, key: str, other: str) -> bool:
         return not self.cluster or key_slot(key.encode()) == key_slot(other.encode())
