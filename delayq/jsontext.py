@@ -14,6 +14,7 @@ by delayq, so none refers to itself.
 from __future__ import annotations
 
 import json
+import json.decoder
 import json.scanner
 from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring_ascii
@@ -54,8 +55,25 @@ _STRICT = json.JSONDecoder(parse_constant=_reject_constant)
 # regular expression at both ends, trailing text refused): for text delayq wrote itself.
 _scan = json.scanner.make_scanner(json.JSONDecoder())
 
-#: Decode a request body's text: ``NaN`` and ``Infinity`` are refused (ValueError).
-loads_strict = _STRICT.decode
+_scan_strict = _STRICT.scan_once
+_whitespace = json.decoder.WHITESPACE.match
+
+
+def loads_strict(text: str) -> Any:
+    """Decode a request body's text as ``json.loads`` does (same errors, a
+    ``JSONDecodeError``), but refusing ``NaN`` and ``Infinity`` (ValueError).
+
+    ``JSONDecoder.decode`` and ``raw_decode`` written out: two Python calls fewer a body.
+    """
+    start = _whitespace(text, 0).end()
+    try:
+        value, end = _scan_strict(text, start)
+    except StopIteration as err:
+        raise json.JSONDecodeError("Expecting value", text, err.value) from None
+    end = _whitespace(text, end).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
 
 
 def loads(text: str) -> Any:
