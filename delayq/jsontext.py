@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import json.decoder
-import json.scanner
 from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring_ascii
 from typing import Any
@@ -50,12 +49,9 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON value")
 
 
-_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
-# The decoder's C scanner, without decode()'s checks around it (whitespace skipped with a
-# regular expression at both ends, trailing text refused): for text delayq wrote itself.
-_scan = json.scanner.make_scanner(json.JSONDecoder())
-
-_scan_strict = _STRICT.scan_once
+# The decoders' C scanners, called without decode()'s Python around them.
+_scan = json.JSONDecoder().scan_once
+_scan_strict = json.JSONDecoder(parse_constant=_reject_constant).scan_once
 _whitespace = json.decoder.WHITESPACE.match
 
 
@@ -78,5 +74,6 @@ def loads_strict(text: str) -> Any:
 
 def loads(text: str) -> Any:
     """Decode a document delayq encoded itself (a stored body): one JSON value, with
-    no whitespace around it."""
+    no whitespace around it, so decode()'s whitespace skipping and trailing-text check
+    are left out."""
     return _scan(text, 0)[0]

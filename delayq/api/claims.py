@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import falcon
 
 from delayq import validation
 from delayq.api import request, views
 from delayq.api.runner import Runner
 from delayq.api.waiting import Waiting
-from delayq.claim import Claim as ClaimResult
 
 # Claim bodies are tiny ({"ttl", "grace"}); anything much larger is not a claim request.
 MAX_CLAIM_BODY = 4096
@@ -34,13 +35,11 @@ class ClaimCollection:
                                            if_empty={})
         ttl, grace = validation.claim_options(document, limits)
 
-        claim = await self.run(self.run.broker.claim, project, name, ttl=ttl, grace=grace,
-                               limit=limit)
+        # Made now and, when that finds nothing and the request waits, at each turn.
+        attempt = functools.partial(self.run, self.run.broker.claim, project, name, ttl=ttl,
+                                    grace=grace, limit=limit)
+        claim = await attempt()
         if claim is None and wait > 0:
-            async def attempt() -> ClaimResult | None:
-                return await self.run(self.run.broker.claim, project, name, ttl=ttl,
-                                      grace=grace, limit=limit)
-
             claim = await self.waiting.claim_later(project, name, attempt, limit=limit,
                                                    wait=wait)
         if claim is None:

@@ -17,14 +17,12 @@ def queue_href(queue: str) -> str:
 
 
 def message_href(queue: str, message_id: str, claim_id: str | None = None) -> str:
-    # queue_href()'s text written out, here and below: a claim makes one per message.
-    if claim_id:
-        return f"{V2}/queues/{queue}/messages/{message_id}?claim_id={claim_id}"
-    return f"{V2}/queues/{queue}/messages/{message_id}"
+    href = f"{queue_href(queue)}/messages/{message_id}"
+    return f"{href}?claim_id={claim_id}" if claim_id else href
 
 
 def claim_href(queue: str, claim_id: str) -> str:
-    return f"{V2}/queues/{queue}/claims/{claim_id}"
+    return f"{queue_href(queue)}/claims/{claim_id}"
 
 
 def iso8601(timestamp: float) -> str:
