@@ -50,6 +50,8 @@ TRIVIAL = "trivial"
 # The trivial app with one blocking Redis round trip (PING) after each request: what a
 # wait on another process does to the CPU time of the same work (--trivial-ping).
 TRIVIAL_PING = "trivial+ping"
+# benchmarks/bare_app.py on the run's Redis: a request's Redis work and no more.
+BARE = "bare"
 WARMUP_CYCLES = 200
 
 
@@ -127,11 +129,16 @@ async def start_lifespan(app: Any) -> asyncio.Task:
 
 
 def build_app(target: str, sections: dict[str, dict[str, Any]]) -> Any:
-    """The ASGI app of *target*: the trivial app, or delayq on driver *target* configured
-    with *sections* (``{group: {option: value}}``)."""
+    """The ASGI app of *target*: the trivial app, the bare app (on the Redis of
+    *sections*), or delayq on driver *target* configured with *sections*
+    (``{group: {option: value}}``)."""
     if target == TRIVIAL:
         import trivial_app
         return trivial_app.create_app()
+    if target == BARE:
+        import bare_app
+        redis_section = sections[backlog.REDIS_GROUP]
+        return bare_app.create_app(redis_section["uri"], redis_section["namespace"])
     from delayq import conf as delayq_conf
     from delayq.api.app import create_app
     conf = delayq_conf.load([])

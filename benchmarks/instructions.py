@@ -28,6 +28,10 @@ Needs valgrind (Debian: ``apt install valgrind``). About a minute per target.
 Usage::
 
     python benchmarks/instructions.py [--driver redis --driver sqlite ...] [--cycles 200]
+                                      [--bare]
+
+``--bare`` adds ``benchmarks/bare_app.py`` (a request's Redis work and nothing else) on
+Redis, the least delayq's Redis count could come down to.
 """
 
 from __future__ import annotations
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                              "makes three times as many (default 200)")
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help="JSON results (default benchmarks/results/instructions.json)")
+    parser.add_argument("--bare", action="store_true",
+                        help="count benchmarks/bare_app.py on Redis too")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sections", default="{}", help=argparse.SUPPRESS)
@@ -141,13 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="delayq-instructions-"))
     try:
-        for target in [TRIVIAL, *drivers]:
+        for target in [TRIVIAL, *([in_process.BARE] if args.bare else []), *drivers]:
             directory = workdir / target
             directory.mkdir()
             with contextlib.ExitStack() as stack:
                 sections: dict[str, dict[str, Any]] = {}
                 if target != TRIVIAL:
-                    backend = backlog.BACKENDS[target]
+                    # The bare app runs on a Redis store started as Redis's is.
+                    backend = backlog.BACKENDS[
+                        "redis" if target == in_process.BARE else target]
                     sections = backend.sections(directory)
                     stack.enter_context(backend.service(sections, directory))
                 print(f"  {target}: counting {args.cycles} and {3 * args.cycles} cycles",
@@ -168,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(json.dumps({
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": backlog.machine(), "options": {"cycles": args.cycles,
-                                                   "drivers": drivers},
+                                                   "drivers": drivers,
+                                                   "bare": args.bare},
         "rows": rows}, indent=2))
     print(f"written to {args.output}")
     return 0

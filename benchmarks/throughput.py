@@ -4,6 +4,10 @@ Each target is served by gunicorn with uvicorn workers (``--workers``, default 2
 
 * ``trivial``: ``benchmarks/trivial_app.py``, a Falcon app that answers without doing
   anything, run through delayq's own gunicorn set-up — the floor of what a request costs;
+* with ``--bare``, ``bare``: ``benchmarks/bare_app.py``, a Falcon app that makes
+  each request's Redis script call as delayq does and nothing else (no validation,
+  rules or metrics), on a Redis store of its own started as the ``redis`` driver's is —
+  the least this API on Redis can cost on this stack;
 * each ``--driver``: the real ``delayq-server`` on that store. The stores are started as
   ``benchmarks/backlog.py`` starts them (its ``BACKENDS``): SQLite a file, Redis a private
   ``redis-server``, Swift the test suite's ``SwiftCluster``. MongoDB needs a real replica
@@ -38,7 +42,7 @@ Usage::
 
     python benchmarks/throughput.py [--driver sqlite --driver redis ...] [--seconds 10]
                                     [--warmup 2] [--concurrency 8] [--workers 2]
-                                    [--rounds 5] [--pin]
+                                    [--rounds 5] [--pin] [--bare]
                                     [--redis-appendfsync everysec|always]
 """
 
@@ -75,6 +79,8 @@ from tests.server import child_pids  # noqa: E402
 TRIVIAL = "trivial"
 MODE_SEPARATOR = "/"  # "redis/threads": the driver with that storage_calls
 TRIVIAL_APP = Path(__file__).resolve().parent / "trivial_app.py"
+BARE = "bare"
+BARE_APP = Path(__file__).resolve().parent / "bare_app.py"
 RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
 MONGO_URI_VARIABLE = "DELAYQ_TEST_MONGODB_URI"
 MONGO_GROUP = "drivers:message_store:mongodb"
@@ -271,6 +277,8 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
                        "--workers", str(args.workers)]
         else:
             driver, _, storage_calls = target.partition(MODE_SEPARATOR)
+            if target == BARE:  # its own app, on a store started as Redis's is
+                driver = "redis"
             backend = backends()[driver]
             assert backend is not None
             if driver == "redis" and args.redis_appendfsync:
@@ -282,6 +290,12 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
             backlog.write_config(config, driver, port, args.workers, sections,
                                  {"storage_calls": storage_calls} if storage_calls else None)
             command = None
+            if target == BARE:
+                redis_section = sections[backlog.REDIS_GROUP]
+                command = [sys.executable, str(BARE_APP), "--port", str(port),
+                           "--workers", str(args.workers),
+                           "--redis-uri", redis_section["uri"],
+                           "--namespace", redis_section["namespace"]]
         server = backlog.Server(config, port, directory / "server.log", command=command)
         stack.callback(server.stop)
         server.wait_ready(timeout=60)
@@ -384,6 +398,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--redis-appendfsync", choices=("everysec", "always"),
                         help="run the Redis store with appendonly yes and this appendfsync "
                              "(default: no AOF)")
+    parser.add_argument("--bare", action="store_true",
+                        help="measure benchmarks/bare_app.py on Redis too, in every round")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 when Redis's median ratio exceeds {TARGET_RATIO}")
     return parser.parse_args(argv)
@@ -401,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipping {driver}: set {MONGO_URI_VARIABLE} to a replica set to measure it")
     modes = [f"{MODE_SEPARATOR}{mode}" for mode in args.storage_calls or []] or [""]
     measured = [d + mode for d in drivers if d not in skipped for mode in modes]
+    if args.bare:
+        measured.insert(0, BARE)
     targets = [TRIVIAL]
     for _ in range(args.rounds):
         targets += [*measured, TRIVIAL]

@@ -1,0 +1,189 @@
+"""delayq's Redis work bare: a Falcon app making a request's Redis script call and no more.
+
+``benchmarks/trivial_app.py`` measures what gunicorn, uvicorn and Falcon cost a request.
+This measures what the Redis work of delayq's post, claim and delete costs on top: each
+request makes the one ``EVALSHA`` delayq makes (the same Lua scripts, with the same
+arguments), over delayq's own script link (``delayq/storage/redis/link.py``), reads the
+JSON body and answers JSON of the same shape, both with delayq's encoder and decoder
+(``delayq/jsontext.py``). It skips everything else delayq does:
+validation (it trusts the benchmark's requests), the broker's rules, metrics, the 503
+mapping, long-poll waiting, the driver's bookkeeping. So it is not a usable server: it is
+about the least an implementation of this API on this stack (Python, Falcon, uvicorn, one
+script per transition) can cost a request, since what it skips delayq must do in some
+form. delayq's ratio to the trivial app can approach this app's, not pass it;
+``benchmarks/throughput.py --bare`` and ``benchmarks/instructions.py --bare`` measure it
+beside delayq in one run.
+
+Routes: ``PUT /v2/queues/{name}`` (creates the queue through the real driver),
+``POST .../messages``, ``POST .../claims``, ``DELETE .../messages/{id}``, ``GET /v2/ping``.
+
+Usage::
+
+    python benchmarks/bare_app.py --port 8890 --redis-uri redis://127.0.0.1:6379/0 \
+        [--namespace dq] [--workers 2] [--bind 127.0.0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import falcon
+import falcon.asgi
+import falcon.media
+import msgpack
+
+from delayq import jsontext
+from delayq.server import Server
+from delayq.storage.redis.driver import CLAIM_BUDGET, US, WRITE_REAP_BUDGET, Driver, new_nonce
+
+PROJECT_HEADER = "X-Project-ID"
+CLIENT_HEADER = "Client-ID"
+
+
+class Store:
+    """delayq's Redis driver, for connecting, creating queues and registering scripts;
+    requests call its scripts directly over its link."""
+
+    def __init__(self, uri: str, namespace: str) -> None:
+        self.driver = Driver(uri, namespace=namespace)
+        scripts = self.driver._scripts
+        self.link = scripts._link
+        self.post = scripts.post.script
+        self.claim = scripts.claim.script
+        self.delete = scripts.delete.script
+        self.tokens: dict[str, bytes] = {}  # queue key -> its metadata as stored
+
+    def call(self, script, key: str, args: list) -> list:
+        """The script's own reply (delayq's scripts put their ended-counts first)."""
+        return self.link.evalsha(script.sha, script.script, [key], args)[-1]
+
+    def key(self, project: str, name: str) -> tuple[str, bytes]:
+        """The queue's state key and metadata token, read once per queue."""
+        key = self.driver.queue_key(project, name)
+        token = self.tokens.get(key)
+        if token is None:
+            token = self.tokens[key] = self.driver.queue_for_write(project, name)[1] or b""
+        return key, token
+
+
+class Queue:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        self.store.driver.create_queue(req.get_header(PROJECT_HEADER), name, {})
+        resp.status = falcon.HTTP_201
+
+
+class Messages:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
+        client = req.get_header(CLIENT_HEADER).encode()
+        document = jsontext.loads((await req.stream.readall()).decode())
+        args = ["", new_nonce(), WRITE_REAP_BUDGET, token]  # a nonce, in case it is new
+        for message in document["messages"]:
+            args += [jsontext.dumps_compact(message["body"]), client,
+                     message.get("ttl", 3600), message.get("delay", 0)]
+        reply = self.store.call(self.store.post, key, args)
+        nonce = reply[0].decode()
+        resp.status = falcon.HTTP_201
+        resp.media = {"resources": [f"/v2/queues/{name}/messages/{nonce}{seq.decode()}"
+                                    for seq in reply[2:]]}
+
+
+class Message:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
+                        message_id: str) -> None:
+        key, _ = self.store.key(req.get_header(PROJECT_HEADER), name)
+        self.store.call(self.store.delete, key,
+                        ["", message_id, req.get_param("claim_id") or ""])
+        resp.status = falcon.HTTP_204
+
+
+class Claims:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
+        document = jsontext.loads((await req.stream.readall()).decode())
+        ttl, grace = document.get("ttl", 60), document.get("grace", 60)
+        reply = self.store.call(self.store.claim, key, [
+            "", ttl, grace, int(req.get_param("limit") or 10), "", "", "", "", CLAIM_BUDGET,
+            name, WRITE_REAP_BUDGET, token])
+        nonce, as_of, number = reply[:3]
+        if not number:
+            resp.status = falcon.HTTP_204
+            return
+        claim_id = f"{nonce.decode()}c{number}"
+        messages = []
+        for i in range(6, len(reply), 2):
+            fields = msgpack.unpackb(reply[i + 1], raw=True)
+            # Fields as delayq's driver reads them: body, client, created, ttl, ... id.
+            stored_id = fields[9] if len(fields) > 9 else b""
+            message_id = (stored_id or nonce + reply[i]).decode()
+            messages.append({
+                "id": message_id,
+                "href": f"/v2/queues/{name}/messages/{message_id}?claim_id={claim_id}",
+                "ttl": fields[3], "age": (as_of - fields[2]) // US,
+                "body": jsontext.loads(fields[0].decode())})
+        resp.status = falcon.HTTP_201
+        resp.location = f"/v2/queues/{name}/claims/{claim_id}"
+        resp.media = {"messages": messages}
+
+
+class Ping:
+    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.status = falcon.HTTP_204
+
+
+def create_app(uri: str, namespace: str) -> falcon.asgi.App:
+    store = Store(uri, namespace)
+    app = falcon.asgi.App()
+    # delayq's JSON in and out (delayq/jsontext.py), the cheapest this stack has.
+    app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
+        dumps=jsontext.dumps)
+    app.add_route("/v2/queues/{name}/messages", Messages(store))
+    app.add_route("/v2/queues/{name}/messages/{message_id}", Message(store))
+    app.add_route("/v2/queues/{name}/claims", Claims(store))
+    app.add_route("/v2/queues/{name}", Queue(store))
+    app.add_route("/v2/ping", Ping())
+    return app
+
+
+class BareServer(Server):
+    """delayq's gunicorn set-up serving the bare app."""
+
+    def __init__(self, bind: str, workers: int, uri: str, namespace: str) -> None:
+        super().__init__(None, bind, workers)
+        self.uri, self.namespace = uri, namespace
+
+    def load_config(self) -> None:
+        # The hook tidies delayq's shared metrics files, which this app has none of.
+        self.settings.pop("child_exit", None)
+        super().load_config()
+
+    def load(self) -> falcon.asgi.App:
+        return create_app(self.uri, self.namespace)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--redis-uri", required=True)
+    parser.add_argument("--namespace", default="dq")
+    args = parser.parse_args(argv)
+    BareServer(f"{args.bind}:{args.port}", args.workers, args.redis_uri,
+                args.namespace).run()
+
+
+if __name__ == "__main__":
+    main()
