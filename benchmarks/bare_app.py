@@ -66,19 +66,18 @@ class Store:
         return key, token
 
 
-class Queue:
+class Resource:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+
+class Queue(Resource):
     async def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         self.store.driver.create_queue(req.get_header(PROJECT_HEADER), name, {})
         resp.status = falcon.HTTP_201
 
 
-class Messages:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
+class Messages(Resource):
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
         client = req.get_header(CLIENT_HEADER).encode()
@@ -94,10 +93,7 @@ class Messages:
                                     for seq in reply[2:]]}
 
 
-class Message:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
+class Message(Resource):
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
                         message_id: str) -> None:
         key, _ = self.store.key(req.get_header(PROJECT_HEADER), name)
@@ -106,10 +102,7 @@ class Message:
         resp.status = falcon.HTTP_204
 
 
-class Claims:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
+class Claims(Resource):
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
         document = jsontext.loads((await req.stream.readall()).decode())
