@@ -95,7 +95,7 @@ def count(target: str, sections: dict[str, dict[str, Any]], cycles: int,
     try:
         server.wait_ready(timeout=READY_TIMEOUT)
         loader = throughput.Loader(port, f"bench-in-{uuid.uuid4().hex[:8]}",
-                                   threading.Event())
+                                   threading.Event(), trivial=target == TRIVIAL)
         for _ in range(cycles):
             loader.cycle()
         loader.client.close()
