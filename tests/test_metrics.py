@@ -136,9 +136,12 @@ def test_delayed_gauge_turns_free_when_due(client, headers):
     queue = f"d-{uuid.uuid4().hex[:8]}"
     client.simulate_put(f"/v2/queues/{queue}", headers=headers,
                         json={"_default_message_delay": 1})
-    post(client, headers, queue, 2, delay=1)
     labels = (("project", project), ("queue", queue))
+    # Before the post: the messages are due a second after the post began at the
+    # earliest, so a scrape done within that second must see them delayed. (Timed from
+    # after the post, a slow post on a busy machine let them come due mid-scrape.)
     started = time.monotonic()
+    post(client, headers, queue, 2, delay=1)
     samples = scrape(client, project)
     if time.monotonic() - started < 1:
         assert samples[("delayq_queue_delayed_messages", labels)] == 2
