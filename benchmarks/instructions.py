@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import shutil
 import signal
@@ -63,6 +64,9 @@ TRIVIAL = throughput.TRIVIAL
 REQUESTS_PER_CYCLE = 3
 READY_TIMEOUT = 300.0  # seconds: imports under valgrind take a while
 SUMMARY_PREFIX = "summary:"  # callgrind's total of the whole run, in its output file
+# Seconds delayq's metrics wait before they are written (1 s when served): longer than
+# any run, so they are written once, at shutdown, in both runs alike (see hold_metrics).
+METRICS_HELD = 24 * 3600.0
 
 
 # The server, run under valgrind ---------------------------------------------------------
@@ -73,9 +77,30 @@ def serve(target: str, port: int, sections: dict[str, dict[str, Any]]) -> None:
     import uvicorn
 
     app = in_process.build_app(target, sections)
+    hold_metrics(METRICS_HELD)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="auto", http="auto",
                             lifespan="on", log_level="warning", access_log=False)
     uvicorn.Server(config).run()
+
+
+def hold_metrics(seconds: float) -> None:
+    """Make every delayq ``Metrics`` of this process write its counts after *seconds*.
+
+    A worker writes its request metrics once a second, whatever the number of requests.
+    Under valgrind a second holds some 50 requests instead of a thousand or more, so a
+    write each second would be charged to 20 or more times fewer requests than when
+    served at speed, and the count per request would move with how fast valgrind runs
+    on a machine busy or idle (by 25,000 instructions, between runs of one version).
+    Held, the counts are written once, at shutdown, in the short and the long run
+    alike, and the difference of the two leaves them out. Not in the figure, then: a
+    write costs about as much as two requests (0.4 ms in process), so about 0.2 % of
+    each request at a thousand requests a second, a worker's pace in throughput.py.
+    """
+    from delayq.metrics import Metrics
+
+    for thing in gc.get_objects():
+        if isinstance(thing, Metrics):
+            thing.flush_interval = seconds
 
 
 def count(target: str, sections: dict[str, dict[str, Any]], cycles: int,
