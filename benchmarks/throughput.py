@@ -7,7 +7,7 @@ Each target is served by gunicorn with uvicorn workers (``--workers``, default 2
 * with ``--bare``, ``bare``: ``benchmarks/bare_app.py``, a Falcon app that makes
   each request's Redis script call as delayq does and nothing else (no validation,
   rules or metrics), on a Redis store of its own started as the ``redis`` driver's is —
-  the least this API on Redis can cost on this stack;
+  about the least this API on Redis can cost on this stack;
 * each ``--driver``: the real ``delayq-server`` on that store. The stores are started as
   ``benchmarks/backlog.py`` starts them (its ``BACKENDS``): SQLite a file, Redis a private
   ``redis-server``, Swift the test suite's ``SwiftCluster``. MongoDB needs a real replica
