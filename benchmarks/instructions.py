@@ -61,6 +61,7 @@ import throughput  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "instructions.json"
 TRIVIAL = throughput.TRIVIAL
+BARE = throughput.BARE
 REQUESTS_PER_CYCLE = 3
 READY_TIMEOUT = 300.0  # seconds: imports under valgrind take a while
 SUMMARY_PREFIX = "summary:"  # callgrind's total of the whole run, in its output file
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="delayq-instructions-"))
     try:
-        for target in [TRIVIAL, *([in_process.BARE] if args.bare else []), *drivers]:
+        for target in [TRIVIAL, *([BARE] if args.bare else []), *drivers]:
             directory = workdir / target
             directory.mkdir()
             with contextlib.ExitStack() as stack:
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 if target != TRIVIAL:
                     # The bare app runs on a Redis store started as Redis's is.
                     backend = backlog.BACKENDS[
-                        "redis" if target == in_process.BARE else target]
+                        "redis" if target == BARE else target]
                     sections = backend.sections(directory)
                     stack.enter_context(backend.service(sections, directory))
                 print(f"  {target}: counting {args.cycles} and {3 * args.cycles} cycles",
