@@ -8,6 +8,11 @@ from stalling the event loop and the other requests it serves, but the hand-off 
 calls is slow or finds the store unavailable: then calls go to the pool for
 ``THREADS_AFTER_SLOW`` seconds, and a store in trouble stalls the loop for at most one
 call at a time. ``[drivers:transport:wsgi] storage_calls`` chooses otherwise.
+
+A driver whose waits can be awaited on the loop (``Driver.waits_on_loop``: Redis) is
+called on the loop under ``delayq.bridge.run``: its script calls wait for Redis without
+blocking the loop, so a slow reply holds up its own request only and sends nothing to
+the pool; a store found unavailable still does (connecting blocks).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from delayq import bridge
 from delayq.broker import Broker
 from delayq.errors import StorageUnavailable
 
@@ -38,13 +44,22 @@ class Runner:
         self.broker = broker
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="delayq")
         self._inline = mode == INLINE or (mode == AUTO and broker.driver.calls_are_brief)
+        self._driver = broker.driver
         self._adaptive = mode == AUTO
         self._threads_until = 0.0  # monotonic time before which calls use the pool
 
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self._inline:
             started = time.monotonic()
-            if started >= self._threads_until:  # not backing off after a slow call
+            if started < self._threads_until:  # backing off after a slow or failed call
+                pass
+            elif self._driver.waits_on_loop:
+                try:
+                    return await bridge.run(fn, *args, **kwargs)
+                except StorageUnavailable:
+                    self._back_off()
+                    raise
+            else:
                 try:
                     return fn(*args, **kwargs)
                 except StorageUnavailable:

@@ -37,6 +37,10 @@ class Driver(abc.ABC):
     # retry loop of its own), so the API may make it on its event loop instead of paying
     # a thread hand-off (delayq.api.runner).
     calls_are_brief: bool = False
+    # True when the driver's waits for its store, called under ``delayq.bridge.run``,
+    # are awaited on the event loop rather than blocking it (Redis's script calls), so
+    # the API's loop serves other requests meanwhile (delayq.api.runner).
+    waits_on_loop: bool = False
     # Told, once a transition is stored, the kind of each message that left a queue by
     # it (deleted, popped, dead_lettered, expired: one kind per message), whether or not
     # the event trail is on. The API sets it to count them for /metrics.

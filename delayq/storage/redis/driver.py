@@ -231,7 +231,11 @@ class Driver(base.Driver):
                  reap_interval: int = 0, move_marker_ttl: int = 3600,
                  clock: Callable[[], float] | None = None,
                  events_settings: events.Settings = events.ON) -> None:
-        parse_uri(uri)  # a malformed URI stops the server at start, not at each request
+        # A malformed URI stops the server at start, not at each request.
+        seeds = parse_uri(uri)[3]
+        # Script calls to a single server wait on the event loop (link.py); a cluster's
+        # go through redis-py and block. Known once connected; until then, by the seeds.
+        self.waits_on_loop = len(seeds) == 1
         self._uri = uri
         self._connect_options = dict(socket_timeout=socket_timeout,
                                      connect_timeout=connect_timeout,
@@ -304,6 +308,7 @@ class Driver(base.Driver):
                     self._link_error = exc.description
                     raise
                 self._link = (client, clustered, scripts)
+                self.waits_on_loop = not clustered
             return self._link
         finally:
             self._link_lock.release()

@@ -1,17 +1,25 @@
-"""Script calls on a connection of the calling thread's own (single Redis server).
+"""Script calls on connections of delayq's own (single Redis server).
 
 Every transition of the driver is one ``EVALSHA``, and a request usually makes one. Sent
 through redis-py's command machinery (the pool's lock and bookkeeping, the retry
 wrapper, argument filtering, health checks, its parser's read loop), that call costs
 several times the CPU of the round trip itself, a large share of what a whole request
-costs the server. A ``ScriptLink`` keeps one redis-py ``Connection`` per thread (of the
+costs the server. A ``ScriptLink`` keeps its own redis-py ``Connection``s (of the
 client's pool's class and settings, so host, password, TLS and database are the
-client's). redis-py connects it and makes the handshake; the link then writes each
+client's). redis-py connects each and makes the handshake; the link then writes each
 packed command to its socket and reads the reply with a ``hiredis.Reader`` of its own,
 whose error replies are redis-py's exception classes (``parse_error``), so callers see
-what redis-py would raise. The API's threads live as long as its worker, so these
-connections are as many as the threads that call scripts; one whose thread has ended is
-closed when another thread makes its own.
+what redis-py would raise.
+
+Where a call waits for its reply depends on who calls:
+
+- under ``bridge.run`` (the API's requests, on the event loop): on the loop's *pipe*,
+  one connection per loop, without blocking it: the call's command is written at once,
+  the loop serves other requests, and the reply wakes the call (``_Pipe``);
+- anywhere else (a pool thread, the reaper, a test): on the calling thread's *line*,
+  blocking. The API's threads live as long as its worker, so lines are as many as the
+  threads that call scripts; one whose thread has ended is closed when another thread
+  makes its own.
 
 What the client's own path did is kept:
 
@@ -29,15 +37,19 @@ A Redis Cluster routes each call by its key's slot: its clients keep redis-py's 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import struct
 import threading
+from collections import deque
 from typing import Any
 
 import hiredis
 from redis import exceptions
-from redis.connection import Connection, ConnectionPool
+from redis.connection import Connection, ConnectionPool, SSLConnection
+
+from delayq import bridge
 
 # How these connections show in CLIENT LIST (set once, as each connects).
 CLIENT_NAME = "delayq-scripts"
@@ -45,8 +57,17 @@ CLIENT_NAME = "delayq-scripts"
 READ_SIZE = 65536
 
 
+class Broken(exceptions.ConnectionError):
+    """A connection that had served a call failed: the call is made once more, on a new
+    connection (Redis restarted, a firewall cut an idle connection)."""
+
+
+def _connection_error(used: bool, text: str) -> exceptions.ConnectionError:
+    return (Broken if used else exceptions.ConnectionError)(text)
+
+
 class _Line:
-    """One thread's connection, its socket once connected and the reader of its replies."""
+    """One thread's connection: each call writes its command and blocks for the reply."""
 
     __slots__ = ("conn", "sock", "reader", "buffer", "used")
 
@@ -63,8 +84,7 @@ class _Line:
         conn.connect()
         # redis-py's parser read the handshake's replies; this reader starts empty, at
         # the first reply after them.
-        self.reader = hiredis.Reader(protocolError=exceptions.InvalidResponse,
-                                     replyError=conn._parser.parse_error)
+        self.reader = new_reader(conn)
         self.sock = kernel_timeouts(conn._sock)
         self.used = False
         return self.sock
@@ -74,20 +94,195 @@ class _Line:
         self.sock = self.reader = None
         self.conn.disconnect()
 
+    def round_trip(self, command: bytes) -> Any:
+        """Send *command* and return its reply; raise an error reply as redis-py would,
+        and close the connection on any failure of the socket."""
+        sock = self.sock or self.open()
+        reader = self.reader
+        try:
+            sock.sendall(command)
+            reply = reader.gets()
+            while reply is False:  # RESP2 has no booleans: False is "not enough data yet"
+                read = sock.recv_into(self.buffer)
+                if not read:
+                    raise _connection_error(self.used, "Connection closed by server.")
+                reader.feed(self.buffer, 0, read)
+                reply = reader.gets()
+        except (TimeoutError, BlockingIOError) as exc:  # Python's timeout; the kernel's
+            self.drop()
+            raise exceptions.TimeoutError(f"Timeout talking to Redis: {exc}") from exc
+        except OSError as exc:
+            self.drop()
+            raise _connection_error(self.used, f"Error talking to Redis: {exc}") from exc
+        except BaseException:
+            self.drop()
+            raise
+        self.used = True
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+class _Pipe:
+    """One event loop's connection, shared by the calls of every request it serves.
+
+    A call writes its command at once and waits (``bridge.wait``) for its reply, while
+    the loop goes on serving; Redis answers a connection's commands in the order it
+    received them, so the replies read settle the waiting calls first to last. When
+    several requests call at once, their commands and replies share system calls, and
+    no request waits for another's round trip.
+
+    The socket's timeout is kept as the thread's line keeps it: when the oldest call has
+    waited that long, every waiting call fails with ``TimeoutError`` and the connection
+    is closed (a late reply is never read as another call's). A lost connection fails
+    every waiting call with ``ConnectionError`` (``Broken`` when it had served a reply).
+    """
+
+    __slots__ = ("conn", "loop", "sock", "reader", "buffer", "waiting", "used",
+                 "timeout", "watchdog", "unsent")
+
+    def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn = conn
+        self.loop = loop
+        self.sock: socket.socket | None = None
+        self.reader: Any = None
+        self.buffer = bytearray(READ_SIZE)
+        # (future, deadline) of each call whose reply has not been read, oldest first.
+        self.waiting: deque[tuple[asyncio.Future, float]] = deque()
+        self.used = False
+        self.timeout: float | None = conn.socket_timeout
+        self.watchdog: asyncio.TimerHandle | None = None
+        self.unsent = bytearray()  # what the socket did not take yet
+
+    def open(self) -> socket.socket:
+        """The connected socket, connecting (and making the handshake, blocking) if need
+        be; from then on the loop reads it."""
+        conn = self.conn
+        conn.connect()
+        self.reader = new_reader(conn)
+        sock = self.sock = conn._sock
+        sock.setblocking(False)
+        self.used = False
+        self.loop.add_reader(sock.fileno(), self._readable)
+        return sock
+
+    def round_trip(self, command: bytes) -> Any:
+        """Send *command* and return its reply (see the class docstring)."""
+        sock = self.sock or self.open()
+        loop = self.loop
+        future = loop.create_future()
+        deadline = loop.time() + self.timeout if self.timeout is not None else 0.0
+        self.waiting.append((future, deadline))
+        if self.unsent:  # keep the order: behind what waits to be written
+            self.unsent += command
+        else:
+            try:
+                sent = sock.send(command)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self.fail(_connection_error(self.used, f"Error talking to Redis: {exc}"))
+                sent = len(command)
+            if sent < len(command):
+                self.unsent += command[sent:]
+                loop.add_writer(sock.fileno(), self._writable)
+        if self.watchdog is None and self.timeout is not None:
+            self.watchdog = loop.call_at(deadline, self._watch)
+        reply = bridge.wait(future)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _readable(self) -> None:
+        try:
+            read = self.sock.recv_into(self.buffer)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.fail(_connection_error(self.used, f"Error talking to Redis: {exc}"))
+            return
+        if not read:
+            self.fail(_connection_error(self.used, "Connection closed by server."))
+            return
+        reader = self.reader
+        reader.feed(self.buffer, 0, read)
+        waiting = self.waiting
+        try:
+            reply = reader.gets()
+            while reply is not False:
+                self.used = True
+                future = waiting.popleft()[0]
+                if not future.done():  # a cancelled call's reply is dropped
+                    future.set_result(reply)
+                reply = reader.gets()
+        except Exception as exc:  # a protocol error, or a reply nobody waits for
+            self.fail(exceptions.ConnectionError(f"Error reading from Redis: {exc!r}"))
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self.unsent)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.fail(_connection_error(self.used, f"Error talking to Redis: {exc}"))
+            return
+        del self.unsent[:sent]
+        if not self.unsent:
+            self.loop.remove_writer(self.sock.fileno())
+
+    def _watch(self) -> None:
+        self.watchdog = None
+        if not self.waiting:
+            return
+        deadline = self.waiting[0][1]
+        if self.loop.time() < deadline:
+            self.watchdog = self.loop.call_at(deadline, self._watch)
+            return
+        self.fail(exceptions.TimeoutError(
+            f"Timeout talking to Redis: no reply in {self.timeout} s"))
+
+    def fail(self, exc: Exception) -> None:
+        """Close the connection; every call waiting on it raises *exc*."""
+        waiting, self.waiting = self.waiting, deque()
+        self.drop()
+        for future, _ in waiting:
+            if not future.done():
+                future.set_exception(exc)
+
+    def drop(self) -> None:
+        """Close the connection: whatever it was in the middle of is abandoned."""
+        sock, self.sock, self.reader = self.sock, None, None
+        self.unsent.clear()
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        if sock is not None and not self.loop.is_closed():
+            self.loop.remove_reader(sock.fileno())
+            self.loop.remove_writer(sock.fileno())
+        self.conn.disconnect()
+
 
 class ScriptLink:
-    """``EVALSHA`` calls over per-thread connections of *pool*."""
+    """``EVALSHA`` calls over connections of *pool*: the event loop's when called under
+    ``bridge.run``, else the calling thread's own."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
         self._local = threading.local()
         self._lock = threading.Lock()
         self._lines: dict[int, _Line] = {}  # by thread ident
+        self._pipes: dict[asyncio.AbstractEventLoop, _Pipe] = {}
+        # OpenSSL's non-blocking reads and writes differ from a plain socket's: a TLS
+        # connection waits on the thread's line, blocking, wherever it is called.
+        self._pipes_allowed = not issubclass(pool.connection_class, SSLConnection)
+
+    def _connection(self) -> Connection:
+        return self._pool.connection_class(
+            **{**self._pool.connection_kwargs, "client_name": CLIENT_NAME})
 
     def _new_line(self) -> _Line:
         """This thread's line, made at its first call."""
-        line = _Line(self._pool.connection_class(
-            **{**self._pool.connection_kwargs, "client_name": CLIENT_NAME}))
+        line = _Line(self._connection())
         with self._lock:
             alive = {thread.ident for thread in threading.enumerate()}
             for ident in [i for i in self._lines if i not in alive]:
@@ -100,76 +295,64 @@ class ScriptLink:
         self._local.line = line
         return line
 
+    def _pipe(self) -> _Pipe:
+        """The running loop's pipe, made at its first call."""
+        loop = asyncio.get_running_loop()
+        pipe = self._pipes.get(loop)
+        if pipe is None:
+            with self._lock:
+                for closed in [other for other in self._pipes if other.is_closed()]:
+                    self._pipes.pop(closed).drop()
+                pipe = self._pipes[loop] = _Pipe(self._connection(), loop)
+        return pipe
+
     def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
         """The reply of script *sha* (source *script*, loaded again if Redis lost it)."""
         command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
-        try:
-            line = self._local.line
-        except AttributeError:
-            line = self._new_line()
+        if self._pipes_allowed and bridge.bridged():
+            line: _Line | _Pipe = self._pipe()
+        else:
+            try:
+                line = self._local.line
+            except AttributeError:
+                line = self._new_line()
         # call(line, command), written out: this is every script call's path.
         try:
-            return round_trip(line, command)
+            return line.round_trip(command)
         except exceptions.NoScriptError:
             pass
-        except exceptions.ConnectionError:
-            if not line.used:
-                raise
+        except Broken:
             try:
-                return round_trip(line, command)  # on a new connection
+                return line.round_trip(command)  # on a new connection
             except exceptions.NoScriptError:  # a restarted Redis may have lost it
                 pass
         call(line, hiredis.pack_command(("SCRIPT", "LOAD", script)))
         return call(line, command)
 
     def close(self) -> None:
-        """Disconnect every thread's connection (each reconnects if used again)."""
+        """Disconnect every connection (each reconnects if used again)."""
         with self._lock:
             for line in self._lines.values():
                 line.drop()
+            for pipe in self._pipes.values():
+                pipe.fail(exceptions.ConnectionError("The script link was closed."))
 
 
-def call(line: _Line, command: bytes) -> Any:
+def new_reader(conn: Connection) -> Any:
+    """A reader of replies whose error replies are redis-py's exceptions."""
+    return hiredis.Reader(protocolError=exceptions.InvalidResponse,
+                          replyError=conn._parser.parse_error)
+
+
+def call(line: _Line | _Pipe, command: bytes) -> Any:
     """The reply to *command*, sent again on a new connection if the line's connection,
-    which had served a call before, turns out broken (Redis restarted, a firewall cut an
-    idle connection)."""
+    which had served a call before, turns out broken."""
     try:
-        return round_trip(line, command)
-    except exceptions.ConnectionError:
+        return line.round_trip(command)
+    except Broken:
         # redis-py's TimeoutError is not a ConnectionError: a timed-out script may have
         # run, so it is never sent again.
-        if not line.used:
-            raise
-        return round_trip(line, command)  # on a new connection
-
-
-def round_trip(line: _Line, command: bytes) -> Any:
-    """Send *command* on *line* and return its reply; raise an error reply as redis-py
-    would, and close the connection on any failure of the socket."""
-    sock = line.sock or line.open()
-    reader = line.reader
-    try:
-        sock.sendall(command)
-        reply = reader.gets()
-        while reply is False:  # RESP2 has no booleans: False is "not enough data yet"
-            read = sock.recv_into(line.buffer)
-            if not read:
-                raise exceptions.ConnectionError("Connection closed by server.")
-            reader.feed(line.buffer, 0, read)
-            reply = reader.gets()
-    except (TimeoutError, BlockingIOError) as exc:  # Python's timeout; the kernel's
-        line.drop()
-        raise exceptions.TimeoutError(f"Timeout talking to Redis: {exc}") from exc
-    except OSError as exc:
-        line.drop()
-        raise exceptions.ConnectionError(f"Error talking to Redis: {exc}") from exc
-    except BaseException:
-        line.drop()
-        raise
-    line.used = True
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
+        return line.round_trip(command)  # on a new connection
 
 
 def kernel_timeouts(sock: socket.socket) -> socket.socket:

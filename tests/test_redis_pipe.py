@@ -1,0 +1,250 @@
+"""Redis script calls on the event loop (``delayq.bridge`` and the link's ``_Pipe``).
+
+The API calls the Redis driver under ``bridge.run``: a script call writes its command on
+the loop's one connection and waits there while the loop serves other requests. These
+tests drive a real Redis from a real loop (asyncio's own and uvloop, which the server
+uses): replies reach the calls that made them however calls overlap, the loop keeps
+running while Redis is slow, and timeouts, restarts, lost scripts and cancelled calls
+behave as on the blocking path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+import uvloop
+
+from delayq import bridge, errors
+from delayq.api.runner import Runner
+from delayq.broker import Broker
+from delayq.message import NewMessage
+from delayq.storage.redis.driver import Driver
+from delayq.storage.redis.link import CLIENT_NAME
+from delayq.validation import Limits
+from tests.redis_servers import SERVERS
+
+PROJECT = "p"
+CLIENT = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def on_loop(request):
+    """Run a coroutine to its end on a new loop of the parameter's kind."""
+    def run(coroutine):
+        loop = LOOPS[request.param]()
+        try:
+            return loop.run_until_complete(coroutine)
+        finally:
+            loop.close()
+    return run
+
+
+@pytest.fixture
+def server():
+    server = SERVERS.fresh()
+    yield server
+    server.stop()
+
+
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+def post_one(driver: Driver, queue: str, body: object) -> str:
+    [message_id] = driver.post_messages(PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)])
+    return message_id
+
+
+async def warm(driver: Driver) -> None:
+    """Open the loop's connection: redis-py's handshake on a new one blocks (a paused
+    Redis would hold the loop in it, not in the call under test)."""
+    await bridge.run(driver.queue_stats, PROJECT, "warm")
+
+
+def script_connections(port: int) -> int:
+    with redis.Redis(port=port) as observer:
+        return sum(1 for client in observer.client_list() if client["name"] == CLIENT_NAME)
+
+
+def test_overlapping_calls_share_the_loops_connection_and_get_their_own_replies(
+        server, on_loop):
+    driver = Driver(server.uri, namespace=namespace())
+    queues = [f"q{i}" for i in range(50)]
+
+    async def post_then_claim(queue: str) -> tuple[str, list[str], object]:
+        posted = await bridge.run(post_one, driver, queue, {"queue": queue})
+        claim = await bridge.run(driver.claim, PROJECT, queue, ttl=60, grace=60, limit=5,
+                                 dead_letter=None)
+        return posted, [m.id for m in claim.messages], claim.messages[0].body
+
+    async def main() -> list:
+        connections = script_connections(server.port)
+        results = await asyncio.gather(*(post_then_claim(q) for q in queues))
+        # All 100 calls overlapped on the loop's one connection.
+        assert script_connections(server.port) == connections + 1
+        return results
+
+    try:
+        for queue, (posted, claimed, body) in zip(queues, on_loop(main()), strict=True):
+            assert claimed == [posted]
+            assert body == {"queue": queue}
+    finally:
+        driver.close()
+
+
+def test_the_loop_serves_while_a_call_waits_for_redis(server, on_loop):
+    driver = Driver(server.uri, namespace=namespace())
+    ticks = []
+
+    async def ticker(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    async def main() -> float:
+        await warm(driver)
+        stop = asyncio.Event()
+        ticking = asyncio.ensure_future(ticker(stop))
+        await asyncio.sleep(0.05)
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(500)  # every client's command waits 0.5 s, then runs
+        started = time.monotonic()
+        await bridge.run(post_one, driver, "q", "after the pause")
+        waited = time.monotonic() - started
+        stop.set()
+        await ticking
+        return started, waited
+
+    try:
+        started, waited = on_loop(main())
+        assert waited >= 0.4
+        # A blocking call would have stopped the ticker for the whole pause.
+        during = [t for t in ticks if started < t < started + waited]
+        assert len(during) >= 10, (len(during), waited)
+        assert driver.queue_stats(PROJECT, "q").total == 1
+    finally:
+        driver.close()
+
+
+def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(on_loop):
+    server = SERVERS.fresh()
+    driver = Driver(server.uri, namespace=namespace(), socket_timeout=0.5)
+    post_one(driver, "q", "first")
+
+    async def main() -> None:
+        await warm(driver)
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(800)
+        started = time.monotonic()
+        # Sent again after its 0.5 s timeout, the post would run when the pause ends.
+        with pytest.raises(errors.StorageUnavailable, match="Timeout"):
+            await bridge.run(post_one, driver, "q", "timed out")
+        assert 0.4 < time.monotonic() - started < 0.8
+        await asyncio.sleep(1.0)
+        # The timed-out post's connection was closed: Redis dropped it unrun.
+        stats = await bridge.run(driver.queue_stats, PROJECT, "q")
+        assert stats.total == 1
+        await bridge.run(post_one, driver, "q", "on a new connection")
+        assert (await bridge.run(driver.queue_stats, PROJECT, "q")).total == 2
+
+    try:
+        on_loop(main())
+    finally:
+        driver.close()
+        server.stop()
+
+
+def test_calls_survive_a_restart_and_a_flushed_script_cache(on_loop):
+    server = SERVERS.fresh()
+    driver = Driver(server.uri, namespace=namespace())
+
+    async def main() -> None:
+        first = await bridge.run(post_one, driver, "q", 1)
+        server.stop()  # no persistence: the data and the loaded scripts are gone
+        server.start()
+        # The loop's connection served a call before and is dead now: the call is sent
+        # again once on a new one, finds its script unknown, loads it and runs.
+        again = [await bridge.run(post_one, driver, "q", 2)]
+        redis.Redis(port=server.port).script_flush()
+        again.append(await bridge.run(post_one, driver, "q", 3))
+        found = await bridge.run(driver.get_messages, PROJECT, "q", [first, *again])
+        assert [m.id for m in found] == again
+
+    try:
+        on_loop(main())
+    finally:
+        driver.close()
+        server.stop()
+
+
+def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, on_loop):
+    driver = Driver(server.uri, namespace=namespace())
+    held = post_one(driver, "held", "held")
+    other = post_one(driver, "other", "other")
+
+    async def main() -> None:
+        await warm(driver)
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(300)
+        waiting = asyncio.ensure_future(bridge.run(driver.get_messages, PROJECT, "held",
+                                                   [held]))
+        await asyncio.sleep(0.05)  # its command is written; its reply is 0.25 s away
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        # The cancelled call's reply comes first on the connection and is dropped: this
+        # call gets its own.
+        [message] = await bridge.run(driver.get_messages, PROJECT, "other", [other])
+        assert (message.id, message.body) == (other, "other")
+
+    try:
+        on_loop(main())
+    finally:
+        driver.close()
+
+
+def test_outside_the_bridge_calls_block_on_the_threads_own_connection(server):
+    driver = Driver(server.uri, namespace=namespace())
+    try:
+        assert not bridge.bridged()
+        before = script_connections(server.port)
+        ids = [post_one(driver, "q", i) for i in range(3)]
+        thread = threading.Thread(target=post_one, args=(driver, "q", 3))
+        thread.start()
+        thread.join()
+        assert script_connections(server.port) == before + 2  # this thread's, the other's
+        assert driver.queue_stats(PROJECT, "q").total == 4
+        assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
+    finally:
+        driver.close()
+
+
+def test_the_runner_calls_redis_through_the_bridge_and_a_slow_call_keeps_it_there(
+        server, on_loop):
+    driver = Driver(server.uri, namespace=namespace())
+    run = Runner(Broker(driver, Limits()))
+    seen = []
+
+    def call() -> None:
+        seen.append((bridge.bridged(), threading.current_thread() is main_thread))
+        post_one(driver, "q", len(seen))
+
+    async def main() -> None:
+        await run(call)  # opens the loop's connection
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(300)
+        await run(call)  # slow, but it did not block the loop: no hand-off to threads
+        await run(call)
+
+    main_thread = threading.current_thread()
+    try:
+        on_loop(main())
+        assert seen == [(True, True)] * 3
+    finally:
+        driver.close()
