@@ -32,7 +32,7 @@ import falcon.asgi
 import falcon.media
 import msgpack
 
-from delayq import jsontext
+from delayq import bridge, jsontext
 from delayq.server import Server
 from delayq.storage.redis.driver import CLAIM_BUDGET, US, WRITE_REAP_BUDGET, Driver, new_nonce
 
@@ -53,9 +53,10 @@ class Store:
         self.delete = scripts.delete.script
         self.tokens: dict[str, bytes] = {}  # queue key -> its metadata as stored
 
-    def call(self, script, key: str, args: list) -> list:
+    async def call(self, script, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        return self.link.evalsha(script.sha, script.script, [key], args)[-1]
+        reply = await bridge.run(self.link.evalsha, script.sha, script.script, [key], args)
+        return reply[-1]
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:
         """The queue's state key and metadata token, read once per queue."""
@@ -86,7 +87,7 @@ class Messages(Resource):
         for message in document["messages"]:
             args += [jsontext.dumps_compact(message["body"]), client,
                      message.get("ttl", 3600), message.get("delay", 0)]
-        reply = self.store.call(self.store.post, key, args)
+        reply = await self.store.call(self.store.post, key, args)
         nonce = reply[0].decode()
         resp.status = falcon.HTTP_201
         resp.media = {"resources": [f"/v2/queues/{name}/messages/{nonce}{seq.decode()}"
@@ -97,7 +98,7 @@ class Message(Resource):
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
                         message_id: str) -> None:
         key, _ = self.store.key(req.get_header(PROJECT_HEADER), name)
-        self.store.call(self.store.delete, key,
+        await self.store.call(self.store.delete, key,
                         ["", message_id, req.get_param("claim_id") or ""])
         resp.status = falcon.HTTP_204
 
@@ -107,7 +108,7 @@ class Claims(Resource):
         key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
         document = jsontext.loads((await req.stream.readall()).decode())
         ttl, grace = document.get("ttl", 60), document.get("grace", 60)
-        reply = self.store.call(self.store.claim, key, [
+        reply = await self.store.call(self.store.claim, key, [
             "", ttl, grace, int(req.get_param("limit") or 10), "", "", "", "", CLAIM_BUDGET,
             name, WRITE_REAP_BUDGET, token])
         nonce, as_of, number = reply[:3]

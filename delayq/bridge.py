@@ -20,7 +20,6 @@ already shared across the pool's threads.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -30,8 +29,8 @@ T = TypeVar("T")
 
 
 class Bridge(greenlet.greenlet):
-    """A greenlet that runs ``run``'s calls one after another, its parent the greenlet of
-    the coroutine whose call it runs.
+    """A greenlet that runs ``run``'s calls one after another for the coroutines of one
+    greenlet (its parent: the one running the event loop).
 
     Kept for the next call when one ends: a new greenlet costs about ten times as much
     as the two switches a call makes.
@@ -54,7 +53,7 @@ class Bridge(greenlet.greenlet):
 # How a call ended, as a Bridge hands it back: (_RETURNED, value) or (_RAISED, exception).
 # Anything else it hands back is something to await.
 _RETURNED, _RAISED = object(), object()
-_idle = threading.local()  # per thread, as greenlets are: .bridges, those free
+IDLE = "delayq_idle_bridges"  # attribute of a loop's greenlet: its free Bridges
 
 
 def bridged() -> bool:
@@ -70,14 +69,13 @@ def wait(awaitable: Awaitable[T]) -> T:
 
 async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``, awaiting on this loop whatever it ``wait``s for."""
-    try:
-        bridge = _idle.bridges.pop()
-    except AttributeError:
-        _idle.bridges = []
-        bridge = Bridge()
-    except IndexError:
-        bridge = Bridge()
-    bridge.parent = greenlet.getcurrent()
+    # The free bridges hang on the greenlet running the loop (a thread's main greenlet):
+    # they are its children, and a greenlet can only be switched to in its own thread.
+    home = greenlet.getcurrent()
+    idle = home.__dict__.get(IDLE)
+    if idle is None:
+        idle = home.__dict__[IDLE] = []
+    bridge = idle.pop() if idle else Bridge()
     handed = bridge.switch(fn, args, kwargs)
     while type(handed) is not tuple:  # something to await
         try:
@@ -88,7 +86,7 @@ async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             handed = bridge.switch(value)
     # Only a call that ended frees its bridge: one whose coroutine was dropped mid-wait
     # stays suspended until collected.
-    _idle.bridges.append(bridge)
+    idle.append(bridge)
     how, result = handed
     if how is _RAISED:
         raise result

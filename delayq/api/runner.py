@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -48,26 +48,35 @@ class Runner:
         self._adaptive = mode == AUTO
         self._threads_until = 0.0  # monotonic time before which calls use the pool
 
-    async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self._inline:
-            started = time.monotonic()
-            if started < self._threads_until:  # backing off after a slow or failed call
-                pass
-            elif self._driver.waits_on_loop:
-                try:
-                    return await bridge.run(fn, *args, **kwargs)
-                except StorageUnavailable:
-                    self._back_off()
-                    raise
-            else:
-                try:
-                    return fn(*args, **kwargs)
-                except StorageUnavailable:
-                    self._back_off()
-                    raise
-                finally:
-                    if time.monotonic() - started > SLOW_CALL:
-                        self._back_off()
+    def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
+        """An awaitable of ``fn(*args, **kwargs)``, made where this runner puts calls."""
+        if self._inline and time.monotonic() >= self._threads_until:
+            if self._driver.waits_on_loop:
+                # bridge.run's own coroutine, no other wrapped around it: every request
+                # takes this path.
+                return bridge.run(self._bridged, fn, args, kwargs)
+            return self._on_loop(fn, args, kwargs)
+        return self._in_thread(fn, args, kwargs)
+
+    def _bridged(self, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except StorageUnavailable:
+            self._back_off()  # connecting to a store that is down blocks the loop
+            raise
+
+    async def _on_loop(self, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+        started = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        except StorageUnavailable:
+            self._back_off()
+            raise
+        finally:
+            if time.monotonic() - started > SLOW_CALL:
+                self._back_off()
+
+    async def _in_thread(self, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 

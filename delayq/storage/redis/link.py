@@ -42,10 +42,12 @@ import socket
 import ssl
 import struct
 import threading
+from asyncio import get_running_loop
 from collections import deque
 from typing import Any
 
 import hiredis
+from greenlet import getcurrent
 from redis import exceptions
 from redis.connection import Connection, ConnectionPool, SSLConnection
 
@@ -132,14 +134,20 @@ class _Pipe:
     several requests call at once, their commands and replies share system calls, and
     no request waits for another's round trip.
 
-    The socket's timeout is kept as the thread's line keeps it: when the oldest call has
-    waited that long, every waiting call fails with ``TimeoutError`` and the connection
-    is closed (a late reply is never read as another call's). A lost connection fails
-    every waiting call with ``ConnectionError`` (``Broken`` when it had served a reply).
+    The socket's timeout is kept as the thread's line keeps it, within a quarter: when
+    the oldest waiting call has been the oldest for that long (Redis answered nothing
+    meanwhile), every waiting call fails with ``TimeoutError`` and the connection is
+    closed (a late reply is never read as another call's). A watchdog looks every
+    quarter of the timeout while calls wait, so a call itself reads no clock. A lost
+    connection fails every waiting call with ``ConnectionError`` (``Broken`` when it had
+    served a reply).
+
+    Connecting, with redis-py's handshake, blocks: it happens once per loop, and again
+    only after the connection was lost.
     """
 
     __slots__ = ("conn", "loop", "sock", "reader", "buffer", "waiting", "used",
-                 "timeout", "watchdog", "unsent")
+                 "timeout", "watchdog", "unsent", "oldest", "looks")
 
     def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
         self.conn = conn
@@ -147,16 +155,17 @@ class _Pipe:
         self.sock: socket.socket | None = None
         self.reader: Any = None
         self.buffer = bytearray(READ_SIZE)
-        # (future, deadline) of each call whose reply has not been read, oldest first.
-        self.waiting: deque[tuple[asyncio.Future, float]] = deque()
+        self.waiting: deque[asyncio.Future] = deque()  # unanswered calls, oldest first
         self.used = False
         self.timeout: float | None = conn.socket_timeout
         self.watchdog: asyncio.TimerHandle | None = None
+        self.oldest: asyncio.Future | None = None  # the oldest call at the last look
+        self.looks = 0  # looks in a row that found it still waiting
         self.unsent = bytearray()  # what the socket did not take yet
 
     def open(self) -> socket.socket:
-        """The connected socket, connecting (and making the handshake, blocking) if need
-        be; from then on the loop reads it."""
+        """The connected socket, connecting (and making the handshake) if need be; from
+        then on the loop reads it."""
         conn = self.conn
         conn.connect()
         self.reader = new_reader(conn)
@@ -169,10 +178,8 @@ class _Pipe:
     def round_trip(self, command: bytes) -> Any:
         """Send *command* and return its reply (see the class docstring)."""
         sock = self.sock or self.open()
-        loop = self.loop
-        future = loop.create_future()
-        deadline = loop.time() + self.timeout if self.timeout is not None else 0.0
-        self.waiting.append((future, deadline))
+        future = self.loop.create_future()
+        self.waiting.append(future)
         if self.unsent:  # keep the order: behind what waits to be written
             self.unsent += command
         else:
@@ -185,9 +192,10 @@ class _Pipe:
                 sent = len(command)
             if sent < len(command):
                 self.unsent += command[sent:]
-                loop.add_writer(sock.fileno(), self._writable)
+                self.loop.add_writer(sock.fileno(), self._writable)
         if self.watchdog is None and self.timeout is not None:
-            self.watchdog = loop.call_at(deadline, self._watch)
+            self.looks = 0
+            self.watchdog = self.loop.call_later(self.timeout / 4, self._watch)
         reply = bridge.wait(future)
         if isinstance(reply, Exception):
             raise reply
@@ -211,7 +219,7 @@ class _Pipe:
             reply = reader.gets()
             while reply is not False:
                 self.used = True
-                future = waiting.popleft()[0]
+                future = waiting.popleft()
                 if not future.done():  # a cancelled call's reply is dropped
                     future.set_result(reply)
                 reply = reader.gets()
@@ -231,27 +239,32 @@ class _Pipe:
             self.loop.remove_writer(self.sock.fileno())
 
     def _watch(self) -> None:
+        """Every quarter of the timeout while calls wait: fail them all once the oldest
+        has been the oldest for four looks."""
         self.watchdog = None
         if not self.waiting:
+            self.oldest = None
             return
-        deadline = self.waiting[0][1]
-        if self.loop.time() < deadline:
-            self.watchdog = self.loop.call_at(deadline, self._watch)
+        oldest = self.waiting[0]
+        self.looks = self.looks + 1 if oldest is self.oldest else 1
+        self.oldest = oldest
+        if self.looks > 4:  # seen at five looks: it has waited four quarters at least
+            self.fail(exceptions.TimeoutError(
+                f"Timeout talking to Redis: no reply in {self.timeout} s"))
             return
-        self.fail(exceptions.TimeoutError(
-            f"Timeout talking to Redis: no reply in {self.timeout} s"))
+        self.watchdog = self.loop.call_later(self.timeout / 4, self._watch)
 
     def fail(self, exc: Exception) -> None:
         """Close the connection; every call waiting on it raises *exc*."""
         waiting, self.waiting = self.waiting, deque()
         self.drop()
-        for future, _ in waiting:
+        for future in waiting:
             if not future.done():
                 future.set_exception(exc)
 
     def drop(self) -> None:
         """Close the connection: whatever it was in the middle of is abandoned."""
-        sock, self.sock, self.reader = self.sock, None, None
+        sock, self.sock, self.reader, self.oldest = self.sock, None, None, None
         self.unsent.clear()
         if self.watchdog is not None:
             self.watchdog.cancel()
@@ -309,8 +322,8 @@ class ScriptLink:
     def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
         """The reply of script *sha* (source *script*, loaded again if Redis lost it)."""
         command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
-        if self._pipes_allowed and bridge.bridged():
-            line: _Line | _Pipe = self._pipe()
+        if self._pipes_allowed and type(getcurrent()) is bridge.Bridge:  # bridged()
+            line: _Line | _Pipe = self._pipes.get(get_running_loop()) or self._pipe()
         else:
             try:
                 line = self._local.line
