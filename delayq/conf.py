@@ -78,11 +78,12 @@ wsgi_opts = [
                help="How a worker makes its storage calls. threads: each in a pool "
                     "thread, so a slow store never stalls the worker's event loop, at "
                     "the CPU cost of a thread hand-off per call. inline: on the event "
-                    "loop, without that cost; a slow store stalls every request of the "
-                    "worker. auto: inline for drivers whose calls are brief round trips "
-                    "(sqlite, redis), moving to threads for 5 seconds whenever a call "
-                    "takes over 0.1 s or finds the store unavailable; threads for the "
-                    "others."),
+                    "loop, without that cost; a slow SQLite stalls every request of the "
+                    "worker, while Redis's script calls wait for their replies on the "
+                    "loop without stalling it. auto: inline for drivers whose calls are "
+                    "brief round trips (sqlite, redis), moving to threads for 5 seconds "
+                    "whenever a call finds the store unavailable or (sqlite) takes over "
+                    "0.1 s; threads for the others."),
 ]
 
 events_opts = [

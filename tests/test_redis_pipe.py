@@ -183,6 +183,31 @@ def test_calls_survive_a_restart_and_a_flushed_script_cache(on_loop):
         server.stop()
 
 
+def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(on_loop):
+    server = SERVERS.fresh()
+    driver = Driver(server.uri, namespace=namespace())
+    queues = [f"q{i}" for i in range(20)]
+
+    async def main() -> list[list[str]]:
+        await warm(driver)
+        server.stop()
+        server.start()
+        # All twenty are written to the dead connection, fail together when the loop
+        # reads its end, and are sent once more on the one new connection.
+        posted = await asyncio.gather(*(bridge.run(post_one, driver, q, q) for q in queues))
+        return [[m.id for m in await bridge.run(driver.get_messages, PROJECT, q, [i])]
+                for q, i in zip(queues, posted, strict=True)]
+
+    try:
+        found = on_loop(main())
+        assert all(len(ids) == 1 for ids in found)
+        assert [driver.queue_stats(PROJECT, q).total for q in queues] == [1] * len(queues)
+        assert script_connections(server.port) == 2  # the loop's new one, this thread's
+    finally:
+        driver.close()
+        server.stop()
+
+
 def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, on_loop):
     driver = Driver(server.uri, namespace=namespace())
     held = post_one(driver, "held", "held")
