@@ -32,8 +32,8 @@ class Bridge(greenlet.greenlet):
     """A greenlet that runs ``run``'s calls one after another for the coroutines of one
     greenlet (its parent: the one running the event loop).
 
-    Kept for the next call when one ends: a new greenlet costs about ten times as much
-    as the two switches a call makes.
+    Kept for the next call when one ends (up to ``IDLE_KEPT`` of them): making a
+    greenlet costs several times the four switches a call makes.
     """
 
     def __init__(self) -> None:
@@ -54,6 +54,7 @@ class Bridge(greenlet.greenlet):
 # Anything else it hands back is something to await.
 _RETURNED, _RAISED = object(), object()
 IDLE = "delayq_idle_bridges"  # attribute of a loop's greenlet: its free Bridges
+IDLE_KEPT = 256  # free Bridges a loop keeps; a peak of concurrent calls beyond is dropped
 
 
 def bridged() -> bool:
@@ -86,7 +87,8 @@ async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             handed = bridge.switch(value)
     # Only a call that ended frees its bridge: one whose coroutine was dropped mid-wait
     # stays suspended until collected.
-    idle.append(bridge)
+    if len(idle) < IDLE_KEPT:
+        idle.append(bridge)
     how, result = handed
     if how is _RAISED:
         raise result

@@ -47,9 +47,17 @@ def on_loop(request):
 
 @pytest.fixture
 def server():
+    """A Redis of the test's own: tests pause and restart it."""
     server = SERVERS.fresh()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def driver(server):
+    driver = Driver(server.uri, namespace=namespace())
+    yield driver
+    driver.close()
 
 
 def namespace() -> str:
@@ -73,8 +81,7 @@ def script_connections(port: int) -> int:
 
 
 def test_overlapping_calls_share_the_loops_connection_and_get_their_own_replies(
-        server, on_loop):
-    driver = Driver(server.uri, namespace=namespace())
+        server, driver, on_loop):
     queues = [f"q{i}" for i in range(50)]
 
     async def post_then_claim(queue: str) -> tuple[str, list[str], object]:
@@ -90,16 +97,12 @@ def test_overlapping_calls_share_the_loops_connection_and_get_their_own_replies(
         assert script_connections(server.port) == connections + 1
         return results
 
-    try:
-        for queue, (posted, claimed, body) in zip(queues, on_loop(main()), strict=True):
-            assert claimed == [posted]
-            assert body == {"queue": queue}
-    finally:
-        driver.close()
+    for queue, (posted, claimed, body) in zip(queues, on_loop(main()), strict=True):
+        assert claimed == [posted]
+        assert body == {"queue": queue}
 
 
-def test_the_loop_serves_while_a_call_waits_for_redis(server, on_loop):
-    driver = Driver(server.uri, namespace=namespace())
+def test_the_loop_serves_while_a_call_waits_for_redis(server, driver, on_loop):
     ticks = []
 
     async def ticker(stop: asyncio.Event) -> None:
@@ -121,19 +124,16 @@ def test_the_loop_serves_while_a_call_waits_for_redis(server, on_loop):
         await ticking
         return started, waited
 
-    try:
-        started, waited = on_loop(main())
-        assert waited >= 0.4
-        # A blocking call would have stopped the ticker for the whole pause.
-        during = [t for t in ticks if started < t < started + waited]
-        assert len(during) >= 10, (len(during), waited)
-        assert driver.queue_stats(PROJECT, "q").total == 1
-    finally:
-        driver.close()
+    started, waited = on_loop(main())
+    assert waited >= 0.4
+    # A blocking call would have stopped the ticker for the whole pause.
+    during = [t for t in ticks if started < t < started + waited]
+    assert len(during) >= 10, (len(during), waited)
+    assert driver.queue_stats(PROJECT, "q").total == 1
 
 
-def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(on_loop):
-    server = SERVERS.fresh()
+def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(server,
+                                                                              on_loop):
     driver = Driver(server.uri, namespace=namespace(), socket_timeout=0.5)
     post_one(driver, "q", "first")
 
@@ -157,12 +157,9 @@ def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(on_
         on_loop(main())
     finally:
         driver.close()
-        server.stop()
 
 
-def test_calls_survive_a_restart_and_a_flushed_script_cache(on_loop):
-    server = SERVERS.fresh()
-    driver = Driver(server.uri, namespace=namespace())
+def test_calls_survive_a_restart_and_a_flushed_script_cache(server, driver, on_loop):
 
     async def main() -> None:
         first = await bridge.run(post_one, driver, "q", 1)
@@ -176,16 +173,11 @@ def test_calls_survive_a_restart_and_a_flushed_script_cache(on_loop):
         found = await bridge.run(driver.get_messages, PROJECT, "q", [first, *again])
         assert [m.id for m in found] == again
 
-    try:
-        on_loop(main())
-    finally:
-        driver.close()
-        server.stop()
+    on_loop(main())
 
 
-def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(on_loop):
-    server = SERVERS.fresh()
-    driver = Driver(server.uri, namespace=namespace())
+def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(server, driver,
+                                                                      on_loop):
     queues = [f"q{i}" for i in range(20)]
 
     async def main() -> list[list[str]]:
@@ -198,18 +190,14 @@ def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(on_loop):
         return [[m.id for m in await bridge.run(driver.get_messages, PROJECT, q, [i])]
                 for q, i in zip(queues, posted, strict=True)]
 
-    try:
-        found = on_loop(main())
-        assert all(len(ids) == 1 for ids in found)
-        assert [driver.queue_stats(PROJECT, q).total for q in queues] == [1] * len(queues)
-        assert script_connections(server.port) == 2  # the loop's new one, this thread's
-    finally:
-        driver.close()
-        server.stop()
+    found = on_loop(main())
+    assert all(len(ids) == 1 for ids in found)
+    assert [driver.queue_stats(PROJECT, q).total for q in queues] == [1] * len(queues)
+    assert script_connections(server.port) == 2  # the loop's new one, this thread's
 
 
-def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, on_loop):
-    driver = Driver(server.uri, namespace=namespace())
+def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, driver,
+                                                                     on_loop):
     held = post_one(driver, "held", "held")
     other = post_one(driver, "other", "other")
 
@@ -228,31 +216,23 @@ def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, on_
         [message] = await bridge.run(driver.get_messages, PROJECT, "other", [other])
         assert (message.id, message.body) == (other, "other")
 
-    try:
-        on_loop(main())
-    finally:
-        driver.close()
+    on_loop(main())
 
 
-def test_outside_the_bridge_calls_block_on_the_threads_own_connection(server):
-    driver = Driver(server.uri, namespace=namespace())
-    try:
-        assert not bridge.bridged()
-        before = script_connections(server.port)
-        ids = [post_one(driver, "q", i) for i in range(3)]
-        thread = threading.Thread(target=post_one, args=(driver, "q", 3))
-        thread.start()
-        thread.join()
-        assert script_connections(server.port) == before + 2  # this thread's, the other's
-        assert driver.queue_stats(PROJECT, "q").total == 4
-        assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
-    finally:
-        driver.close()
+def test_outside_the_bridge_calls_block_on_the_threads_own_connection(server, driver):
+    assert not bridge.bridged()
+    before = script_connections(server.port)
+    ids = [post_one(driver, "q", i) for i in range(3)]
+    thread = threading.Thread(target=post_one, args=(driver, "q", 3))
+    thread.start()
+    thread.join()
+    assert script_connections(server.port) == before + 2  # this thread's, the other's
+    assert driver.queue_stats(PROJECT, "q").total == 4
+    assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
 
 
 def test_the_runner_calls_redis_through_the_bridge_and_a_slow_call_keeps_it_there(
-        server, on_loop):
-    driver = Driver(server.uri, namespace=namespace())
+        server, driver, on_loop):
     run = Runner(Broker(driver, Limits()))
     seen = []
 
@@ -268,8 +248,5 @@ def test_the_runner_calls_redis_through_the_bridge_and_a_slow_call_keeps_it_ther
         await run(call)
 
     main_thread = threading.current_thread()
-    try:
-        on_loop(main())
-        assert seen == [(True, True)] * 3
-    finally:
-        driver.close()
+    on_loop(main())
+    assert seen == [(True, True)] * 3
