@@ -26,7 +26,7 @@ from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.link import CLIENT_NAME
 from delayq.validation import Limits
-from tests.redis_servers import SERVERS
+from tests.redis_servers import SERVERS, free_ports
 
 PROJECT = "p"
 CLIENT = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
@@ -250,3 +250,28 @@ def test_the_runner_calls_redis_through_the_bridge_and_a_slow_call_keeps_it_ther
     main_thread = threading.current_thread()
     on_loop(main())
     assert seen == [(True, True)] * 3
+
+
+def test_the_runner_sends_calls_to_threads_while_redis_cannot_be_reached(on_loop):
+    [port] = free_ports(1)  # nothing listens there
+    driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
+                    connect_timeout=0.2)
+    run = Runner(Broker(driver, Limits()))
+    seen = []
+
+    def call() -> None:
+        seen.append((bridge.bridged(), threading.current_thread() is main_thread))
+        driver.queue_stats(PROJECT, "q")
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(errors.StorageUnavailable):
+                await run(call)
+
+    main_thread = threading.current_thread()
+    try:
+        on_loop(main())
+        # Connecting blocks the loop: after the first failure, calls go to the pool.
+        assert seen == [(True, True), (False, False)]
+    finally:
+        driver.close()
