@@ -260,7 +260,9 @@ class _Pipe:
         self.drop()
         for future in waiting:
             if not future.done():
-                future.set_exception(exc)
+                # One exception each: every call raises it in its own greenlet, and a
+                # shared one would gather all their tracebacks.
+                future.set_exception(type(exc)(*exc.args))
 
     def drop(self) -> None:
         """Close the connection: whatever it was in the middle of is abandoned."""
