@@ -44,14 +44,13 @@ class Runner:
         self.broker = broker
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="delayq")
         self._inline = mode == INLINE or (mode == AUTO and broker.driver.calls_are_brief)
-        self._driver = broker.driver
         self._adaptive = mode == AUTO
         self._threads_until = 0.0  # monotonic time before which calls use the pool
 
     def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
         """An awaitable of ``fn(*args, **kwargs)``, made where this runner puts calls."""
         if self._inline and time.monotonic() >= self._threads_until:
-            if self._driver.waits_on_loop:
+            if self.broker.driver.waits_on_loop:
                 # bridge.run's own coroutine, no other wrapped around it: every request
                 # takes this path.
                 return bridge.run(self._bridged, fn, args, kwargs)

@@ -180,6 +180,9 @@ class _Pipe:
         sock = self.sock or self.open()
         future = self.loop.create_future()
         self.waiting.append(future)
+        if self.watchdog is None and self.timeout is not None:
+            self.looks = 0
+            self.watchdog = self.loop.call_later(self.timeout / 4, self._watch)
         if self.unsent:  # keep the order: behind what waits to be written
             self.unsent += command
         else:
@@ -187,15 +190,12 @@ class _Pipe:
                 sent = sock.send(command)
             except BlockingIOError:
                 sent = 0
-            except OSError as exc:
+            except OSError as exc:  # fails this call's future too, and stops the watchdog
                 self.fail(_connection_error(self.used, f"Error talking to Redis: {exc}"))
                 sent = len(command)
             if sent < len(command):
                 self.unsent += command[sent:]
                 self.loop.add_writer(sock.fileno(), self._writable)
-        if self.watchdog is None and self.timeout is not None:
-            self.looks = 0
-            self.watchdog = self.loop.call_later(self.timeout / 4, self._watch)
         reply = bridge.wait(future)
         if isinstance(reply, Exception):
             raise reply
@@ -310,22 +310,21 @@ class ScriptLink:
         self._local.line = line
         return line
 
-    def _pipe(self) -> _Pipe:
-        """The running loop's pipe, made at its first call."""
-        loop = asyncio.get_running_loop()
-        pipe = self._pipes.get(loop)
-        if pipe is None:
-            with self._lock:
-                for closed in [other for other in self._pipes if other.is_closed()]:
-                    self._pipes.pop(closed).drop()
-                pipe = self._pipes[loop] = _Pipe(self._connection(), loop)
+    def _new_pipe(self, loop: asyncio.AbstractEventLoop) -> _Pipe:
+        """*loop*'s pipe, made at its first call."""
+        pipe = _Pipe(self._connection(), loop)
+        with self._lock:
+            for closed in [other for other in self._pipes if other.is_closed()]:
+                self._pipes.pop(closed).drop()
+            self._pipes[loop] = pipe
         return pipe
 
     def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
         """The reply of script *sha* (source *script*, loaded again if Redis lost it)."""
         command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
         if self._pipes_allowed and type(getcurrent()) is bridge.Bridge:  # bridged()
-            line: _Line | _Pipe = self._pipes.get(get_running_loop()) or self._pipe()
+            loop = get_running_loop()
+            line: _Line | _Pipe = self._pipes.get(loop) or self._new_pipe(loop)
         else:
             try:
                 line = self._local.line
