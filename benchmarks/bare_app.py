@@ -32,7 +32,7 @@ import falcon.asgi
 import falcon.media
 import msgpack
 
-from delayq import bridge, jsontext
+from delayq import jsontext
 from delayq.server import Server
 from delayq.storage.redis.driver import CLAIM_BUDGET, US, WRITE_REAP_BUDGET, Driver, new_nonce
 
@@ -55,7 +55,7 @@ class Store:
 
     async def call(self, script, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        reply = await bridge.run(self.link.evalsha, script.sha, script.script, [key], args)
+        reply = await self.link.evalsha_on_loop(script.sha, script.script, [key], args)
         return reply[-1]
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from delayq import errors, metrics, validation
+from delayq import errors, metrics, steps, validation
 from delayq import queue as q
 from delayq.claim import Claim
 from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.queue import QueueStats
+from delayq.steps import Steps
 from delayq.storage.base import Driver
 from delayq.validation import Limits, MessageEdit, PostedMessage
 
@@ -102,9 +103,14 @@ class Broker:
         *size* is the request body's length, checked against the queue's own
         ``_max_messages_post_size``.
         """
+        return steps.drive(self.post_steps(project, queue, client_id, messages, size))
+
+    def post_steps(self, project: str, queue: str, client_id: str,
+                   messages: list[PostedMessage], size: int) -> Steps[list[str]]:
+        """``post`` as steps (``delayq.steps``)."""
         delays = self._own_delays(messages)
 
-        def store(stored: dict[str, Any] | None, token: Any) -> list[str]:
+        def store(stored: dict[str, Any] | None, token: Any) -> Steps[list[str]]:
             metadata = self.with_reserved_defaults(stored or {})
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
@@ -113,23 +119,24 @@ class Broker:
                 NewMessage(m.body, m.ttl if m.ttl is not None else default_ttl,
                            resolve_delay(queue_delay, delay))
                 for m, delay in zip(messages, delays, strict=True)]
-            return self.driver.post_messages(project, queue, client_id, resolved,
-                                             metadata_token=token)
+            return self.driver.post_messages_steps(project, queue, client_id, resolved,
+                                                   metadata_token=token)
 
-        ids = self._under_metadata(project, queue, store)
+        ids = yield from self._under_metadata(project, queue, store)
         self._count(metrics.POSTED, len(ids))
         return ids
 
     def _under_metadata(self, project: str, queue: str,
-                        write: Callable[[dict[str, Any] | None, Any], T]) -> T:
-        """``write(stored metadata, token)``, decided again from the metadata read anew
-        when it changed under the write (``Driver.queue_for_write``)."""
+                        write: Callable[[dict[str, Any] | None, Any], Steps[T]]
+                        ) -> Steps[T]:
+        """The steps of ``write(stored metadata, token)``, decided again from the
+        metadata read anew when it changed under the write (``Driver.queue_for_write``)."""
         for _ in range(METADATA_ATTEMPTS - 1):
             try:
-                return write(*self.driver.queue_for_write(project, queue))
+                return (yield from write(*self.driver.queue_for_write(project, queue)))
             except errors.MetadataChanged:
                 continue
-        return write(*self.driver.queue_for_write(project, queue))
+        return (yield from write(*self.driver.queue_for_write(project, queue)))
 
     def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
         """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
@@ -193,6 +200,11 @@ class Broker:
                        claim_id: str | None) -> None:
         self.driver.delete_message(project, queue, message_id, claim_id)
 
+    def delete_message_steps(self, project: str, queue: str, message_id: str,
+                             claim_id: str | None) -> Steps[None]:
+        """``delete_message`` as steps (``delayq.steps``)."""
+        return self.driver.delete_message_steps(project, queue, message_id, claim_id)
+
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         self.driver.delete_messages(project, queue, ids)
 
@@ -206,14 +218,21 @@ class Broker:
     def claim(self, project: str, queue: str, *, ttl: int, grace: int,
               limit: int) -> Claim | None:
         """Claim up to *limit* messages, dead-lettering by the queue's policy."""
-        def take(metadata: dict[str, Any] | None, token: Any) -> Claim | None:
-            if metadata is None:
-                return None
-            return self.driver.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
-                                     dead_letter=q.dead_letter_policy(metadata),
-                                     metadata_token=token)
+        return steps.drive(self.claim_steps(project, queue, ttl=ttl, grace=grace,
+                                            limit=limit))
 
-        claim = self._under_metadata(project, queue, take)
+    def claim_steps(self, project: str, queue: str, *, ttl: int, grace: int,
+                    limit: int) -> Steps[Claim | None]:
+        """``claim`` as steps (``delayq.steps``)."""
+        def take(metadata: dict[str, Any] | None, token: Any) -> Steps[Claim | None]:
+            if metadata is None:
+                return steps.finished(None)
+            return self.driver.claim_steps(project, queue, ttl=ttl, grace=grace,
+                                           limit=limit,
+                                           dead_letter=q.dead_letter_policy(metadata),
+                                           metadata_token=token)
+
+        claim = yield from self._under_metadata(project, queue, take)
         if claim is not None:
             self._count(metrics.CLAIMED, len(claim.messages))
         return claim

@@ -1,11 +1,12 @@
-"""Redis script calls on the event loop (``delayq.bridge`` and the link's ``_Pipe``).
+"""Redis script calls on the event loop (the link's ``_Pipe``).
 
-The API calls the Redis driver under ``bridge.run``: a script call writes its command on
-the loop's one connection and waits there while the loop serves other requests. These
-tests drive a real Redis from a real loop (asyncio's own and uvloop, which the server
-uses): replies reach the calls that made them however calls overlap, the loop keeps
-running while Redis is slow, and timeouts, restarts, lost scripts and cancelled calls
-behave as on the blocking path.
+The API calls the Redis driver's hot operations as steps awaited by the request's
+coroutine (``delayq.steps.on_loop``) and the others under ``bridge.run``: either way a
+script call writes its command on the loop's one connection and waits there while the
+loop serves other requests. These tests drive a real Redis from a real loop (asyncio's
+own and uvloop, which the server uses), each both ways (``way``): replies reach the
+calls that made them however calls overlap, the loop keeps running while Redis is slow,
+and timeouts, restarts, lost scripts and cancelled calls behave as on the blocking path.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import pytest
 import redis
 import uvloop
 
-from delayq import bridge, errors
+from delayq import bridge, errors, steps
 from delayq.api.runner import Runner
 from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.link import CLIENT_NAME
-from delayq.validation import Limits
+from delayq.validation import Limits, PostedMessage
 from tests.redis_servers import SERVERS, free_ports
 
 PROJECT = "p"
@@ -69,6 +70,32 @@ def post_one(driver: Driver, queue: str, body: object) -> str:
     return message_id
 
 
+WAYS = ("bridge", "steps")
+
+
+@pytest.fixture(params=WAYS)
+def way(request) -> str:
+    """How the API awaits the call: under ``bridge.run``, or as ``steps.on_loop``."""
+    return request.param
+
+
+async def post(way: str, driver: Driver, queue: str, body: object) -> str:
+    """One message posted on the loop, *way*; its id."""
+    if way == "bridge":
+        return await bridge.run(post_one, driver, queue, body)
+    [message_id] = await steps.on_loop(driver.post_messages_steps(
+        PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)]))
+    return message_id
+
+
+async def claim(way: str, driver: Driver, queue: str):
+    if way == "bridge":
+        return await bridge.run(driver.claim, PROJECT, queue, ttl=60, grace=60, limit=5,
+                                dead_letter=None)
+    return await steps.on_loop(driver.claim_steps(PROJECT, queue, ttl=60, grace=60,
+                                                  limit=5, dead_letter=None))
+
+
 async def warm(driver: Driver) -> None:
     """Open the loop's connection: redis-py's handshake on a new one blocks (a paused
     Redis would hold the loop in it, not in the call under test)."""
@@ -81,14 +108,13 @@ def script_connections(port: int) -> int:
 
 
 def test_overlapping_calls_share_the_loops_connection_and_get_their_own_replies(
-        server, driver, on_loop):
+        server, driver, on_loop, way):
     queues = [f"q{i}" for i in range(50)]
 
     async def post_then_claim(queue: str) -> tuple[str, list[str], object]:
-        posted = await bridge.run(post_one, driver, queue, {"queue": queue})
-        claim = await bridge.run(driver.claim, PROJECT, queue, ttl=60, grace=60, limit=5,
-                                 dead_letter=None)
-        return posted, [m.id for m in claim.messages], claim.messages[0].body
+        posted = await post(way, driver, queue, {"queue": queue})
+        taken = await claim(way, driver, queue)
+        return posted, [m.id for m in taken.messages], taken.messages[0].body
 
     async def main() -> list:
         connections = script_connections(server.port)
@@ -102,7 +128,7 @@ def test_overlapping_calls_share_the_loops_connection_and_get_their_own_replies(
         assert body == {"queue": queue}
 
 
-def test_the_loop_serves_while_a_call_waits_for_redis(server, driver, on_loop):
+def test_the_loop_serves_while_a_call_waits_for_redis(server, driver, on_loop, way):
     ticks = []
 
     async def ticker(stop: asyncio.Event) -> None:
@@ -118,7 +144,7 @@ def test_the_loop_serves_while_a_call_waits_for_redis(server, driver, on_loop):
         with redis.Redis(port=server.port) as observer:
             observer.client_pause(500)  # every client's command waits 0.5 s, then runs
         started = time.monotonic()
-        await bridge.run(post_one, driver, "q", "after the pause")
+        await post(way, driver, "q", "after the pause")
         waited = time.monotonic() - started
         stop.set()
         await ticking
@@ -133,7 +159,7 @@ def test_the_loop_serves_while_a_call_waits_for_redis(server, driver, on_loop):
 
 
 def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(server,
-                                                                              on_loop):
+                                                                              on_loop, way):
     driver = Driver(server.uri, namespace=namespace(), socket_timeout=0.5)
     post_one(driver, "q", "first")
 
@@ -144,13 +170,13 @@ def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(ser
         started = time.monotonic()
         # Sent again after its 0.5 s timeout, the post would run when the pause ends.
         with pytest.raises(errors.StorageUnavailable, match="Timeout"):
-            await bridge.run(post_one, driver, "q", "timed out")
+            await post(way, driver, "q", "timed out")
         assert 0.4 < time.monotonic() - started < 0.8
         await asyncio.sleep(1.0)
         # The timed-out post's connection was closed: Redis dropped it unrun.
         stats = await bridge.run(driver.queue_stats, PROJECT, "q")
         assert stats.total == 1
-        await bridge.run(post_one, driver, "q", "on a new connection")
+        await post(way, driver, "q", "on a new connection")
         assert (await bridge.run(driver.queue_stats, PROJECT, "q")).total == 2
 
     try:
@@ -159,17 +185,17 @@ def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(ser
         driver.close()
 
 
-def test_calls_survive_a_restart_and_a_flushed_script_cache(server, driver, on_loop):
+def test_calls_survive_a_restart_and_a_flushed_script_cache(server, driver, on_loop, way):
 
     async def main() -> None:
-        first = await bridge.run(post_one, driver, "q", 1)
+        first = await post(way, driver, "q", 1)
         server.stop()  # no persistence: the data and the loaded scripts are gone
         server.start()
         # The loop's connection served a call before and is dead now: the call is sent
         # again once on a new one, finds its script unknown, loads it and runs.
-        again = [await bridge.run(post_one, driver, "q", 2)]
+        again = [await post(way, driver, "q", 2)]
         redis.Redis(port=server.port).script_flush()
-        again.append(await bridge.run(post_one, driver, "q", 3))
+        again.append(await post(way, driver, "q", 3))
         found = await bridge.run(driver.get_messages, PROJECT, "q", [first, *again])
         assert [m.id for m in found] == again
 
@@ -177,7 +203,7 @@ def test_calls_survive_a_restart_and_a_flushed_script_cache(server, driver, on_l
 
 
 def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(server, driver,
-                                                                      on_loop):
+                                                                      on_loop, way):
     queues = [f"q{i}" for i in range(20)]
 
     async def main() -> list[list[str]]:
@@ -186,7 +212,7 @@ def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(server, dr
         server.start()
         # All twenty are written to the dead connection, fail together when the loop
         # reads its end, and are sent once more on the one new connection.
-        posted = await asyncio.gather(*(bridge.run(post_one, driver, q, q) for q in queues))
+        posted = await asyncio.gather(*(post(way, driver, q, q) for q in queues))
         return [[m.id for m in await bridge.run(driver.get_messages, PROJECT, q, [i])]
                 for q, i in zip(queues, posted, strict=True)]
 
@@ -197,16 +223,14 @@ def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(server, dr
 
 
 def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, driver,
-                                                                     on_loop):
-    held = post_one(driver, "held", "held")
+                                                                     on_loop, way):
     other = post_one(driver, "other", "other")
 
     async def main() -> None:
         await warm(driver)
         with redis.Redis(port=server.port) as observer:
             observer.client_pause(300)
-        waiting = asyncio.ensure_future(bridge.run(driver.get_messages, PROJECT, "held",
-                                                   [held]))
+        waiting = asyncio.ensure_future(post(way, driver, "held", "held"))
         await asyncio.sleep(0.05)  # its command is written; its reply is 0.25 s away
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -275,3 +299,62 @@ def test_the_runner_sends_calls_to_threads_while_redis_cannot_be_reached(on_loop
         assert seen == [(True, True), (False, False)]
     finally:
         driver.close()
+
+
+def test_the_runner_awaits_the_hot_steps_on_the_loop_and_a_slow_call_keeps_them_there(
+        server, driver, on_loop):
+    run = Runner(Broker(driver, Limits()))
+    seen = []
+
+    def posting(body: object) -> steps.Steps[list[str]]:
+        seen.append((bridge.bridged(), threading.current_thread() is main_thread))
+        return (yield from run.broker.post_steps(PROJECT, "q", CLIENT, [posted(body)], 10))
+
+    async def main() -> list[str]:
+        ids = await run.steps(posting, 1)  # opens the loop's connection
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(300)
+        ids += await run.steps(posting, 2)  # slow, but the loop went on: no hand-off
+        ids += await run.steps(posting, 3)
+        taken = await run.steps(run.broker.claim_steps, PROJECT, "q", ttl=60, grace=60,
+                                limit=5)
+        for message in taken.messages:
+            await run.steps(run.broker.delete_message_steps, PROJECT, "q", message.id,
+                            taken.id)
+        return [m.id for m in taken.messages], ids
+
+    main_thread = threading.current_thread()
+    claimed, ids = on_loop(main())
+    # Awaited by the request's own coroutine, on the loop's thread, with no greenlet.
+    assert seen == [(False, True)] * 3
+    assert claimed == ids
+    assert driver.queue_stats(PROJECT, "q").total == 0
+
+
+def test_the_runner_drives_the_steps_in_threads_while_redis_cannot_be_reached(on_loop):
+    [port] = free_ports(1)  # nothing listens there
+    driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
+                    connect_timeout=0.2)
+    run = Runner(Broker(driver, Limits()))
+    seen = []
+
+    def deleting() -> steps.Steps[None]:
+        seen.append(threading.current_thread() is main_thread)
+        return (yield from driver.delete_message_steps(PROJECT, "q", "m", None))
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(errors.StorageUnavailable):
+                await run.steps(deleting)
+
+    main_thread = threading.current_thread()
+    try:
+        on_loop(main())
+        # Connecting blocks the loop: after the first failure, steps run in the pool.
+        assert seen == [True, False]
+    finally:
+        driver.close()
+
+
+def posted(body: object) -> PostedMessage:
+    return PostedMessage(body=body, ttl=600, delay=None, deliver_at=None)

@@ -36,8 +36,8 @@ class ClaimCollection:
         ttl, grace = validation.claim_options(document, limits)
 
         # Made now and, when that finds nothing and the request waits, at each turn.
-        attempt = functools.partial(self.run, self.run.broker.claim, project, name, ttl=ttl,
-                                    grace=grace, limit=limit)
+        attempt = functools.partial(self.run.steps, self.run.broker.claim_steps, project,
+                                    name, ttl=ttl, grace=grace, limit=limit)
         claim = await attempt()
         if claim is None and wait > 0:
             claim = await self.waiting.claim_later(project, name, attempt, limit=limit,

@@ -12,7 +12,10 @@ call at a time. ``[drivers:transport:wsgi] storage_calls`` chooses otherwise.
 A driver whose waits can be awaited on the loop (``Driver.waits_on_loop``: Redis) is
 called on the loop under ``delayq.bridge.run``: its script calls wait for Redis without
 blocking the loop, so a slow reply holds up its own request only and sends nothing to
-the pool; a store found unavailable still does (connecting blocks).
+the pool; a store found unavailable still does (connecting blocks). The hot operations
+(post, claim, delete one message) are run as steps (``Runner.steps``,
+``delayq.steps``): their calls are awaited by the request's own coroutine, without the
+bridge's greenlet switches.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from delayq import bridge
+from delayq import bridge, steps
 from delayq.broker import Broker
 from delayq.errors import StorageUnavailable
+from delayq.steps import Steps
 
 T = TypeVar("T")
 
@@ -56,6 +60,23 @@ class Runner:
                 return bridge.run(self._bridged, fn, args, kwargs)
             return self._on_loop(fn, args, kwargs)
         return self._in_thread(fn, args, kwargs)
+
+    def steps(self, make: Callable[..., Steps[T]], *args: Any, **kwargs: Any
+              ) -> Awaitable[T]:
+        """An awaitable of the result of the steps ``make(*args, **kwargs)``
+        (``delayq.steps``): their calls awaited on the loop when the driver's waits can
+        be, else driven where this runner puts calls."""
+        if (self._inline and self.broker.driver.waits_on_loop
+                and time.monotonic() >= self._threads_until):
+            return self._steps_on_loop(make(*args, **kwargs))
+        return self(steps.drive_made, make, args, kwargs)
+
+    async def _steps_on_loop(self, made: Steps[T]) -> T:
+        try:
+            return await steps.on_loop(made)
+        except StorageUnavailable:
+            self._back_off()  # connecting to a store that is down blocks the loop
+            raise
 
     def _bridged(self, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
         try:

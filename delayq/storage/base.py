@@ -6,8 +6,12 @@ dead-letter move), a renew, a release, a delete, a pop. It decides nothing else:
 defaults, delay resolution and validation live in ``delayq.validation`` and
 ``delayq.broker`` and reach the driver already applied.
 
-Drivers are synchronous; the API calls them from a thread pool. Every method is safe to
-call from several threads and from several processes sharing one backend.
+Drivers are synchronous; the API calls them where ``delayq.api.runner`` decides (on its
+event loop or in a thread pool). Every method is safe to call from several threads and
+from several processes sharing one backend. The hot operations (post, claim, delete one
+message) also exist as steps (``delayq.steps``), which a driver whose waits can be
+awaited (``waits_on_loop``) writes as the one copy of its code; the defaults here wrap
+the plain methods.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from delayq.claim import Claim
 from delayq.events import Event
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.steps import Steps, finished
 
 
 class Driver(abc.ABC):
@@ -37,9 +42,10 @@ class Driver(abc.ABC):
     # retry loop of its own), so the API may make it on its event loop instead of paying
     # a thread hand-off (delayq.api.runner).
     calls_are_brief: bool = False
-    # True when the driver's waits for its store, called under ``delayq.bridge.run``,
-    # are awaited on the event loop rather than blocking it (Redis's script calls), so
-    # the API's loop serves other requests meanwhile (delayq.api.runner).
+    # True when the driver's waits for its store are awaited on the event loop rather
+    # than blocking it (Redis's script calls): called under ``delayq.bridge.run``, and
+    # the steps of its hot operations under ``delayq.steps.on_loop``; the API's loop
+    # serves other requests meanwhile (delayq.api.runner).
     waits_on_loop: bool = False
     # Told, once a transition is stored, the kind of each message that left a queue by
     # it (deleted, popped, dead_lettered, expired: one kind per message), whether or not
@@ -132,6 +138,13 @@ class Driver(abc.ABC):
 
         *metadata_token*: see ``queue_for_write``."""
 
+    def post_messages_steps(self, project: str, queue: str, client_id: str,
+                            messages: list[NewMessage], *, metadata_token: Any = None
+                            ) -> Steps[list[str]]:
+        """``post_messages`` as steps (``delayq.steps``); by default they wait inside."""
+        return finished(self.post_messages(project, queue, client_id, messages,
+                                           metadata_token=metadata_token))
+
     @abc.abstractmethod
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
@@ -151,6 +164,11 @@ class Driver(abc.ABC):
         MessageNotClaimed when *claim_id* is given but no live claim holds the message,
         ClaimMismatch when another claim holds it. An absent message is not an error.
         """
+
+    def delete_message_steps(self, project: str, queue: str, message_id: str,
+                             claim_id: str | None) -> Steps[None]:
+        """``delete_message`` as steps (``delayq.steps``); by default they wait inside."""
+        return finished(self.delete_message(project, queue, message_id, claim_id))
 
     @abc.abstractmethod
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
@@ -211,6 +229,13 @@ class Driver(abc.ABC):
         extended it to), and the claim looks further. None when nothing was claimed.
         *metadata_token*: see ``queue_for_write``.
         """
+
+    def claim_steps(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+                    dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
+                    ) -> Steps[Claim | None]:
+        """``claim`` as steps (``delayq.steps``); by default they wait inside."""
+        return finished(self.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
+                                   dead_letter=dead_letter, metadata_token=metadata_token))
 
     @abc.abstractmethod
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:

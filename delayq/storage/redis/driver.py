@@ -40,11 +40,12 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from delayq import errors, events, jsontext
+from delayq import errors, events, jsontext, steps
 from delayq.claim import Claim, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.steps import Steps
 from delayq.storage import base
 from delayq.storage.reaper import Reaper
 from delayq.storage.redis import persistence
@@ -422,10 +423,13 @@ class Driver(base.Driver):
 
     def _list_queue(self, project: str, name: str) -> None:
         """Add a queue to its project's catalogue, then mark it listed."""
-        self._client.zadd(self._catalogue_key(project), {name: 0})
-        self._client.sadd(self._projects_key(), project)
-        self._scripts.queue_update(keys=[self.queue_key(project, name)],
-                                   args=["listed", "1"])
+        steps.drive(self._list_queue_steps(project, name))
+
+    def _list_queue_steps(self, project: str, name: str) -> Steps[None]:
+        scripts = self._scripts
+        yield scripts.commands, "ZADD", self._catalogue_key(project), 0, name
+        yield scripts.commands, "SADD", self._projects_key(), project
+        yield scripts.queue_update, [self.queue_key(project, name)], ["listed", "1"]
 
     # Queues
 
@@ -536,6 +540,12 @@ class Driver(base.Driver):
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None
                       ) -> list[str]:
+        return steps.drive(self.post_messages_steps(project, queue, client_id, messages,
+                                                    metadata_token=metadata_token))
+
+    def post_messages_steps(self, project: str, queue: str, client_id: str,
+                            messages: list[NewMessage], *, metadata_token: Any = None
+                            ) -> Steps[list[str]]:
         client = client_bytes(client_id)
         key = self.queue_key(project, queue)
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
@@ -545,11 +555,11 @@ class Driver(base.Driver):
             body = jsontext.dumps_compact(m.body)
             args += [body, client, m.ttl, m.delay]
         try:  # unavailable_as_503(), written out (see there)
-            reply = self._scripts.post(keys=[key], args=args)
+            reply = yield self._scripts.post, [key], args
             if reply[0] == METADATA_CHANGED:
                 raise self._metadata_changed(key)
             if not reply[1]:  # the queue is not in its project's catalogue yet
-                self._list_queue(project, queue)
+                yield from self._list_queue_steps(project, queue)
         except Exception as exc:
             raise_unavailable(exc)
             raise
@@ -595,9 +605,13 @@ class Driver(base.Driver):
 
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
+        steps.drive(self.delete_message_steps(project, queue, message_id, claim_id))
+
+    def delete_message_steps(self, project: str, queue: str, message_id: str,
+                             claim_id: str | None) -> Steps[None]:
         try:  # unavailable_as_503(), written out (see there)
-            code = self._scripts.delete(keys=[self.queue_key(project, queue)],
-                                        args=[self._now_arg(), message_id, claim_id or ""])
+            code = yield (self._scripts.delete, [self.queue_key(project, queue)],
+                          [self._now_arg(), message_id, claim_id or ""])
         except Exception as exc:
             raise_unavailable(exc)
             raise
@@ -650,6 +664,13 @@ class Driver(base.Driver):
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
               ) -> Claim | None:
+        return steps.drive(self.claim_steps(project, queue, ttl=ttl, grace=grace,
+                                            limit=limit, dead_letter=dead_letter,
+                                            metadata_token=metadata_token))
+
+    def claim_steps(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+                    dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
+                    ) -> Steps[Claim | None]:
         key = self.queue_key(project, queue)
         keys = [key]
         policy = ["", "", ""]
@@ -663,14 +684,14 @@ class Driver(base.Driver):
                 ttl_arg = "" if dead_letter.messages_ttl is None else dead_letter.messages_ttl
                 policy = [dead_letter.max_claim_count, dead_letter.queue, ttl_arg]
             while True:
-                reply = self._scripts.claim(keys=keys, args=[
+                reply = yield self._scripts.claim, keys, [
                     self._now_arg(), ttl, grace, limit, *policy, target_nonce, CLAIM_BUDGET,
-                    queue, WRITE_REAP_BUDGET, metadata_token or ""])
+                    queue, WRITE_REAP_BUDGET, metadata_token or ""]
                 if reply[0] == METADATA_CHANGED:
                     raise self._metadata_changed(key)
                 nonce, as_of, number, more, unlisted, outbox = reply[:6]
                 if unlisted:
-                    self._list_queue(project, dead_letter.queue)
+                    yield from self._list_queue_steps(project, dead_letter.queue)
                 if outbox:
                     self._settle(project, queue)
                 if number or not more:

@@ -176,7 +176,23 @@ class _Pipe:
         return sock
 
     def round_trip(self, command: bytes) -> Any:
-        """Send *command* and return its reply (see the class docstring)."""
+        """Send *command* and return its reply (see the class docstring); call only
+        under ``bridge.run``."""
+        reply = bridge.wait(self.send(command))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def round_trip_on_loop(self, command: bytes) -> Any:
+        """``round_trip``, awaited by a coroutine of the loop."""
+        reply = await self.send(command)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def send(self, command: bytes) -> asyncio.Future:
+        """Write *command* (or queue it behind what waits to be written); the future of
+        its reply: the reply itself, an error reply as an exception *value*."""
         sock = self.sock or self.open()
         future = self.loop.create_future()
         self.waiting.append(future)
@@ -196,10 +212,7 @@ class _Pipe:
             if sent < len(command):
                 self.unsent += command[sent:]
                 self.loop.add_writer(sock.fileno(), self._writable)
-        reply = bridge.wait(future)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+        return future
 
     def _readable(self) -> None:
         try:
@@ -343,6 +356,44 @@ class ScriptLink:
         call(line, hiredis.pack_command(("SCRIPT", "LOAD", script)))
         return call(line, command)
 
+    async def evalsha_on_loop(self, sha: str, script: str, keys: list[Any],
+                              args: list[Any]) -> Any:
+        """``evalsha`` awaited on the running loop's pipe, by a coroutine of the loop
+        (``delayq.steps.on_loop``); over TLS on the thread's line, blocking."""
+        if not self._pipes_allowed:
+            return self.evalsha(sha, script, keys, args)
+        command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
+        loop = get_running_loop()
+        pipe = self._pipes.get(loop) or self._new_pipe(loop)
+        # The rules of evalsha, written for awaiting: a Broken connection is tried once
+        # more, a lost script is loaded and called again.
+        try:
+            reply = await pipe.send(command)
+        except Broken:
+            reply = await pipe.send(command)  # on a new connection
+        if isinstance(reply, exceptions.NoScriptError):
+            await call_on_loop(pipe, hiredis.pack_command(("SCRIPT", "LOAD", script)))
+            return await call_on_loop(pipe, command)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def command_on_loop(self, parts: tuple) -> Any:
+        """The reply of the command *parts* (one whose repetition does no harm: it is
+        sent again on a Broken connection), awaited on the running loop's pipe; over TLS
+        on the thread's line, blocking."""
+        command = hiredis.pack_command(parts)
+        if not self._pipes_allowed:
+            return call(self._thread_line(), command)
+        loop = get_running_loop()
+        return await call_on_loop(self._pipes.get(loop) or self._new_pipe(loop), command)
+
+    def _thread_line(self) -> _Line:
+        try:
+            return self._local.line
+        except AttributeError:
+            return self._new_line()
+
     def close(self) -> None:
         """Disconnect every connection (each reconnects if used again)."""
         with self._lock:
@@ -367,6 +418,14 @@ def call(line: _Line | _Pipe, command: bytes) -> Any:
         # redis-py's TimeoutError is not a ConnectionError: a timed-out script may have
         # run, so it is never sent again.
         return line.round_trip(command)  # on a new connection
+
+
+async def call_on_loop(pipe: _Pipe, command: bytes) -> Any:
+    """``call``, awaited on *pipe*."""
+    try:
+        return await pipe.round_trip_on_loop(command)
+    except Broken:
+        return await pipe.round_trip_on_loop(command)  # on a new connection
 
 
 def kernel_timeouts(sock: socket.socket) -> socket.socket:

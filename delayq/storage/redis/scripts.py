@@ -71,12 +71,42 @@ class CountedScript:
             reply = self._link.evalsha(self.script.sha, self.script.script, keys, args)
         else:
             reply = self.script(keys=keys, args=args, client=client)
+        return self._counted(reply)
+
+    async def on_loop(self, keys, args) -> Any:
+        """The call awaited on the running loop (``delayq.steps.on_loop``)."""
+        if self._link is None:  # a cluster: its clients block
+            return self(keys, args)
+        return self._counted(await self._link.evalsha_on_loop(
+            self.script.sha, self.script.script, keys, args))
+
+    def _counted(self, reply: list) -> Any:
+        """The script's own reply, the messages it ended reported."""
         if reply[0]:  # most calls end no message
             counts = reply[1:-1]
             kinds = ONE_ENDED.get(tuple(counts))
             self._report(kinds or [kind for kind, count in zip(ENDED, counts, strict=True)
                                    for _ in range(count)])
         return reply[-1]
+
+
+class Commands:
+    """Plain commands as a waiter of ``delayq.steps``: ``commands(*parts)`` blocks on
+    the client's path; ``on_loop(*parts)`` awaits the reply on the *link*'s pipe (a
+    cluster, which has no link, blocks). Only for commands that may be sent twice
+    (a connection found broken is tried once more)."""
+
+    def __init__(self, client, link: ScriptLink | None) -> None:
+        self._client = client
+        self._link = link
+
+    def __call__(self, *parts) -> Any:
+        return self._client.execute_command(*parts)
+
+    async def on_loop(self, *parts) -> Any:
+        if self._link is None:
+            return self(*parts)
+        return await self._link.command_on_loop(parts)
 
 
 class Scripts:
@@ -93,6 +123,7 @@ class Scripts:
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
         self._link = link
+        self.commands = Commands(client, link)
         self._all: list[Script] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()
