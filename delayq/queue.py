@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import re
+import string
 from dataclasses import dataclass
 from typing import Any
 
 from delayq.message import Message
 
-NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+NAME_CHARACTERS = string.ascii_letters + string.digits + "_-"
+MAX_NAME_LENGTH = 64
 
 # Reserved queue attributes: the leading underscore marks them as delayq's, not the user's.
 DEFAULT_MESSAGE_TTL = "_default_message_ttl"
@@ -26,6 +27,13 @@ RESERVED_ATTRIBUTES = (
     DEAD_LETTER_QUEUE,
     DEAD_LETTER_QUEUE_MESSAGES_TTL,
 )
+
+
+def is_valid_name(name: str) -> bool:
+    """True for a queue name: 1 to 64 ASCII letters, digits, underscores or hyphens."""
+    # A valid name strips to "" (str.strip, in C): cheaper than a regular expression's
+    # match on every request.
+    return 0 < len(name) <= MAX_NAME_LENGTH and not name.strip(NAME_CHARACTERS)
 
 
 @dataclass(frozen=True, slots=True)

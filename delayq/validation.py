@@ -132,7 +132,7 @@ def sequence_marker(marker: str | None) -> int:
 
 
 def queue_name(name: str) -> str:
-    if not q.NAME_PATTERN.fullmatch(name):
+    if not q.is_valid_name(name):
         raise ValidationError(
             f"Queue name {name[:80]!r} is invalid: use 1 to 64 letters, digits, "
             "underscores or hyphens.")
@@ -218,7 +218,7 @@ def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
             integer(checked[name], name, low, high)
     if q.DEAD_LETTER_QUEUE in checked:
         target = checked[q.DEAD_LETTER_QUEUE]
-        if not isinstance(target, str) or not q.NAME_PATTERN.fullmatch(target):
+        if not isinstance(target, str) or not q.is_valid_name(target):
             raise ValidationError(f"{q.DEAD_LETTER_QUEUE} must be a valid queue name; "
                                   f"got {json.dumps(target)[:80]}.")
         if target == queue:

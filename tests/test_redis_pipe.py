@@ -358,3 +358,23 @@ def test_the_runner_drives_the_steps_in_threads_while_redis_cannot_be_reached(on
 
 def posted(body: object) -> PostedMessage:
     return PostedMessage(body=body, ttl=600, delay=None, deliver_at=None)
+
+
+def test_on_a_cluster_awaited_steps_take_the_clients_blocking_path(on_loop):
+    driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
+
+    async def main() -> tuple[list[str], object]:
+        ids = await steps.on_loop(driver.post_messages_steps(
+            PROJECT, "q", CLIENT, [NewMessage("on a cluster", 600, 0)]))
+        taken = await steps.on_loop(driver.claim_steps(PROJECT, "q", ttl=60, grace=60,
+                                                       limit=5, dead_letter=None))
+        await steps.on_loop(driver.delete_message_steps(PROJECT, "q", ids[0], taken.id))
+        return ids, taken
+
+    try:
+        ids, taken = on_loop(main())
+        assert not driver.waits_on_loop  # the runner drives a cluster's steps blocking
+        assert [(m.id, m.body) for m in taken.messages] == [(ids[0], "on a cluster")]
+        assert driver.queue_stats(PROJECT, "q").total == 0
+    finally:
+        driver.close()

@@ -44,6 +44,7 @@ import struct
 import threading
 from asyncio import get_running_loop
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
@@ -57,6 +58,10 @@ from delayq import bridge
 CLIENT_NAME = "delayq-scripts"
 # Bytes read from the socket at a time: a claim's reply for a few messages fits.
 READ_SIZE = 65536
+
+
+def _as_is(reply: Any) -> Any:
+    return reply
 
 
 class Broken(exceptions.ConnectionError):
@@ -357,11 +362,13 @@ class ScriptLink:
         return call(line, command)
 
     async def evalsha_on_loop(self, sha: str, script: str, keys: list[Any],
-                              args: list[Any]) -> Any:
-        """``evalsha`` awaited on the running loop's pipe, by a coroutine of the loop
-        (``delayq.steps.on_loop``); over TLS on the thread's line, blocking."""
+                              args: list[Any], settle: Callable[[Any], Any] = _as_is
+                              ) -> Any:
+        """``settle(evalsha(...))`` awaited on the running loop's pipe, by a coroutine of
+        the loop (``delayq.steps.on_loop``); over TLS on the thread's line, blocking.
+        *settle* saves the caller a coroutine of its own around this one."""
         if not self._pipes_allowed:
-            return self.evalsha(sha, script, keys, args)
+            return settle(self.evalsha(sha, script, keys, args))
         command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
         loop = get_running_loop()
         pipe = self._pipes.get(loop) or self._new_pipe(loop)
@@ -373,10 +380,10 @@ class ScriptLink:
             reply = await pipe.send(command)  # on a new connection
         if isinstance(reply, exceptions.NoScriptError):
             await call_on_loop(pipe, hiredis.pack_command(("SCRIPT", "LOAD", script)))
-            return await call_on_loop(pipe, command)
+            return settle(await call_on_loop(pipe, command))
         if isinstance(reply, Exception):
             raise reply
-        return reply
+        return settle(reply)
 
     async def command_on_loop(self, parts: tuple) -> Any:
         """The reply of the command *parts* (one whose repetition does no harm: it is

@@ -10,7 +10,7 @@ whatever the number of clients and processes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +73,16 @@ class CountedScript:
             reply = self.script(keys=keys, args=args, client=client)
         return self._counted(reply)
 
-    async def on_loop(self, keys, args) -> Any:
-        """The call awaited on the running loop (``delayq.steps.on_loop``)."""
+    def on_loop(self, keys, args) -> Awaitable[Any]:
+        """An awaitable of the call, awaited on the running loop
+        (``delayq.steps.on_loop``): the link's own coroutine, none around it."""
         if self._link is None:  # a cluster: its clients block
-            return self(keys, args)
-        return self._counted(await self._link.evalsha_on_loop(
-            self.script.sha, self.script.script, keys, args))
+            return self._blocking(keys, args)
+        return self._link.evalsha_on_loop(self.script.sha, self.script.script, keys, args,
+                                          self._counted)
+
+    async def _blocking(self, keys, args) -> Any:
+        return self(keys, args)
 
     def _counted(self, reply: list) -> Any:
         """The script's own reply, the messages it ended reported."""
@@ -103,10 +107,13 @@ class Commands:
     def __call__(self, *parts) -> Any:
         return self._client.execute_command(*parts)
 
-    async def on_loop(self, *parts) -> Any:
-        if self._link is None:
-            return self(*parts)
-        return await self._link.command_on_loop(parts)
+    def on_loop(self, *parts) -> Awaitable[Any]:
+        if self._link is None:  # a cluster: its clients block
+            return self._blocking(*parts)
+        return self._link.command_on_loop(parts)
+
+    async def _blocking(self, *parts) -> Any:
+        return self(*parts)
 
 
 class Scripts:
