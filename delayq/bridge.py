@@ -9,6 +9,10 @@ coroutine that called ``run`` and sleeps until it is done. Meanwhile the loop se
 other requests; their store commands share one connection, in order, several a write
 and several replies a read when requests come together.
 
+The API's hot operations (post, claim, delete one message) do without it: they are
+written as steps (``delayq.steps``), whose calls the request's coroutine awaits itself,
+saving the greenlet's switches. Everything else the API calls runs here.
+
 Outside a bridge greenlet (a thread of the pool, a test calling a driver directly)
 ``bridged()`` is false and the same code takes its blocking path, so every driver
 method works either way and nothing about a rule depends on the way it was called.
