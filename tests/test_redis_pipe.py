@@ -276,11 +276,19 @@ def test_the_runner_calls_redis_through_the_bridge_and_a_slow_call_keeps_it_ther
     assert seen == [(True, True)] * 3
 
 
-def test_the_runner_sends_calls_to_threads_while_redis_cannot_be_reached(on_loop):
+@pytest.fixture
+def unreachable():
+    """A driver of a Redis that cannot be reached, and a runner over it."""
     [port] = free_ports(1)  # nothing listens there
     driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
                     connect_timeout=0.2)
-    run = Runner(Broker(driver, Limits()))
+    yield driver, Runner(Broker(driver, Limits()))
+    driver.close()
+
+
+def test_the_runner_sends_calls_to_threads_while_redis_cannot_be_reached(on_loop,
+                                                                         unreachable):
+    driver, run = unreachable
     seen = []
 
     def call() -> None:
@@ -293,12 +301,9 @@ def test_the_runner_sends_calls_to_threads_while_redis_cannot_be_reached(on_loop
                 await run(call)
 
     main_thread = threading.current_thread()
-    try:
-        on_loop(main())
-        # Connecting blocks the loop: after the first failure, calls go to the pool.
-        assert seen == [(True, True), (False, False)]
-    finally:
-        driver.close()
+    on_loop(main())
+    # Connecting blocks the loop: after the first failure, calls go to the pool.
+    assert seen == [(True, True), (False, False)]
 
 
 def test_the_runner_awaits_the_hot_steps_on_the_loop_and_a_slow_call_keeps_them_there(
@@ -331,11 +336,9 @@ def test_the_runner_awaits_the_hot_steps_on_the_loop_and_a_slow_call_keeps_them_
     assert driver.queue_stats(PROJECT, "q").total == 0
 
 
-def test_the_runner_drives_the_steps_in_threads_while_redis_cannot_be_reached(on_loop):
-    [port] = free_ports(1)  # nothing listens there
-    driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
-                    connect_timeout=0.2)
-    run = Runner(Broker(driver, Limits()))
+def test_the_runner_drives_the_steps_in_threads_while_redis_cannot_be_reached(on_loop,
+                                                                            unreachable):
+    driver, run = unreachable
     seen = []
 
     def deleting() -> steps.Steps[None]:
@@ -348,12 +351,9 @@ def test_the_runner_drives_the_steps_in_threads_while_redis_cannot_be_reached(on
                 await run.steps(deleting)
 
     main_thread = threading.current_thread()
-    try:
-        on_loop(main())
-        # Connecting blocks the loop: after the first failure, steps run in the pool.
-        assert seen == [True, False]
-    finally:
-        driver.close()
+    on_loop(main())
+    # Connecting blocks the loop: after the first failure, steps run in the pool.
+    assert seen == [True, False]
 
 
 def posted(body: object) -> PostedMessage:
