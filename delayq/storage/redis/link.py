@@ -13,9 +13,11 @@ what redis-py would raise.
 
 Where a call waits for its reply depends on who calls:
 
-- under ``bridge.run`` (the API's requests, on the event loop): on the loop's *pipe*,
-  one connection per loop, without blocking it: the call's command is written at once,
-  the loop serves other requests, and the reply wakes the call (``_Pipe``);
+- awaited by a coroutine of the event loop (``evalsha_on_loop``: the API's post,
+  claim and delete, as ``delayq.steps``), or under ``bridge.run`` (the API's other
+  requests): on the loop's *pipe*, one connection per loop, without blocking it: the
+  call's command is written at once, the loop serves other requests, and the reply
+  wakes the call (``_Pipe``);
 - anywhere else (a pool thread, the reaper, a test): on the calling thread's *line*,
   blocking. The API's threads live as long as its worker, so lines are as many as the
   threads that call scripts; one whose thread has ended is closed when another thread
