@@ -55,8 +55,8 @@ class Store:
 
     async def call(self, script, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        reply = await self.link.evalsha_on_loop(script.sha, script.script, [key], args)
-        return reply[-1]
+        return await self.link.evalsha_on_loop(script.sha, script.script, [key], args,
+                                               script_reply)
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:
         """The queue's state key and metadata token, read once per queue."""
@@ -65,6 +65,10 @@ class Store:
         if token is None:
             token = self.tokens[key] = self.driver.queue_for_write(project, name)[1] or b""
         return key, token
+
+
+def script_reply(reply: list) -> list:
+    return reply[-1]
 
 
 class Resource:

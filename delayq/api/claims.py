@@ -35,12 +35,11 @@ class ClaimCollection:
                                            if_empty={})
         ttl, grace = validation.claim_options(document, limits)
 
-        claim = await self.run.steps(self.run.broker.claim_steps, project, name, ttl=ttl,
-                                     grace=grace, limit=limit)
+        # Made now and, when that finds nothing and the request waits, at each turn.
+        attempt = functools.partial(self.run.steps, self.run.broker.claim_steps, project,
+                                    name, ttl=ttl, grace=grace, limit=limit)
+        claim = await attempt()
         if claim is None and wait > 0:
-            # Made again at each turn of the wait, until one finds messages.
-            attempt = functools.partial(self.run.steps, self.run.broker.claim_steps,
-                                        project, name, ttl=ttl, grace=grace, limit=limit)
             claim = await self.waiting.claim_later(project, name, attempt, limit=limit,
                                                    wait=wait)
         if claim is None:

@@ -62,10 +62,6 @@ CLIENT_NAME = "delayq-scripts"
 READ_SIZE = 65536
 
 
-def _as_is(reply: Any) -> Any:
-    return reply
-
-
 class Broken(exceptions.ConnectionError):
     """A connection that had served a call failed: the call is made once more, on a new
     connection (Redis restarted, a firewall cut an idle connection)."""
@@ -135,7 +131,8 @@ class _Line:
 class _Pipe:
     """One event loop's connection, shared by the calls of every request it serves.
 
-    A call writes its command at once and waits (``bridge.wait``) for its reply, while
+    A call writes its command at once and waits for its reply (awaited, or
+    ``bridge.wait``), while
     the loop goes on serving; Redis answers a connection's commands in the order it
     received them, so the replies read settle the waiting calls first to last. When
     several requests call at once, their commands and replies share system calls, and
@@ -280,8 +277,8 @@ class _Pipe:
         self.drop()
         for future in waiting:
             if not future.done():
-                # One exception each: every call raises it in its own greenlet, and a
-                # shared one would gather all their tracebacks.
+                # One exception each: every call raises it in its own coroutine or
+                # greenlet, and a shared one would gather all their tracebacks.
                 future.set_exception(type(exc)(*exc.args))
 
     def drop(self) -> None:
@@ -298,8 +295,8 @@ class _Pipe:
 
 
 class ScriptLink:
-    """``EVALSHA`` calls over connections of *pool*: the event loop's when called under
-    ``bridge.run``, else the calling thread's own."""
+    """``EVALSHA`` calls over connections of *pool*: the event loop's when awaited
+    (``evalsha_on_loop``) or called under ``bridge.run``, else the calling thread's own."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
@@ -346,10 +343,7 @@ class ScriptLink:
             loop = get_running_loop()
             line: _Line | _Pipe = self._pipes.get(loop) or self._new_pipe(loop)
         else:
-            try:
-                line = self._local.line
-            except AttributeError:
-                line = self._new_line()
+            line = self._thread_line()
         # call(line, command), written out: this is every script call's path.
         try:
             return line.round_trip(command)
@@ -364,8 +358,7 @@ class ScriptLink:
         return call(line, command)
 
     async def evalsha_on_loop(self, sha: str, script: str, keys: list[Any],
-                              args: list[Any], settle: Callable[[Any], Any] = _as_is
-                              ) -> Any:
+                              args: list[Any], settle: Callable[[Any], Any]) -> Any:
         """``settle(evalsha(...))`` awaited on the running loop's pipe, by a coroutine of
         the loop (``delayq.steps.on_loop``); over TLS on the thread's line, blocking.
         *settle* saves the caller a coroutine of its own around this one."""
