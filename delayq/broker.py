@@ -9,8 +9,7 @@ step, with the backend's clock, never here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from delayq import errors, metrics, steps, validation
 from delayq import queue as q
@@ -22,11 +21,10 @@ from delayq.storage.base import Driver
 from delayq.validation import Limits, MessageEdit, PostedMessage
 
 PATCH_OPS = ("add", "replace", "remove")
-# Times a post or claim is decided again when the queue's metadata changed under it
-# (errors.MetadataChanged) before the request fails with 503.
+# Times a post or claim is decided, from the queue's metadata read anew each time it
+# changed under the write (errors.MetadataChanged), before the request fails with 503.
 METADATA_ATTEMPTS = 3
-
-T = TypeVar("T")
+LAST_ATTEMPT = METADATA_ATTEMPTS - 1
 PATCH_PREFIX = "/metadata/"
 
 
@@ -107,10 +105,18 @@ class Broker:
 
     def post_steps(self, project: str, queue: str, client_id: str,
                    messages: list[PostedMessage], size: int) -> Steps[list[str]]:
-        """``post`` as steps (``delayq.steps``)."""
-        delays = self._own_delays(messages)
+        """``post`` as steps (``delayq.steps``).
 
-        def store(stored: dict[str, Any] | None, token: Any) -> Steps[list[str]]:
+        The ttl and delay of each message and the size limit come from the queue's
+        metadata as the driver last saw it (``Driver.queue_for_write``); the driver's
+        step refuses the post (MetadataChanged) when the stored metadata differs, and
+        the post is decided again, at most ``METADATA_ATTEMPTS`` times in all. The retry
+        loop is written out here and in ``claim_steps``: a generator around it cost each
+        request a level of ``yield from`` and a closure (docs/performance.md, "Steps").
+        """
+        delays = self._own_delays(messages)
+        for attempt in range(METADATA_ATTEMPTS):
+            stored, token = self.driver.queue_for_write(project, queue)
             metadata = self.with_reserved_defaults(stored or {})
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
@@ -119,24 +125,15 @@ class Broker:
                 NewMessage(m.body, m.ttl if m.ttl is not None else default_ttl,
                            resolve_delay(queue_delay, delay))
                 for m, delay in zip(messages, delays, strict=True)]
-            return self.driver.post_messages_steps(project, queue, client_id, resolved,
-                                                   metadata_token=token)
-
-        ids = yield from self._under_metadata(project, queue, store)
+            try:
+                ids = yield from self.driver.post_messages_steps(
+                    project, queue, client_id, resolved, metadata_token=token)
+                break
+            except errors.MetadataChanged:
+                if attempt == LAST_ATTEMPT:
+                    raise
         self._count(metrics.POSTED, len(ids))
         return ids
-
-    def _under_metadata(self, project: str, queue: str,
-                        write: Callable[[dict[str, Any] | None, Any], Steps[T]]
-                        ) -> Steps[T]:
-        """The steps of ``write(stored metadata, token)``, decided again from the
-        metadata read anew when it changed under the write (``Driver.queue_for_write``)."""
-        for _ in range(METADATA_ATTEMPTS - 1):
-            try:
-                return (yield from write(*self.driver.queue_for_write(project, queue)))
-            except errors.MetadataChanged:
-                continue
-        return (yield from write(*self.driver.queue_for_write(project, queue)))
 
     def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
         """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
@@ -223,16 +220,20 @@ class Broker:
 
     def claim_steps(self, project: str, queue: str, *, ttl: int, grace: int,
                     limit: int) -> Steps[Claim | None]:
-        """``claim`` as steps (``delayq.steps``)."""
-        def take(metadata: dict[str, Any] | None, token: Any) -> Steps[Claim | None]:
+        """``claim`` as steps (``delayq.steps``), with the queue's dead-letter policy as
+        the driver last saw it: decided again as a post is (``post_steps``)."""
+        for attempt in range(METADATA_ATTEMPTS):
+            metadata, token = self.driver.queue_for_write(project, queue)
             if metadata is None:
-                return steps.finished(None)
-            return self.driver.claim_steps(project, queue, ttl=ttl, grace=grace,
-                                           limit=limit,
-                                           dead_letter=q.dead_letter_policy(metadata),
-                                           metadata_token=token)
-
-        claim = yield from self._under_metadata(project, queue, take)
+                return None
+            try:
+                claim = yield from self.driver.claim_steps(
+                    project, queue, ttl=ttl, grace=grace, limit=limit,
+                    dead_letter=q.dead_letter_policy(metadata), metadata_token=token)
+                break
+            except errors.MetadataChanged:
+                if attempt == LAST_ATTEMPT:
+                    raise
         if claim is not None:
             self._count(metrics.CLAIMED, len(claim.messages))
         return claim

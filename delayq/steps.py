@@ -16,8 +16,11 @@ A yielded call is a tuple ``(waiter, *args)``: ``waiter(*args)`` makes it blocki
 ``waiter.on_loop(*args)`` returns an awaitable of the same reply. An exception a call
 raises is raised inside the generator, at its ``yield``, either way.
 
-A driver with nothing to await (SQLite, MongoDB, Swift) does its work in the plain
-method and ``finished(result)`` hands the result over as steps that yield nothing.
+Steps are generators, so making them runs nothing: the caller makes them where it likes
+(the API, on the loop's thread) and whoever runs them (a pool thread) runs all of their
+code. A driver with nothing to await (SQLite, MongoDB, Swift) does its work in the plain
+method; ``called(method, ...)`` makes that one blocking call as steps that yield
+nothing.
 """
 
 from __future__ import annotations
@@ -25,16 +28,18 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
+from delayq.errors import StorageUnavailable
+
 T = TypeVar("T")
 
 # A generator of store calls to wait for, returning the operation's result.
 Steps = Generator[tuple, Any, T]
 
 
-def finished(value: T) -> Steps[T]:
-    """Steps that wait for nothing: *value* at once."""
+def called(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Steps[T]:
+    """Steps that wait for nothing but ``fn(*args, **kwargs)``, called when they run."""
     yield from ()
-    return value
+    return fn(*args, **kwargs)
 
 
 def drive(steps: Steps[T]) -> T:
@@ -52,13 +57,12 @@ def drive(steps: Steps[T]) -> T:
         return done.value
 
 
-def drive_made(make: Callable[..., Steps[T]], args: tuple, kwargs: dict) -> T:
-    """``drive(make(*args, **kwargs))``: steps made and run where this is called."""
-    return drive(make(*args, **kwargs))
+async def on_loop(steps: Steps[T], unavailable: Callable[[], None] | None = None) -> T:
+    """Run *steps*, each call awaited on the running loop; its result.
 
-
-async def on_loop(steps: Steps[T]) -> T:
-    """Run *steps*, each call awaited on the running loop; its result."""
+    *unavailable* is called when the steps raise StorageUnavailable, before it reaches
+    the caller (the API's runner then sends calls to its pool: connecting blocks).
+    """
     try:
         call = steps.send(None)
         while True:
@@ -70,3 +74,7 @@ async def on_loop(steps: Steps[T]) -> T:
                 call = steps.send(reply)
     except StopIteration as done:
         return done.value
+    except StorageUnavailable:
+        if unavailable is not None:
+            unavailable()
+        raise

@@ -316,16 +316,16 @@ def test_the_runner_awaits_the_hot_steps_on_the_loop_and_a_slow_call_keeps_them_
         return (yield from run.broker.post_steps(PROJECT, "q", CLIENT, [posted(body)], 10))
 
     async def main() -> list[str]:
-        ids = await run.steps(posting, 1)  # opens the loop's connection
+        ids = await run.steps(posting(1))  # opens the loop's connection
         with redis.Redis(port=server.port) as observer:
             observer.client_pause(300)
-        ids += await run.steps(posting, 2)  # slow, but the loop went on: no hand-off
-        ids += await run.steps(posting, 3)
-        taken = await run.steps(run.broker.claim_steps, PROJECT, "q", ttl=60, grace=60,
-                                limit=5)
+        ids += await run.steps(posting(2))  # slow, but the loop went on: no hand-off
+        ids += await run.steps(posting(3))
+        taken = await run.steps(run.broker.claim_steps(PROJECT, "q", ttl=60, grace=60,
+                                                       limit=5))
         for message in taken.messages:
-            await run.steps(run.broker.delete_message_steps, PROJECT, "q", message.id,
-                            taken.id)
+            await run.steps(run.broker.delete_message_steps(PROJECT, "q", message.id,
+                                                            taken.id))
         return [m.id for m in taken.messages], ids
 
     main_thread = threading.current_thread()
@@ -348,7 +348,7 @@ def test_the_runner_drives_the_steps_in_threads_while_redis_cannot_be_reached(on
     async def main() -> None:
         for _ in range(2):
             with pytest.raises(errors.StorageUnavailable):
-                await run.steps(deleting)
+                await run.steps(deleting())
 
     main_thread = threading.current_thread()
     on_loop(main())

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from delayq import steps
+from delayq import errors, steps
 
 
 class Echo:
@@ -64,9 +64,33 @@ def test_an_exception_the_steps_do_not_catch_reaches_the_caller():
         asyncio.run(steps.on_loop(unguarded()))
 
 
-def test_finished_steps_wait_for_nothing():
-    assert steps.drive(steps.finished("done")) == "done"
-    assert asyncio.run(steps.on_loop(steps.finished(None))) is None
+def test_called_steps_make_their_one_call_when_they_run():
+    calls = []
+
+    def store(value, *, twice):
+        calls.append(value)
+        return value * 2 if twice else value
+
+    made = steps.called(store, 21, twice=True)
+    assert calls == []  # making the steps ran nothing
+    assert steps.drive(made) == 42
+    assert asyncio.run(steps.on_loop(steps.called(store, 5, twice=False))) == 5
+    assert calls == [21, 5]
+
+
+def test_storage_unavailable_on_the_loop_is_reported_before_it_is_raised():
+    reported = []
+
+    def down():
+        raise errors.StorageUnavailable("down")
+        yield  # steps
+
+    with pytest.raises(errors.StorageUnavailable):
+        asyncio.run(steps.on_loop(down(), lambda: reported.append("unavailable")))
+    with pytest.raises(KeyError):
+        asyncio.run(steps.on_loop(steps.called({}.__getitem__, "x"),
+                                  lambda: reported.append("unavailable")))
+    assert reported == ["unavailable"]  # once: a KeyError is no unavailable store
 
 
 def test_cancelling_the_awaiting_task_raises_cancelled_error_at_the_yield():
@@ -92,8 +116,3 @@ def test_cancelling_the_awaiting_task_raises_cancelled_error_at_the_yield():
 
     asyncio.run(main())
     assert seen == ["cancelled at the yield"]
-
-
-def test_drive_made_makes_the_steps_where_it_runs():
-    echo = Echo()
-    assert steps.drive_made(two_calls, (echo,), {}) == [(1, 2), (3,)]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import falcon
 
 from delayq import validation
@@ -35,9 +33,11 @@ class ClaimCollection:
                                            if_empty={})
         ttl, grace = validation.claim_options(document, limits)
 
-        # Made now and, when that finds nothing and the request waits, at each turn.
-        attempt = functools.partial(self.run.steps, self.run.broker.claim_steps, project,
-                                    name, ttl=ttl, grace=grace, limit=limit)
+        def attempt():  # waiting.Attempt
+            # Made now and, when that finds nothing and the request waits, at each turn.
+            return self.run.steps(self.run.broker.claim_steps(project, name, ttl=ttl,
+                                                              grace=grace, limit=limit))
+
         claim = await attempt()
         if claim is None and wait > 0:
             claim = await self.waiting.claim_later(project, name, attempt, limit=limit,

@@ -31,8 +31,8 @@ class MessageCollection:
         raw, size = await request.body(req, limits.max_messages_post_size, "message post")
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
-        ids = await self.run.steps(self.run.broker.post_steps, project, name, client, posted,
-                                   size)
+        ids = await self.run.steps(self.run.broker.post_steps(project, name, client, posted,
+                                                              size))
         self.waiting.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location = f"{views.queue_href(name)}/messages?ids={','.join(ids)}"
@@ -137,6 +137,6 @@ class Message:
         request.client(req)
         validation.queue_name(name)
         claim_id = req.get_param("claim_id") or None
-        await self.run.steps(self.run.broker.delete_message_steps, project, name, message_id,
-                             claim_id)
+        await self.run.steps(self.run.broker.delete_message_steps(project, name, message_id,
+                                                                  claim_id))
         resp.status = falcon.HTTP_204

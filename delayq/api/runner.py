@@ -61,22 +61,15 @@ class Runner:
             return self._on_loop(fn, args, kwargs)
         return self._in_thread(fn, args, kwargs)
 
-    def steps(self, make: Callable[..., Steps[T]], *args: Any, **kwargs: Any
-              ) -> Awaitable[T]:
-        """An awaitable of the result of the steps ``make(*args, **kwargs)``
-        (``delayq.steps``): their calls awaited on the loop when the driver's waits can
-        be, else driven where this runner puts calls."""
+    def steps(self, made: Steps[T]) -> Awaitable[T]:
+        """An awaitable of the result of the steps *made* (``delayq.steps``): their calls
+        awaited on the loop when the driver's waits can be, else driven where this
+        runner puts calls."""
         if (self._inline and self.broker.driver.waits_on_loop
                 and time.monotonic() >= self._threads_until):
-            return self._steps_on_loop(make(*args, **kwargs))
-        return self(steps.drive_made, make, args, kwargs)
-
-    async def _steps_on_loop(self, made: Steps[T]) -> T:
-        try:
-            return await steps.on_loop(made)
-        except StorageUnavailable:
-            self._back_off()  # connecting to a store that is down blocks the loop
-            raise
+            # Connecting to a store that is down blocks the loop: back off when it is.
+            return steps.on_loop(made, self._back_off)
+        return self(steps.drive, made)
 
     def _bridged(self, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
         try:

@@ -22,11 +22,12 @@ from typing import Any
 
 from oslo_config import cfg
 
+from delayq import steps
 from delayq.claim import Claim
 from delayq.events import Event
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
-from delayq.steps import Steps, finished
+from delayq.steps import Steps
 
 
 class Driver(abc.ABC):
@@ -142,8 +143,8 @@ class Driver(abc.ABC):
                             messages: list[NewMessage], *, metadata_token: Any = None
                             ) -> Steps[list[str]]:
         """``post_messages`` as steps (``delayq.steps``); by default they wait inside."""
-        return finished(self.post_messages(project, queue, client_id, messages,
-                                           metadata_token=metadata_token))
+        return steps.called(self.post_messages, project, queue, client_id, messages,
+                            metadata_token=metadata_token)
 
     @abc.abstractmethod
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
@@ -168,7 +169,7 @@ class Driver(abc.ABC):
     def delete_message_steps(self, project: str, queue: str, message_id: str,
                              claim_id: str | None) -> Steps[None]:
         """``delete_message`` as steps (``delayq.steps``); by default they wait inside."""
-        return finished(self.delete_message(project, queue, message_id, claim_id))
+        return steps.called(self.delete_message, project, queue, message_id, claim_id)
 
     @abc.abstractmethod
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
@@ -234,8 +235,8 @@ class Driver(abc.ABC):
                     dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
                     ) -> Steps[Claim | None]:
         """``claim`` as steps (``delayq.steps``); by default they wait inside."""
-        return finished(self.claim(project, queue, ttl=ttl, grace=grace, limit=limit,
-                                   dead_letter=dead_letter, metadata_token=metadata_token))
+        return steps.called(self.claim, project, queue, ttl=ttl, grace=grace, limit=limit,
+                            dead_letter=dead_letter, metadata_token=metadata_token)
 
     @abc.abstractmethod
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
