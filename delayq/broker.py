@@ -32,13 +32,13 @@ class Broker:
     """Queues, messages and claims of every project, on one storage driver."""
 
     def __init__(self, driver: Driver, limits: Limits,
-                 counters: metrics.Metrics | None = None) -> None:
+                 counters: metrics.Metrics | metrics.Uncounted | None = None) -> None:
         self.driver = driver
         self.limits = limits
         # Posts and deliveries are counted here, from what the driver returns; messages
         # leaving a queue are counted by the driver's ``endings`` (it alone sees expiries
         # and dead-letter moves).
-        self.counters = counters
+        self.counters = counters if counters is not None else metrics.Uncounted()
         self._reserved_defaults = {
             q.DEFAULT_MESSAGE_TTL: limits.default_message_ttl,
             q.MAX_MESSAGES_POST_SIZE: limits.max_messages_post_size,
@@ -132,7 +132,7 @@ class Broker:
             except errors.MetadataChanged:
                 if attempt == LAST_ATTEMPT:
                     raise
-        self._count(metrics.POSTED, len(ids))
+        self.counters.count(metrics.POSTED, len(ids))
         return ids
 
     def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
@@ -207,7 +207,7 @@ class Broker:
 
     def pop(self, project: str, queue: str, limit: int) -> list[Message]:
         popped = self.driver.pop_messages(project, queue, limit)
-        self._count(metrics.CLAIMED, len(popped))
+        self.counters.count(metrics.CLAIMED, len(popped))
         return popped
 
     # Claims
@@ -235,12 +235,8 @@ class Broker:
                 if attempt == LAST_ATTEMPT:
                     raise
         if claim is not None:
-            self._count(metrics.CLAIMED, len(claim.messages))
+            self.counters.count(metrics.CLAIMED, len(claim.messages))
         return claim
-
-    def _count(self, name: str, amount: int) -> None:
-        if self.counters is not None:
-            self.counters.count(name, amount)
 
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         return self.driver.get_claim(project, queue, claim_id)

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import collections
 import os
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,6 +69,13 @@ REQUEST_LABELS = ("method", "route", "status")
 FLUSH_INTERVAL = 1.0  # seconds a count may wait in its worker before it is written
 
 
+class Uncounted:
+    """Counts nowhere: what a broker built without ``Metrics`` counts to (tests, tools)."""
+
+    def count(self, name: str, amount: int) -> None:
+        """Forget *amount*."""
+
+
 def multiprocess_dir() -> str | None:
     """The directory workers share their values in, or None outside multiprocess mode."""
     return os.environ.get(MULTIPROC_ENV) or None
@@ -89,11 +96,14 @@ class Metrics:
             REQUEST_LABELS, buckets=LATENCY_BUCKETS, registry=self.registry)
         self._request_children: dict[tuple[str, str | None, Any], Any] = {}
         self.flush_interval = flush_interval
-        # Counts not written yet: (counter name, amount) pairs, added from any thread (the
-        # broker counts from pool threads too; a deque's append and popleft are atomic);
-        # by (method, route template, status), the sum of the latencies then the number
-        # in each bucket (+Inf last).
-        self._counts: collections.deque[tuple[str, int]] = collections.deque()
+        # Counts not written yet, by counter name: the amounts added, from any thread (the
+        # broker counts from pool threads too). A list's append is atomic, and a flush
+        # (one at a time) sums and deletes the first amounts in C, each in one step: an
+        # amount appended meanwhile stays for the next flush. Latencies not written yet,
+        # by (method, route template, status): their sum, then the number in each bucket
+        # (+Inf last).
+        self._counts: dict[str, list[int]] = {name: [] for name in COUNTER_HELP}
+        self._flush_lock = threading.Lock()
         self._latencies: dict[tuple[str, str | None, Any], list[float]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_pending = False
@@ -110,7 +120,7 @@ class Metrics:
     def count(self, name: str, amount: int) -> None:
         """Add *amount* to counter *name* (one of this module's counter names)."""
         if amount:
-            self._counts.append((name, amount))
+            self._counts[name].append(amount)
             if not self._flush_pending:
                 self._written_soon()
 
@@ -120,7 +130,7 @@ class Metrics:
         for kind in kinds:
             name = ENDINGS.get(kind)
             if name is not None:
-                counts.append((name, 1))
+                counts[name].append(1)
         if not self._flush_pending:
             self._written_soon()
 
@@ -167,16 +177,13 @@ class Metrics:
         # down and asks for a flush of its own.
         self._flush_pending = False
         latencies, self._latencies = self._latencies, {}
-        pending = self._counts
-        counts: dict[str, int] = {}
-        while True:
-            try:  # not "while pending": a flush in another thread may take the last one
-                name, amount = pending.popleft()
-            except IndexError:
-                break
-            counts[name] = counts.get(name, 0) + amount
-        for name, amount in counts.items():
-            self.counters[name].inc(amount)
+        with self._flush_lock:  # a flush from a pool thread may run meanwhile
+            for name, amounts in self._counts.items():
+                taken = len(amounts)
+                if taken:
+                    total = sum(amounts[:taken])
+                    del amounts[:taken]
+                    self.counters[name].inc(total)
         for key, held in latencies.items():
             child = self._request_child(key)
             # The histogram's observe() takes one value; its own parts take the batch.
