@@ -53,6 +53,7 @@ def _reject_constant(name: str) -> None:
 _scan = json.JSONDecoder().scan_once
 _scan_strict = json.JSONDecoder(parse_constant=_reject_constant).scan_once
 _whitespace = json.decoder.WHITESPACE.match
+WHITESPACE = " \t\n\r"  # JSON's whitespace characters
 
 
 def loads_strict(text: str) -> Any:
@@ -60,15 +61,17 @@ def loads_strict(text: str) -> Any:
     ``JSONDecodeError``), but refusing ``NaN`` and ``Infinity`` (ValueError).
 
     ``JSONDecoder.decode`` and ``raw_decode`` written out: two Python calls fewer a body.
+    Whitespace is skipped only where there is some: most bodies have none around them.
     """
-    start = _whitespace(text, 0).end()
+    start = _whitespace(text, 0).end() if text[:1] in WHITESPACE else 0
     try:
         value, end = _scan_strict(text, start)
     except StopIteration as err:
         raise json.JSONDecodeError("Expecting value", text, err.value) from None
-    end = _whitespace(text, end).end()
     if end != len(text):
-        raise json.JSONDecodeError("Extra data", text, end)
+        end = _whitespace(text, end).end()
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
     return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import string
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +32,14 @@ RESERVED_ATTRIBUTES = (
 
 def is_valid_name(name: str) -> bool:
     """True for a queue name: 1 to 64 ASCII letters, digits, underscores or hyphens."""
+    return 0 < len(name) <= MAX_NAME_LENGTH and _only_name_characters(name)
+
+
+@functools.lru_cache(maxsize=4096)  # every request names its queue, mostly the same few
+def _only_name_characters(name: str) -> bool:
     # A valid name strips to "" (str.strip, in C): cheaper than a regular expression's
-    # match on every request.
-    return 0 < len(name) <= MAX_NAME_LENGTH and not name.strip(NAME_CHARACTERS)
+    # match, though each character is looked for among the 64 allowed.
+    return not name.strip(NAME_CHARACTERS)
 
 
 @dataclass(frozen=True, slots=True)

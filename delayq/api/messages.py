@@ -28,11 +28,11 @@ class MessageCollection:
         client = request.client(req)
         validation.queue_name(name)
         limits = self.run.broker.limits
-        raw, size = await request.body(req, limits.max_messages_post_size, "message post")
+        raw = await request.body(req, limits.max_messages_post_size, "message post")
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
         ids = await self.run.steps(self.run.broker.post_steps(project, name, client, posted,
-                                                              size))
+                                                              len(raw)))
         self.waiting.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location = f"{views.queue_href(name)}/messages?ids={','.join(ids)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 import falcon
@@ -30,11 +31,13 @@ def media_type(req: falcon.Request, accepted: tuple[str, ...], what: str) -> Non
             description=f"{what} takes Content-Type: {' or '.join(accepted)}.")
 
 
-async def body(req: falcon.Request, limit: int, what: str) -> tuple[bytes, int]:
-    """The raw body, refused unread when it is longer than *limit*; and its length.
+def body(req: falcon.Request, limit: int, what: str) -> Awaitable[bytes]:
+    """An awaitable of the raw body, refused unread when it is longer than *limit*.
 
     At most *limit* bytes are read (one more without a Content-Length), so a client
-    cannot make the server buffer more than the limit, whatever it sends.
+    cannot make the server buffer more than the limit, whatever it sends. A plain
+    function, not a coroutine: a body with a Content-Length (nearly all) is Falcon's
+    own read, awaited by the caller with no coroutine of ours around it.
     """
     declared = req.content_length  # parsed from the header at each read
     if declared is not None:
@@ -42,12 +45,15 @@ async def body(req: falcon.Request, limit: int, what: str) -> tuple[bytes, int]:
             raise ValidationError(f"The {what} is {declared} bytes; the limit is {limit}.")
         # Falcon's stream ends at the declared length (the server refuses a body that
         # runs past it): reading it all reads at most *limit* bytes.
-        raw = await req.stream.readall()
-        return raw, len(raw)
+        return req.stream.readall()
+    return _undeclared_body(req, limit, what)
+
+
+async def _undeclared_body(req: falcon.Request, limit: int, what: str) -> bytes:
     raw = await req.stream.read(limit + 1)
     if len(raw) > limit:
         raise ValidationError(f"The {what} is larger than the limit of {limit} bytes.")
-    return raw, len(raw)
+    return raw
 
 
 NO_DEFAULT = object()
@@ -60,7 +66,7 @@ async def json_body(req: falcon.Request, limit: int, what: str, *,
     An empty body and the JSON document ``null`` differ: only the former may stand for
     "use the defaults".
     """
-    raw, _ = await body(req, limit, what)
-    if if_empty is not NO_DEFAULT and not raw.strip():
+    raw = await body(req, limit, what)
+    if if_empty is not NO_DEFAULT and (not raw or raw.isspace()):
         return if_empty
     return validation.json_document(raw, what)
