@@ -35,8 +35,7 @@ class MessageCollection:
                                                               len(raw)))
         self.waiting.notify(project, name)
         resp.status = falcon.HTTP_201
-        resp.location = f"{views.queue_href(name)}/messages?ids={','.join(ids)}"
-        resp.media = {"resources": [views.message_href(name, id_) for id_ in ids]}
+        resp.location, resp.media = views.posted(name, ids)
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
