@@ -14,7 +14,7 @@ and go, and a counter that resets when its queue is deleted is of little use.
 Per-queue state is what the gauges give, read from the store at scrape time
 (``delayq.api.metrics``).
 
-A worker adds up its counts and latencies in plain dicts and writes them to the
+A worker holds its counts and latencies in plain lists and dicts and writes them to the
 prometheus_client values at most ``FLUSH_INTERVAL`` after the first one, in one go: a
 value write (a lock, a pid check, a file write in multiprocess mode) for every request
 and counter cost more than a tenth of what delayq adds to a request on Redis. A scrape
@@ -148,7 +148,7 @@ class Metrics:
             return
         # No lock: while the loop is known, requests are observed and the latencies
         # written on its thread only (counts, which pool threads add too, go through
-        # the deque).
+        # lists whose appends are atomic).
         held = self._latencies.get(key)
         if held is None:
             held = self._latencies[key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
