@@ -112,7 +112,8 @@ class Broker:
         step refuses the post (MetadataChanged) when the stored metadata differs, and
         the post is decided again, at most ``METADATA_ATTEMPTS`` times in all. The retry
         loop is written out here and in ``claim_steps``: a generator around it cost each
-        request a level of ``yield from`` and a closure (docs/performance.md, "Steps").
+        request a level of ``yield from`` and a closure (docs/performance.md, "Fewer
+        layers per request").
         """
         delays = self._own_delays(messages)
         for attempt in range(METADATA_ATTEMPTS):
