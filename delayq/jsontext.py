@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import json.decoder
+import math
 from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring_ascii
 from typing import Any
@@ -49,16 +50,27 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite_float(text: str) -> float:
+    # Python reads a number beyond a float's range (1e400) as an infinity, which JSON
+    # cannot write back: refused like the Infinity constant.
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text[:40]} is beyond the range of a JSON number here")
+    return value
+
+
 # The decoders' C scanners, called without decode()'s Python around them.
 _scan = json.JSONDecoder().scan_once
-_scan_strict = json.JSONDecoder(parse_constant=_reject_constant).scan_once
+_scan_strict = json.JSONDecoder(parse_constant=_reject_constant,
+                                parse_float=_finite_float).scan_once
 _whitespace = json.decoder.WHITESPACE.match
 WHITESPACE = " \t\n\r"  # JSON's whitespace characters
 
 
 def loads_strict(text: str) -> Any:
     """Decode a request body's text as ``json.loads`` does (same errors, a
-    ``JSONDecodeError``), but refusing ``NaN`` and ``Infinity`` (ValueError).
+    ``JSONDecodeError``), but refusing ``NaN``, ``Infinity`` and numbers beyond a float's
+    range (ValueError).
 
     ``JSONDecoder.decode`` and ``raw_decode`` written out: two Python calls fewer a body.
     Whitespace is skipped only where there is some: most bodies have none around them.

@@ -253,6 +253,10 @@ def test_json_in_other_unicode_encodings_is_read_as_json_loads_reads_it(own_worl
     ("post", b'{"messages": [{"body": [Infinity, -Infinity]}]}'),
     ("put", b'{"a": NaN}'),
     ("put", b'{"a": {"b": -Infinity}}'),
+    # Numbers Python would read as infinities, which JSON cannot write back.
+    ("post", b'{"messages": [{"body": 1e400}]}'),
+    ("post", b'{"messages": [{"body": {"x": -1.5E+999}}]}'),
+    ("put", b'{"a": [2e308]}'),
 ])
 def test_non_standard_json_constants(world, route, body):
     assert_rejected(body_call(world, route, body), 400)
