@@ -421,11 +421,8 @@ def claim_options(document: Any, limits: Limits) -> tuple[int, int]:
     grace = document.get("grace")
     ttl = limits.default_claim_ttl if ttl is None else ttl
     grace = limits.default_claim_grace if grace is None else grace
-    # The usual values pass the first test; integer() explains the others.
-    if not (type(ttl) is int and MIN_CLAIM_TTL <= ttl <= limits.max_claim_ttl):
-        integer(ttl, "ttl", MIN_CLAIM_TTL, limits.max_claim_ttl)
-    if not (type(grace) is int and MIN_CLAIM_GRACE <= grace <= limits.max_claim_grace):
-        integer(grace, "grace", MIN_CLAIM_GRACE, limits.max_claim_grace)
+    integer(ttl, "ttl", MIN_CLAIM_TTL, limits.max_claim_ttl)
+    integer(grace, "grace", MIN_CLAIM_GRACE, limits.max_claim_grace)
     return ttl, grace
 
 
