@@ -702,6 +702,33 @@ def test_a_server_clock_reading_is_taken_at_the_middle_of_the_round_trip():
     assert server_clock() == pytest.approx(1_000_000_000.1, abs=0.03)
 
 
+def test_threads_finding_the_server_clock_stale_together_wait_for_one_fetch():
+    # Fetches of one clock never overlap (the Swift driver's overwrite one object), and the
+    # threads that waited use the answer the first one fetched.
+    fetching = threading.Semaphore(1)
+    overlaps = []
+
+    def fetch() -> int:
+        if not fetching.acquire(blocking=False):
+            overlaps.append(1)
+            return 1_000_000_000_000
+        try:
+            time.sleep(0.05)
+            return 1_000_000_000_000
+        finally:
+            fetching.release()
+
+    counted = FixedServer(1_000_000_000_000, delay=0.05)
+    for server_clock in (ServerClock(fetch, interval=0.0), ServerClock(counted, interval=30)):
+        threads = [threading.Thread(target=server_clock) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert overlaps == []
+    assert counted.calls == 1
+
+
 # An unavailable MongoDB
 
 

@@ -1245,6 +1245,30 @@ def test_time_is_the_swift_proxys_and_a_step_of_this_hosts_clock_changes_nothing
     assert abs(message.created - real()) < 1
 
 
+def test_api_processes_and_threads_reading_the_proxys_clock_at_once_all_get_a_reading(
+        make_driver):
+    """Concurrent overwrites of one object can make a HEAD right after a PUT miss it (404):
+    the object server removes the older file while the HEAD opens it. Each driver reads
+    through its own object, and a driver's threads one at a time."""
+    drivers = [make_driver(clock_sync_interval=0.0) for _ in range(4)]
+    failures: list[BaseException] = []
+
+    def read(driver: Driver) -> None:
+        try:
+            for _ in range(25):
+                assert abs(driver.now() - time.time()) < CLOCK_READING_ERROR
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=read, args=(driver,))
+               for driver in drivers for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
 # Swift unreachable, or refusing the credentials
 
 

@@ -23,18 +23,24 @@ class ServerClock:
 
     *fetch* returns the server's time in POSIX milliseconds; it is called at the first
     reading and again whenever the last answer is *interval* seconds old. The error of a
-    reading is at most half the round trip of the last fetch plus a millisecond.
+    reading is at most half the round trip of the last fetch plus a millisecond. One thread
+    fetches at a time: threads finding the answer stale together wait for one fetch.
     """
 
     def __init__(self, fetch: Callable[[], int], interval: float = 30.0) -> None:
         self._fetch = fetch
         self._interval = interval
         self._lock = threading.Lock()
+        self._fetching = threading.Lock()
         self._base_ms: int | None = None  # server time at _base_mono
         self._base_mono = 0.0
 
     def sync(self) -> None:
         """Ask the server for its time now."""
+        with self._fetching:
+            self._sync()
+
+    def _sync(self) -> None:
         sent = time.monotonic()
         server_ms = self._fetch()
         received = time.monotonic()
@@ -42,9 +48,15 @@ class ServerClock:
             self._base_ms = server_ms
             self._base_mono = (sent + received) / 2
 
+    def _stale(self, now: float) -> bool:
+        return self._base_ms is None or now - self._base_mono >= self._interval
+
     def __call__(self) -> float:
-        if self._base_ms is None or time.monotonic() - self._base_mono >= self._interval:
-            self.sync()
+        if self._stale(time.monotonic()):
+            with self._fetching:
+                # Another thread may have fetched while this one waited.
+                if self._stale(time.monotonic()):
+                    self._sync()
         with self._lock:
             elapsed_ms = math.floor((time.monotonic() - self._base_mono) * MS)
             return (self._base_ms + elapsed_ms) / MS

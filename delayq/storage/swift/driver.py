@@ -191,6 +191,9 @@ LEASE_MARGIN = 3
 LEASE_ROUNDING = 1.0
 MIN_LEASE = 2  # seconds; a shorter lease would be over before its first write
 DELETE_AFTER = "X-Delete-After"  # Swift sets X-Delete-At from the proxy's own clock
+# Seconds a clock object outlives its last write: every reading rewrites it, so only the
+# objects of processes gone are ever removed by it.
+CLOCK_OBJECT_LIFETIME = 3600
 
 T = TypeVar("T")
 QueueKey = tuple[str, str]  # (project, queue)
@@ -413,6 +416,7 @@ class Driver(base.Driver):
         # Per-message requests of API requests, and (apart, so that a pass's bids, which
         # each wait the settle time, do not hold theirs up) of the reaper's passes.
         self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._clock_object = lay.clock_object(secrets.token_hex(8))
         self._clock = clock or ServerClock(self._proxy_time_ms, clock_sync_interval)
         self._reaper: Reaper | None = None
         if reap_interval > 0:
@@ -477,14 +481,16 @@ class Driver(base.Driver):
     def _proxy_time_ms(self) -> int:
         """The proxy's clock: the timestamp it gives an object it stores now."""
         container = lay.clock_container(self._prefix)
+        name = self._clock_object
+        expiry = {DELETE_AFTER: str(CLOCK_OBJECT_LIFETIME)}
         try:
-            self._swift.put_object(container, "now", b"")
+            self._swift.put_object(container, name, b"", headers=expiry)
         except ClientException as exc:
             if not is_status(exc, 404):
                 raise
             self._swift.put_container(container)
-            self._swift.put_object(container, "now", b"")
-        headers = self._swift.head_object(container, "now")
+            self._swift.put_object(container, name, b"", headers=expiry)
+        headers = self._swift.head_object(container, name)
         return int(float(headers["x-timestamp"]) * 1000)
 
     def now(self) -> float:

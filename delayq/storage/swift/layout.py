@@ -146,6 +146,15 @@ def clock_container(prefix: str) -> str:
     return f"{prefix}:clock"
 
 
+CLOCK_PREFIX = "now/"
+
+
+def clock_object(nonce: str) -> str:
+    """The object one driver writes to read the proxy's clock: a process's own, because a
+    HEAD can miss an object another process is overwriting at the same moment."""
+    return CLOCK_PREFIX + nonce
+
+
 WRITERS = "writers"
 SLOT_PREFIX = "slot/"
 
