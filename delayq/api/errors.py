@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import falcon
 
-from delayq import errors
+from delayq import errors, jsontext
 
 LOG = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ def serialize(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTPError)
         title = title[len(str(status)):].strip()
     description = exc.description or FRAMEWORK_DESCRIPTIONS.get(status, title)
     resp.content_type = falcon.MEDIA_JSON
-    resp.text = json.dumps({"title": title, "description": description})
+    resp.data = jsontext.response({"title": title, "description": description})
 
 
 def install(app: falcon.asgi.App) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import falcon
 
+from delayq import jsontext
 from delayq.api.runner import Runner
 
 HOME_DOCUMENT = {
@@ -35,7 +34,7 @@ HOME_DOCUMENT = {
 }
 
 
-HOME_JSON = json.dumps(HOME_DOCUMENT)
+HOME_JSON = jsontext.response(HOME_DOCUMENT)
 
 
 class Home:
@@ -43,7 +42,7 @@ class Home:
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         # Falcon has no media handler for application/json-home: serialize here.
-        resp.text = HOME_JSON
+        resp.data = HOME_JSON
         resp.content_type = "application/json-home"
 
 

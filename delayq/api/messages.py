@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import falcon
 
-from delayq import validation
+from delayq import jsontext, validation
 from delayq.api import request, views
 from delayq.api.runner import Runner
 from delayq.api.waiting import Waiting
@@ -35,7 +35,8 @@ class MessageCollection:
                                                               len(raw)))
         self.waiting.notify(project, name)
         resp.status = falcon.HTTP_201
-        resp.location, resp.media = views.posted(name, ids)
+        resp.location, document = views.posted(name, ids)
+        resp.data = jsontext.response(document)  # resp.media's encoder, without its lookup
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
