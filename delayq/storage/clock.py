@@ -35,12 +35,8 @@ class ServerClock:
         self._base_ms: int | None = None  # server time at _base_mono
         self._base_mono = 0.0
 
-    def sync(self) -> None:
-        """Ask the server for its time now."""
-        with self._fetching:
-            self._sync()
-
     def _sync(self) -> None:
+        """Ask the server for its time now (under ``_fetching``)."""
         sent = time.monotonic()
         server_ms = self._fetch()
         received = time.monotonic()
