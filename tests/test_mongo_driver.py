@@ -1025,18 +1025,23 @@ def test_an_event_write_that_fails_loses_the_events_not_the_request(backend, clo
 
 @contextmanager
 def interloper(backend: Backend, action: Callable[[], Any],
-               write: str = "bulk_write") -> Iterator[None]:
+               write: str = "bulk_write", then: Callable[[], Any] | None = None
+               ) -> Iterator[None]:
     """Run *action* once, just before the next *write* (a collection method) to
     messages: a concurrent request that read the same documents and got its writes in
-    first."""
+    first; and *then*, if given, just after that write."""
     collection = type(backend.db.messages)
     real_write = getattr(collection, write)
     pending = [action]
 
     def racing(coll, *args, **kwargs):
-        if coll.name == "messages" and pending:
-            pending.pop()()
-        return real_write(coll, *args, **kwargs)
+        if coll.name != "messages" or not pending:
+            return real_write(coll, *args, **kwargs)
+        pending.pop()()
+        result = real_write(coll, *args, **kwargs)
+        if then is not None:
+            then()
+        return result
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(collection, write, racing)
@@ -1091,6 +1096,61 @@ def test_a_move_that_lost_to_a_delete_records_no_move(backend, clock):
     assert [m.id for m in result.messages] == [fresh]
     kinds = [(e.kind, e.message_id) for e in trail(driver, "q")[before:]]
     assert sorted(kinds) == sorted([(events.DELETED, worn), (events.CLAIMED, fresh)])
+
+
+def test_a_claim_of_a_message_deleted_right_after_still_counts_in_the_gauges(backend,
+                                                                              clock):
+    """A bulk delete by id takes a held message too. Deleted between this claim's write
+    and its look at what it got, the message bears no claim id; the delete tallies it
+    as claimed, so the claim must tally taking it (else one free too many, one claimed
+    too few, until its expiry)."""
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    first, second = post(driver, "q", 2)
+    won = []
+    # The rival takes the first before this claim's write (so that write is partial) and
+    # deletes the second, which this claim took, right after it.
+    with interloper(backend, lambda: won.append(claim(rival, "q", limit=1)),
+                    then=lambda: rival.delete_messages(PROJECT, "q", [second])):
+        assert claim(driver, "q", limit=2) is None
+    assert [m.id for m in won[0].messages] == [first]
+    assert agree(driver, "q") == QueueCounts(free=0, claimed=1, delayed=0)
+    [deleted] = [e for e in trail(driver, "q") if e.kind == events.DELETED]
+    assert (deleted.message_id, deleted.claim_count) == (second, 1)
+
+
+def test_a_claim_of_a_message_deleted_just_before_counts_nothing_of_it(backend, clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    first, second = post(driver, "q", 2)
+    won = []
+
+    def rival_first() -> None:
+        won.append(claim(rival, "q", limit=1))
+        rival.delete_messages(PROJECT, "q", [second])
+
+    with interloper(backend, rival_first):
+        assert claim(driver, "q", limit=2) is None
+    assert [m.id for m in won[0].messages] == [first]
+    assert agree(driver, "q") == QueueCounts(free=0, claimed=1, delayed=0)
+    [deleted] = [e for e in trail(driver, "q") if e.kind == events.DELETED]
+    assert (deleted.message_id, deleted.claim_count) == (second, 0)
+
+
+def test_a_move_to_a_dead_letter_queue_deleted_right_after_still_counts(backend, clock):
+    driver, rival = backend.driver(clock), backend.driver(clock)
+    [worn] = post(driver, "q")
+    claim(driver, "q", ttl=60)
+    clock.advance(1)
+    [fresh] = post(driver, "q")  # available before "worn" is again: the rival takes it
+    clock.advance(59)
+    won = []
+    with interloper(backend, lambda: won.append(claim(rival, "q", limit=1)),
+                    then=lambda: rival.delete_messages(PROJECT, "dlq", [worn])):
+        assert claim(driver, "q", limit=2, dead_letter=DeadLetterPolicy(1, "dlq")) is None
+    assert [m.id for m in won[0].messages] == [fresh]
+    assert agree(driver, "q") == QueueCounts(free=0, claimed=1, delayed=0)
+    assert agree(driver, "dlq") == QueueCounts(free=0, claimed=0, delayed=0)
+    [moved] = [e for e in trail(driver, "q") if e.kind == events.DEAD_LETTERED]
+    assert (moved.message_id, moved.target) == (worn, "dlq")
 
 
 def test_a_bulk_delete_records_the_claim_count_a_racing_claim_left(backend, clock):

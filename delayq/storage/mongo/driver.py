@@ -73,7 +73,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pymongo
@@ -143,6 +143,19 @@ class Move:
     position: int  # its position in the target queue, reserved for this move only
     ttl: int
     expires: int  # ms
+
+
+@dataclass
+class Taken:
+    """What one ``_take`` did: each message's document as it was just before (its state
+    pinned by the update's filter)."""
+
+    claimed: list[dict[str, Any]] = field(default_factory=list)
+    moved: list[Move] = field(default_factory=list)
+    reaped: list[dict[str, Any]] = field(default_factory=list)  # expired, removed here
+    # Claimed, then deleted by a concurrent request (a bulk delete by id takes a held
+    # message) before this one could see its claim: in the tallies, not in the answer.
+    vanished: list[dict[str, Any]] = field(default_factory=list)
 
 
 def is_unavailable(exc: pymongo.errors.PyMongoError) -> bool:
@@ -754,9 +767,9 @@ class Driver(base.Driver):
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         now = self._now_ms()
         pop_id = ObjectId()
-        taken, _, reaped = self._take(project, queue, now, limit, pop_id,
-                                      now + POP_LEASE_MS, 0, None)
-        changes = self._taking(queue, taken, [], reaped, pop_id, now + POP_LEASE_MS, 0)
+        took = self._take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
+        taken = took.claimed
+        changes = self._taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
         gone = {doc[s.ID]: doc for doc in self._delete_each(
@@ -764,7 +777,7 @@ class Driver(base.Driver):
         for doc in gone.values():
             changes.add(queue, doc, None)
         self._tally(project, changes)
-        self._record([self._expired(project, queue, doc) for doc in reaped] + [
+        self._record([self._expired(project, queue, doc) for doc in took.reaped] + [
             self._event(project, queue, events.POPPED, now, message_id=doc[s.ID],
                         claim_count=doc.get(s.CLAIM_COUNT, 0))
             for doc in taken if doc[s.ID] in gone])
@@ -836,7 +849,7 @@ class Driver(base.Driver):
             [self._redrive_op(project, queue, move, now) for move in moves], ordered=False)
         if result.modified_count != len(moves):
             # A concurrent claim, move or delete took some first.
-            _, moves = self._won(project, ObjectId(), [], moves)
+            moves = self._won(project, ObjectId(), [], moves, result.modified_count).moved
         changes = tallying.Changes()
         for move in moves:
             changes.add(queue, move.doc, None)
@@ -868,18 +881,14 @@ class Driver(base.Driver):
 
     def _take(self, project: str, queue: str, now: int, limit: int, claim_id: ObjectId,
               claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-              ) -> tuple[list[dict[str, Any]], list[Move], list[dict[str, Any]]]:
+              ) -> Taken:
         """Claim up to *limit* claimable messages under *claim_id*, oldest availability
-        first, dead-lettering by *dead_letter* on the way; their documents as they were
-        just before (each one's state pinned by its update's filter), the moves made,
-        and the expired messages met on the way that this request removed
-        (``_reap_each``: the caller reports them).
+        first, dead-lettering by *dead_letter* on the way, and remove the expired
+        messages met on the way (``_reap_each``: the caller reports them).
         """
-        taken: list[dict[str, Any]] = []
-        moved: list[Move] = []
-        reaped: list[dict[str, Any]] = []
-        while len(taken) < limit:
-            need = limit - len(taken)
+        took = Taken()
+        while len(took.claimed) < limit:
+            need = limit - len(took.claimed)
             candidates = list(
                 self._messages.find({s.PROJECT: project, s.QUEUE: queue,
                                      s.AVAILABLE: {"$lte": s.date(now)}})
@@ -896,7 +905,7 @@ class Driver(base.Driver):
                     fresh.append(doc)
             # They head the range until removed: removed here, and counted, not left to
             # every claim to read again.
-            reaped += self._reap_each(expired, now)
+            took.reaped += self._reap_each(expired, now)
             moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
             ops = [self._move_op(project, queue, move, now) for move in moves]
             claim_update = {
@@ -910,50 +919,67 @@ class Driver(base.Driver):
                 continue
             result = self._messages.bulk_write(ops, ordered=False)
             if result.modified_count == len(ops):
-                taken += fresh
-                moved += moves
+                took.claimed += fresh
+                took.moved += moves
                 continue
             # A concurrent claim, move or delete won some: keep those this claim got.
-            claimed, applied = self._won(project, claim_id, fresh, moves)
-            taken += claimed
-            moved += applied
-        return taken, moved, reaped
+            won = self._won(project, claim_id, fresh, moves, result.modified_count)
+            took.claimed += won.claimed
+            took.moved += won.moved
+            took.vanished += won.vanished
+        return took
 
     @staticmethod
-    def _taking(queue: str, taken: list[dict[str, Any]], moved: list[Move],
-                reaped: list[dict[str, Any]], claim_id: ObjectId, claim_expires: int,
+    def _taking(queue: str, took: Taken, claim_id: ObjectId, claim_expires: int,
                 grace: int) -> tallying.Changes:
-        """The tally changes of what ``_take`` claimed, moved and reaped (as read:
-        pinned)."""
+        """The tally changes of what ``_take`` did (as read: pinned)."""
         changes = tallying.Changes()
-        for doc in reaped:
+        for doc in took.reaped:
             changes.add(queue, doc, None)
-        for doc in taken:
+        for doc in took.claimed + took.vanished:
             changes.add(queue, doc, s.claimed(doc, claim_id, claim_expires, grace))
-        for move in moved:
+        for move in took.moved:
             changes.add(queue, move.doc, None)
             changes.add(move.target, None,
                         s.unclaimed(move.doc, **{s.EXPIRES: s.date(move.expires)}))
         return changes
 
     def _won(self, project: str, claim_id: ObjectId, fresh: list[dict[str, Any]],
-             moves: list[Move]) -> tuple[list[dict[str, Any]], list[Move]]:
-        """Which of a bulk write's claims and moves applied, when some did not.
+             moves: list[Move], applied: int) -> Taken:
+        """Which of a bulk write's claims and moves applied, when only *applied* of them
+        did.
 
         A claim applied if the message bears its claim id; a move if the message is in the
-        dead-letter queue at the position reserved for that move alone.
+        dead-letter queue at the position reserved for that move alone. A message deleted
+        since bears nothing: whether the write reached it before the delete, only the
+        count of writes applied tells. Such a claim is in ``vanished``, such a move in
+        ``moved`` (it was made, and the dead-letter queue's delete reports the end).
         """
         ids = [doc[s.ID] for doc in fresh] + [move.doc[s.ID] for move in moves]
         now_in = {doc[s.ID]: doc for doc in self._messages.find(
             {s.ID: {"$in": ids}, s.PROJECT: project}, {s.QUEUE: 1, s.CLAIM: 1, s.SEQ: 1})}
-        claimed = [doc for doc in fresh
-                   if now_in.get(doc[s.ID], {}).get(s.CLAIM) == claim_id]
 
         def landed(move: Move) -> bool:
             state = now_in.get(move.doc[s.ID], {})
             return (state.get(s.QUEUE), state.get(s.SEQ)) == (move.target, move.position)
 
-        return claimed, [move for move in moves if landed(move)]
+        won = Taken(
+            claimed=[doc for doc in fresh
+                     if now_in.get(doc[s.ID], {}).get(s.CLAIM) == claim_id],
+            moved=[move for move in moves if landed(move)])
+        gone: list[dict[str, Any] | Move] = [
+            *(doc for doc in fresh if doc[s.ID] not in now_in),
+            *(move for move in moves if move.doc[s.ID] not in now_in)]
+        # When some of two or more were deleted before the write and some after, the
+        # count does not tell which: the first ones are taken. The counts are right now
+        # (each was free and due) and may be off by those messages until their instants
+        # (due, expiry) pass, as after a crash between a write and its tally.
+        for item in gone[:max(0, applied - len(won.claimed) - len(won.moved))]:
+            if isinstance(item, Move):
+                won.moved.append(item)
+            else:
+                won.vanished.append(item)
+        return won
 
     @staticmethod
     def _pinned(project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -1002,26 +1028,24 @@ class Driver(base.Driver):
         now = self._now_ms()
         claim_id = ObjectId()
         expires = now + ttl * 1000
-        taken, moved, reaped = self._take(project, queue, now, limit, claim_id, expires,
-                                          grace, dead_letter)
-        self._tally(project, self._taking(queue, taken, moved, reaped, claim_id, expires,
-                                          grace))
-        trail = [self._expired(project, queue, doc) for doc in reaped]
+        took = self._take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
+        self._tally(project, self._taking(queue, took, claim_id, expires, grace))
+        trail = [self._expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._event(project, queue, events.DEAD_LETTERED, now,
                               message_id=move.doc[s.ID],
                               claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
                               target=move.target, ttl=move.ttl, expires=move.expires,
                               body=move.doc[s.BODY])
-                  for move in moved]
-        if not taken:
+                  for move in took.moved]
+        if not took.claimed:
             self._record(trail)
             return None
         self._claims.insert_one({s.ID: claim_id, s.PROJECT: project, s.QUEUE: queue,
                                  s.TTL: ttl, s.GRACE: grace, s.CREATED: s.date(now),
                                  s.EXPIRES: s.date(expires)})
         claimed = []
-        for doc in taken:
+        for doc in took.claimed:
             doc = s.claimed(doc, claim_id, expires, grace)
             claimed.append(s.message(doc, now))
             trail.append(self._event(project, queue, events.CLAIMED, now,
