@@ -1098,41 +1098,34 @@ def test_a_move_that_lost_to_a_delete_records_no_move(backend, clock):
     assert sorted(kinds) == sorted([(events.DELETED, worn), (events.CLAIMED, fresh)])
 
 
-def test_a_claim_of_a_message_deleted_right_after_still_counts_in_the_gauges(backend,
-                                                                              clock):
+@pytest.mark.parametrize("deleted", ["after the claim's write", "before it"])
+def test_a_claim_counts_a_message_a_delete_took_from_it_only_if_it_had_taken_it(
+        backend, clock, deleted):
     """A bulk delete by id takes a held message too. Deleted between this claim's write
     and its look at what it got, the message bears no claim id; the delete tallies it
     as claimed, so the claim must tally taking it (else one free too many, one claimed
-    too few, until its expiry)."""
+    too few, until its expiry). Deleted before the write, it was never the claim's."""
     driver, rival = backend.driver(clock), backend.driver(clock)
     first, second = post(driver, "q", 2)
-    won = []
-    # The rival takes the first before this claim's write (so that write is partial) and
-    # deletes the second, which this claim took, right after it.
-    with interloper(backend, lambda: won.append(claim(rival, "q", limit=1)),
-                    then=lambda: rival.delete_messages(PROJECT, "q", [second])):
-        assert claim(driver, "q", limit=2) is None
-    assert [m.id for m in won[0].messages] == [first]
-    assert agree(driver, "q") == QueueCounts(free=0, claimed=1, delayed=0)
-    [deleted] = [e for e in trail(driver, "q") if e.kind == events.DELETED]
-    assert (deleted.message_id, deleted.claim_count) == (second, 1)
-
-
-def test_a_claim_of_a_message_deleted_just_before_counts_nothing_of_it(backend, clock):
-    driver, rival = backend.driver(clock), backend.driver(clock)
-    first, second = post(driver, "q", 2)
+    after = deleted == "after the claim's write"
     won = []
 
-    def rival_first() -> None:
-        won.append(claim(rival, "q", limit=1))
+    def rival_deletes() -> None:
         rival.delete_messages(PROJECT, "q", [second])
 
-    with interloper(backend, rival_first):
+    def rival_claims() -> None:
+        won.append(claim(rival, "q", limit=1))
+        if not after:
+            rival_deletes()
+
+    # The rival takes the first before this claim's write (so that write is partial) and
+    # deletes the second before or after it.
+    with interloper(backend, rival_claims, then=rival_deletes if after else None):
         assert claim(driver, "q", limit=2) is None
     assert [m.id for m in won[0].messages] == [first]
     assert agree(driver, "q") == QueueCounts(free=0, claimed=1, delayed=0)
-    [deleted] = [e for e in trail(driver, "q") if e.kind == events.DELETED]
-    assert (deleted.message_id, deleted.claim_count) == (second, 0)
+    [event] = [e for e in trail(driver, "q") if e.kind == events.DELETED]
+    assert (event.message_id, event.claim_count) == (second, int(after))
 
 
 def test_a_move_to_a_dead_letter_queue_deleted_right_after_still_counts(backend, clock):
