@@ -971,9 +971,9 @@ class Driver(base.Driver):
             *(doc for doc in fresh if doc[s.ID] not in now_in),
             *(move for move in moves if move.doc[s.ID] not in now_in)]
         # When some of two or more were deleted before the write and some after, the
-        # count does not tell which: the first ones are taken. The counts are right now
-        # (each was free and due) and may be off by those messages until their instants
-        # (due, expiry) pass, as after a crash between a write and its tally.
+        # count does not tell which: the first ones are taken. Among claims alone the
+        # counts stay right now (each was free and due) and may be off by those messages
+        # until their expiry, as after a crash between a write and its tally.
         for item in gone[:max(0, applied - len(won.claimed) - len(won.moved))]:
             if isinstance(item, Move):
                 won.moved.append(item)
