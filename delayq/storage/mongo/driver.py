@@ -967,18 +967,15 @@ class Driver(base.Driver):
             claimed=[doc for doc in fresh
                      if now_in.get(doc[s.ID], {}).get(s.CLAIM) == claim_id],
             moved=[move for move in moves if landed(move)])
-        gone: list[dict[str, Any] | Move] = [
-            *(doc for doc in fresh if doc[s.ID] not in now_in),
-            *(move for move in moves if move.doc[s.ID] not in now_in)]
+        unseen = max(0, applied - len(won.claimed) - len(won.moved))
         # When some of two or more were deleted before the write and some after, the
-        # count does not tell which: the first ones are taken. Among claims alone the
-        # counts stay right now (each was free and due) and may be off by those messages
-        # until their expiry, as after a crash between a write and its tally.
-        for item in gone[:max(0, applied - len(won.claimed) - len(won.moved))]:
-            if isinstance(item, Move):
-                won.moved.append(item)
-            else:
-                won.vanished.append(item)
+        # count does not tell which: the first ones are taken, claims before moves. Among
+        # claims alone the counts stay right now (each was free and due) and may be off
+        # by those messages until their expiry, as after a crash between a write and its
+        # tally.
+        won.vanished = [doc for doc in fresh if doc[s.ID] not in now_in][:unseen]
+        won.moved += [move for move in moves
+                      if move.doc[s.ID] not in now_in][:unseen - len(won.vanished)]
         return won
 
     @staticmethod
