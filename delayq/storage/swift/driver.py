@@ -162,7 +162,11 @@ REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requ
 # deleting, and the winner reports the expiry only when its DELETE found the message.
 EXPIRY_ABANDONED = 60 * 1_000_000
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
-DELETE_ROUNDS = 5  # attempts to delete a queue container that racing posts refill
+# Pauses between attempts to delete a queue container that racing writes refill: another
+# process's tally flush is a burst of writes (a read and a write per page) that can land
+# one in each of several quick attempts; growing pauses outlast it, while a queue that
+# keeps receiving posts still gets its 503 within about two seconds.
+DELETE_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
 TRAIL_BATCH = 64  # event objects read at once by read_events
 MESSAGES_BATCH = 100  # messages read at once by read_messages
 # Pauses before asking again when Swift answers 404 for an object that may well exist.
@@ -1157,7 +1161,8 @@ class Driver(base.Driver):
     def _delete_container(self, container: str, queue: str) -> bool:
         """Delete a queue's container and everything in it; False if there was none."""
         existed = False
-        for _ in range(DELETE_ROUNDS):
+        for pause in DELETE_PAUSES:
+            time.sleep(pause)
             names = self._list(container, "")
             existed = existed or bool(names)
             self._delete_objects(container, names)
