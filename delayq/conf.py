@@ -9,13 +9,37 @@ Every option of delayq is declared here; ``list_opts`` feeds
 from __future__ import annotations
 
 from oslo_config import cfg
+from oslo_policy import opts as policy_opts
 
 from delayq.events import DEFAULT_RETENTION, OFF, Settings
 
+DEFAULT_GROUP = "DEFAULT"
+SIGNED_URL_GROUP = "signed_url"
 TRANSPORT_GROUP = "transport"
 DRIVERS_GROUP = "drivers"
 WSGI_GROUP = "drivers:transport:wsgi"
 EVENTS_GROUP = "events"
+
+KEYSTONE = "keystone"
+
+auth_opts = [
+    cfg.StrOpt("auth_strategy", default="",
+               choices=[("", "No authentication: the X-Project-ID header names the "
+                             "project, as sent. Only behind a proxy that sets it."),
+                        (KEYSTONE, "Keystone tokens (X-Auth-Token), validated by "
+                                   "keystonemiddleware with the [keystone_authtoken] "
+                                   "options; the project is the token's, and the "
+                                   "[oslo_policy] policy decides what it may do.")],
+               help="How requests are authenticated, as in Zaqar."),
+]
+
+signed_url_opts = [
+    cfg.StrOpt("secret_key", secret=True,
+               help="Key of the HMAC that signs pre-signed URLs (POST "
+                    "/v2/queues/{name}/share), the same as Zaqar's. Unset, no URL can be "
+                    "signed and no signed request is accepted. Every API host of a "
+                    "deployment needs the same key."),
+]
 
 transport_opts = [
     cfg.IntOpt("default_message_ttl", default=3600, min=60,
@@ -106,7 +130,15 @@ def events_settings(conf: cfg.ConfigOpts) -> Settings:
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    """Register every core option on *conf*; storage drivers register their own."""
+    """Register every core option on *conf*; storage drivers register their own.
+
+    oslo.policy's ``[oslo_policy]`` options are registered too, so that they can be set
+    before the policy is built; keystonemiddleware registers ``[keystone_authtoken]``
+    itself when ``auth_strategy = keystone`` builds it.
+    """
+    policy_opts.set_defaults(conf)
+    conf.register_opts(auth_opts)
+    conf.register_opts(signed_url_opts, group=SIGNED_URL_GROUP)
     conf.register_opts(transport_opts, group=TRANSPORT_GROUP)
     conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
     conf.register_opts(wsgi_opts, group=WSGI_GROUP)
@@ -118,6 +150,8 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
     from delayq.storage import driver_opts
 
     return [
+        (DEFAULT_GROUP, auth_opts),
+        (SIGNED_URL_GROUP, signed_url_opts),
         (TRANSPORT_GROUP, transport_opts),
         (DRIVERS_GROUP, drivers_opts),
         (WSGI_GROUP, wsgi_opts),

@@ -43,6 +43,36 @@ class MessageNotClaimed(DelayqError):
     """A claim id was given for a message no live claim holds (HTTP 400, as in Zaqar)."""
 
 
+class NotAuthenticated(DelayqError):
+    """The request carries no valid credentials (HTTP 401).
+
+    *challenge* is the ``WWW-Authenticate`` value telling the client where to
+    authenticate.
+    """
+
+    def __init__(self, description: str, *, challenge: str | None = None) -> None:
+        super().__init__(description)
+        self.challenge = challenge
+
+
+class Forbidden(DelayqError):
+    """The credentials are valid but do not allow the request (HTTP 403)."""
+
+    @classmethod
+    def by_policy(cls, rule: str) -> Forbidden:
+        """The error for a request the policy denies."""
+        return cls(f"The policy does not allow {rule} to these credentials.")
+
+
+class SignatureRefused(DelayqError):
+    """A pre-signed URL that does not allow the request: wrong method, path or project,
+    expired, or tampered with (HTTP 404, as in Zaqar)."""
+
+
+class IdentityUnavailable(DelayqError):
+    """The identity service (Keystone) cannot be reached to check a token (HTTP 503)."""
+
+
 class StorageUnavailable(DelayqError):
     """The storage backend cannot be reached (HTTP 503)."""
 

@@ -8,12 +8,12 @@ import falcon.media
 from oslo_config import cfg
 
 from delayq import jsontext
-from delayq.api import claims, errors, home, messages, queues
+from delayq.api import auth, claims, errors, home, messages, queues, share
 from delayq.api import metrics as metrics_api
 from delayq.api.runner import Runner
 from delayq.api.waiting import Waiting
 from delayq.broker import Broker
-from delayq.conf import WSGI_GROUP
+from delayq.conf import SIGNED_URL_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
 from delayq.storage import load_driver
 from delayq.storage.base import Driver
@@ -41,8 +41,11 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     broker.driver.endings = metrics.count_endings
     run = Runner(broker, mode=conf[WSGI_GROUP].storage_calls)
     waiting = Waiting(run, poll_interval=conf[WSGI_GROUP].claim_wait_poll_interval)
-    app = falcon.asgi.App(request_type=metrics_api.Request,
-                          middleware=[metrics_api.RequestTimer(metrics), _Shutdown(run)])
+    middleware: list[object] = [metrics_api.RequestTimer(metrics), _Shutdown(run)]
+    authentication = auth.from_conf(conf, run)
+    if authentication is not None:
+        middleware.append(authentication)
+    app = falcon.asgi.App(request_type=metrics_api.Request, middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
         dumps=jsontext.response)
@@ -59,6 +62,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     app.add_route("/v2/queues/{name}/stats", queues.QueueStats(run))
     app.add_route("/v2/queues/{name}/purge", queues.QueuePurge(run))
     app.add_route("/v2/queues/{name}/redrive", queues.QueueRedrive(run))
+    app.add_route("/v2/queues/{name}/share",
+                  share.QueueShare(conf[SIGNED_URL_GROUP].secret_key))
     app.add_route("/v2", home.Home())
     app.add_route("/v2/ping", home.Ping(run))
     app.add_route("/v2/health", home.Health(run))

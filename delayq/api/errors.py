@@ -19,6 +19,10 @@ STATUS = {
     errors.ClaimMismatch: (falcon.HTTP_403, "Unable to delete"),
     errors.MessageNotClaimed: (falcon.HTTP_400, "Unable to delete"),
     errors.Conflict: (falcon.HTTP_409, "Conflict"),
+    errors.NotAuthenticated: (falcon.HTTP_401, "Unauthorized"),
+    errors.Forbidden: (falcon.HTTP_403, "Forbidden"),
+    errors.SignatureRefused: (falcon.HTTP_404, "Not found"),
+    errors.IdentityUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
     errors.StorageUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
 }
 
@@ -35,7 +39,11 @@ def status_of(exc: errors.DelayqError) -> tuple[str, str]:
 async def handle_delayq_error(req: falcon.Request, resp: falcon.Response,
                               exc: errors.DelayqError, params: dict) -> None:
     status, title = status_of(exc)
-    raise falcon.HTTPError(status, title=exc.title or title, description=exc.description)
+    headers = None
+    if isinstance(exc, errors.NotAuthenticated) and exc.challenge:
+        headers = {"WWW-Authenticate": exc.challenge}
+    raise falcon.HTTPError(status, title=exc.title or title, description=exc.description,
+                           headers=headers)
 
 
 async def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exception,

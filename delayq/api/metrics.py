@@ -41,8 +41,11 @@ class RequestContext(falcon.Context):
     """``req.context``, stamped with the time Falcon built the request.
 
     Stamped here rather than by a ``process_request`` middleware method, which Falcon
-    would await as a coroutine of its own on every request.
+    would await as a coroutine of its own on every request. ``project`` is the project
+    authentication settled (``delayq.api.auth``), None when the header names it.
     """
+
+    project: str | None = None
 
     def __init__(self) -> None:
         self.started = time.perf_counter()

@@ -15,6 +15,11 @@ CLIENT_HEADER = "Client-ID"
 
 
 def project(req: falcon.Request) -> str:
+    """The project the request acts in: the one authentication settled
+    (``delayq.api.auth``), else the X-Project-ID header as sent."""
+    settled = req.context.project
+    if settled is not None:
+        return settled
     return validation.project_id(req.get_header(PROJECT_HEADER))
 
 

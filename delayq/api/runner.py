@@ -71,6 +71,11 @@ class Runner:
             return steps.on_loop(made, self._back_off)
         return self(steps.drive, made)
 
+    def offload(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
+        """An awaitable of ``fn(*args)``, always run in a pool thread: blocking work that
+        is not a store call (checking a token with Keystone)."""
+        return self._in_thread(fn, args, {})
+
     def _bridged(self, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
         try:
             return fn(*args, **kwargs)

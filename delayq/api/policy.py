@@ -1,0 +1,121 @@
+"""Who may do what: oslo.policy rules, with Zaqar's names and defaults.
+
+Each route and method is one rule (``RULES``). The defaults are Zaqar's: anyone
+authenticated in a project may do anything to that project's queues, messages and claims
+(``""``), ``/v2/health`` needs the ``admin`` role, ``/v2/ping`` needs nothing. delayq's own
+resources add ``queues:redrive`` and ``messages:update`` (the edit) with the same default
+as their neighbours, and ``metrics:get`` for ``/metrics``, which can read any project's
+counts, for ``admin`` only.
+
+An operator overrides any rule in the file ``[oslo_policy] policy_file`` names (YAML or
+JSON; read again when it changes); ``etc/policy.yaml.sample`` lists every rule with its
+default. The policy is enforced with ``auth_strategy = keystone``, on the roles of the
+token; without authentication there is no identity to check, and nothing is enforced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from oslo_config import cfg
+from oslo_policy import policy
+
+ADMIN = "role:admin"
+UNPROTECTED = ""
+ADMIN_OR_OWNER = "is_admin:True or project_id:%(project_id)s"
+CONTEXT_IS_ADMIN = "context_is_admin"
+
+QUEUES = "/v2/queues"
+QUEUE = "/v2/queues/{name}"
+MESSAGES = "/v2/queues/{name}/messages"
+MESSAGE = "/v2/queues/{name}/messages/{message_id}"
+CLAIMS = "/v2/queues/{name}/claims"
+CLAIM = "/v2/queues/{name}/claims/{claim_id}"
+STATS = "/v2/queues/{name}/stats"
+PURGE = "/v2/queues/{name}/purge"
+SHARE = "/v2/queues/{name}/share"
+REDRIVE = "/v2/queues/{name}/redrive"
+PING = "/v2/ping"
+HEALTH = "/v2/health"
+METRICS = "/metrics"
+
+# rule name -> (default, description, ((method, route template), ...))
+_DEFINITIONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
+    "queues:get_all": (UNPROTECTED, "List the project's queues.", (("GET", QUEUES),)),
+    "queues:create": (UNPROTECTED, "Create a queue.", (("PUT", QUEUE),)),
+    "queues:get": (UNPROTECTED, "Read a queue's metadata, or whether it exists.",
+                   (("GET", QUEUE), ("HEAD", QUEUE))),
+    "queues:delete": (UNPROTECTED, "Delete a queue.", (("DELETE", QUEUE),)),
+    "queues:update": (UNPROTECTED, "Change a queue's metadata (JSON patch).",
+                      (("PATCH", QUEUE),)),
+    "queues:stats": (UNPROTECTED, "Read a queue's statistics.", (("GET", STATS),)),
+    "queues:share": (UNPROTECTED, "Create a pre-signed URL for a queue.",
+                     (("POST", SHARE),)),
+    "queues:purge": (UNPROTECTED, "Delete every message of a queue.", (("POST", PURGE),)),
+    "queues:redrive": (UNPROTECTED, "Send a dead-letter queue's messages back (delayq).",
+                       (("POST", REDRIVE),)),
+    "messages:get_all": (UNPROTECTED, "List a queue's messages, or read several by id.",
+                         (("GET", MESSAGES),)),
+    "messages:create": (UNPROTECTED, "Post messages to a queue.", (("POST", MESSAGES),)),
+    "messages:get": (UNPROTECTED, "Read one message.", (("GET", MESSAGE),)),
+    "messages:update": (UNPROTECTED, "Edit an unclaimed message's body or delay (delayq).",
+                        (("PATCH", MESSAGE),)),
+    "messages:delete": (UNPROTECTED, "Delete one message.", (("DELETE", MESSAGE),)),
+    "messages:delete_all": (UNPROTECTED, "Delete messages by id, or pop them.",
+                            (("DELETE", MESSAGES),)),
+    "claims:create": (UNPROTECTED, "Claim messages.", (("POST", CLAIMS),)),
+    "claims:get": (UNPROTECTED, "Read a claim.", (("GET", CLAIM),)),
+    "claims:update": (UNPROTECTED, "Renew a claim.", (("PATCH", CLAIM),)),
+    "claims:delete": (UNPROTECTED, "Release a claim.", (("DELETE", CLAIM),)),
+    "ping:get": (UNPROTECTED, "Check that the service and its store answer.",
+                 (("GET", PING), ("HEAD", PING))),
+    "health:get": (ADMIN, "Read the service's health document.",
+                   (("GET", HEALTH), ("HEAD", HEALTH))),
+    "metrics:get": (ADMIN, "Scrape the Prometheus metrics, any project's counts included "
+                           "(delayq).", (("GET", METRICS),)),
+}
+
+# (method, route template) -> rule name
+RULES: dict[tuple[str, str], str] = {
+    operation: name
+    for name, (_, _, operations) in _DEFINITIONS.items() for operation in operations}
+
+
+def list_rules() -> list[policy.RuleDefault]:
+    """Every rule with its default, for ``oslopolicy-sample-generator`` and the
+    enforcer."""
+    return [
+        policy.RuleDefault(CONTEXT_IS_ADMIN, ADMIN,
+                           description="Who counts as an administrator (is_admin:True)."),
+        policy.RuleDefault("admin_or_owner", ADMIN_OR_OWNER,
+                           description="An administrator, or a member of the project."),
+        *(policy.DocumentedRuleDefault(
+            name=name, check_str=default, description=description,
+            operations=[{"method": method, "path": path} for method, path in operations])
+          for name, (default, description, operations) in _DEFINITIONS.items()),
+    ]
+
+
+class Policy:
+    """The rules in force: the defaults, overridden by the operator's policy file."""
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.enforcer = policy.Enforcer(conf)
+        self.enforcer.register_defaults(list_rules())
+
+    def allows(self, rule: str, credentials: Mapping[str, Any], project: str | None
+               ) -> bool:
+        """Whether *credentials* (oslo.context's policy values) may act under *rule*
+        on *project*'s resources."""
+        credentials = {**credentials,
+                       "is_admin": self.enforcer.enforce(CONTEXT_IS_ADMIN, {}, credentials)}
+        return self.enforcer.enforce(rule, {"project_id": project}, credentials)
+
+
+def get_enforcer() -> policy.Enforcer:
+    """The enforcer ``oslopolicy-policy-generator`` and friends load (entry point
+    ``oslo.policy.enforcer``), over delayq's options."""
+    from delayq import conf as delayq_conf
+
+    return Policy(delayq_conf.load()).enforcer

@@ -1,0 +1,275 @@
+"""End to end with ``auth_strategy = keystone``: a real Keystone (tests/keystone_server.py),
+the real ``delayq-server`` (gunicorn, SQLite) with keystonemiddleware and the example
+policy ``etc/policy.producer-consumer.yaml``, driven by python-zaqarclient's keystone and
+signed-url backends and by plain httpx.
+
+Keystone holds two projects, alpha and beta: alice is a member of alpha, bob of beta;
+pat has only the ``producer`` role in alpha, cody only ``consumer``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from zaqar.common import urls as zaqar_urls
+from zaqarclient.queues import client as zaqar
+from zaqarclient.transport import errors as zerrors
+
+from tests.keystone_server import ADMIN_PASSWORD, KEYSTONE
+from tests.server import delayq_server
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_POLICY = ROOT / "etc" / "policy.producer-consumer.yaml"
+SECRET_KEY = "signed-url-test-key"
+
+
+@pytest.fixture(scope="module")
+def keystone():
+    KEYSTONE.start()
+    yield KEYSTONE
+    KEYSTONE.stop()
+
+
+@pytest.fixture(scope="module")
+def server(keystone, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("keystone-e2e")
+    config = {
+        "DEFAULT": {"auth_strategy": "keystone"},
+        "keystone_authtoken": {
+            "www_authenticate_uri": keystone.url, "auth_url": keystone.url,
+            "auth_type": "password", "username": "admin", "password": ADMIN_PASSWORD,
+            "project_name": "admin", "user_domain_id": "default",
+            "project_domain_id": "default"},
+        "oslo_policy": {"policy_file": EXAMPLE_POLICY},
+        "signed_url": {"secret_key": SECRET_KEY},
+        "drivers:transport:wsgi": {"workers": 1},
+    }
+    with delayq_server(cwd, config=config) as running:
+        yield running
+
+
+def keystone_client(server, keystone, name: str) -> zaqar.Client:
+    """python-zaqarclient with its keystone backend, logging in as *name*."""
+    user = keystone.user(name)
+    return zaqar.Client(server.url, version=2, conf={
+        "client_uuid": str(uuid.uuid4()),
+        "auth_opts": {"backend": "keystone", "options": {
+            "os_auth_url": keystone.url, "os_username": user.name,
+            "os_password": user.password, "os_project_name": user.project,
+            "os_user_domain_id": "default", "os_project_domain_id": "default"}}})
+
+
+def headers(token: str | None = None, **more: str) -> dict[str, str]:
+    found = {"Client-ID": str(uuid.uuid4()), **more}
+    if token is not None:
+        found["X-Auth-Token"] = token
+    return found
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def assert_json_error(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    document = response.json()
+    assert set(document) == {"title", "description"}
+    return document
+
+
+def test_each_user_sees_only_their_own_project(server, keystone):
+    alice = keystone_client(server, keystone, "alice")
+    bob = keystone_client(server, keystone, "bob")
+    name = unique("orders")
+    orders = alice.queue(name, force_create=True)
+    orders.post([{"body": {"order": 1}}, {"body": {"order": 2}}])
+
+    assert name in [q.name for q in alice.queues()[0]]
+    assert name not in [q.name for q in bob.queues()[0]]
+    assert not bob.queue(name, auto_create=False).exists()
+    assert [m.body for m in bob.queue(name, auto_create=False).messages(echo=True)] == []
+
+    # Bob names alice's project in X-Project-ID: the token's project wins.
+    token = keystone.token(keystone.user("bob"))
+    alpha = keystone.project_ids["alpha"]
+    listed = httpx.get(f"{server.url}/v2/queues", timeout=30,
+                       headers=headers(token, **{"X-Project-ID": alpha}))
+    assert listed.status_code == 200, listed.text
+    assert name not in [q["name"] for q in listed.json()["queues"]]
+    claimed = httpx.post(f"{server.url}/v2/queues/{name}/claims", json={"ttl": 60},
+                         headers=headers(token, **{"X-Project-ID": alpha}), timeout=30)
+    assert claimed.status_code == 204, claimed.text
+    purged = httpx.post(f"{server.url}/v2/queues/{name}/purge", json={},
+                        headers=headers(token, **{"X-Project-ID": alpha}), timeout=30)
+    assert purged.status_code == 204, purged.text
+
+    # Alice's messages are all still hers.
+    assert sorted(m.body["order"] for m in orders.claim(ttl=60, grace=60, limit=10)) == [1, 2]
+
+
+def test_no_token_or_a_bad_one_is_refused_with_401_json(server, keystone):
+    for sent in (headers(), headers("not-a-token"), headers("gAAAAAB" + "x" * 150)):
+        response = httpx.get(f"{server.url}/v2/queues", headers=sent, timeout=30)
+        document = assert_json_error(response, 401)
+        assert "X-Auth-Token" in document["description"]
+        assert response.headers["www-authenticate"] == f'Keystone uri="{keystone.url}"'
+    # X-Project-ID alone opens nothing.
+    response = httpx.post(f"{server.url}/v2/queues/{unique('q')}/messages",
+                          json={"messages": [{"body": 1}]},
+                          headers=headers(**{"X-Project-ID": "alpha"}), timeout=30)
+    assert_json_error(response, 401)
+
+    with pytest.raises(zerrors.UnauthorizedError):
+        zaqar.Client(server.url, version=2, conf={
+            "client_uuid": str(uuid.uuid4()),
+            "auth_opts": {"backend": "noauth", "options": {"os_project_id": "alpha"}},
+        }).queue(unique("q"), force_create=True)
+
+
+def test_ping_needs_no_token_health_and_metrics_need_an_admin(server, keystone):
+    assert httpx.get(f"{server.url}/v2/ping", timeout=30).status_code == 204
+    member = keystone.token(keystone.user("alice"))
+    admin = keystone.session("admin", ADMIN_PASSWORD, "admin").get_token()
+    for path in ("/v2/health", "/metrics"):
+        assert_json_error(httpx.get(f"{server.url}{path}", timeout=30), 401)
+        document = assert_json_error(
+            httpx.get(f"{server.url}{path}", headers=headers(member), timeout=30), 403)
+        assert ("health:get" if "health" in path else "metrics:get") in \
+            document["description"]
+        assert httpx.get(f"{server.url}{path}", headers=headers(admin),
+                         timeout=30).status_code == 200
+
+
+def test_the_example_policy_lets_a_producer_only_post_and_a_consumer_only_consume(
+        server, keystone):
+    name = unique("jobs")
+    keystone_client(server, keystone, "alice").queue(name, force_create=True)
+    pat = keystone_client(server, keystone, "pat").queue(name, auto_create=False)
+    cody = keystone_client(server, keystone, "cody").queue(name, auto_create=False)
+
+    pat.post([{"body": {"job": 1}}, {"body": {"job": 2}}])
+    with pytest.raises(zerrors.ForbiddenError):
+        pat.claim(ttl=60, grace=60)
+    with pytest.raises(zerrors.ForbiddenError):
+        list(pat.messages(echo=True))
+    with pytest.raises(zerrors.ForbiddenError):
+        cody.post({"body": {"job": 3}})
+
+    claimed = list(cody.claim(ttl=60, grace=60, limit=10))
+    assert sorted(m.body["job"] for m in claimed) == [1, 2]
+    for message in claimed:
+        message.delete()  # with its claim id: messages:delete
+    assert keystone_client(server, keystone, "alice").queue(
+        name, auto_create=False).stats["messages"]["total"] == 0
+
+    pat_token = keystone.token(keystone.user("pat"))
+    response = httpx.get(f"{server.url}/v2/queues/{name}/stats",
+                         headers=headers(pat_token), timeout=30)
+    assert "queues:stats" in assert_json_error(response, 403)["description"]
+
+
+def signed_client(server, signed: dict) -> zaqar.Client:
+    """python-zaqarclient on a pre-signed URL: no credentials, only the signature."""
+    return zaqar.Client(server.url, version=2, conf={
+        "client_uuid": str(uuid.uuid4()),
+        "auth_opts": {"backend": "signed-url", "options": {
+            "signature": signed["signature"], "expires": signed["expires"],
+            "methods": signed["methods"], "paths": signed["paths"],
+            "os_project_id": signed["project"]}}})
+
+
+def signed_headers(signed: dict, **changes: str) -> dict[str, str]:
+    sent = {"URL-Signature": signed["signature"], "URL-Expires": signed["expires"],
+            "URL-Methods": ",".join(signed["methods"]),
+            "URL-Paths": ",".join(signed["paths"]), "X-Project-ID": signed["project"]}
+    return {**headers(), **sent, **changes}
+
+
+def test_a_signed_url_lets_a_client_without_credentials_post_and_read(server, keystone):
+    name = unique("shared")
+    alice = keystone_client(server, keystone, "alice")
+    queue = alice.queue(name, force_create=True)
+    signed = queue.signed_url(paths=["messages"], methods=["GET", "POST"],
+                              ttl_seconds=600)
+    assert signed["project"] == keystone.project_ids["alpha"]
+    assert signed["paths"] == [f"/v2/queues/{name}/messages"]
+
+    guest = signed_client(server, signed).queue(name, auto_create=False)
+    guest.post([{"body": "from a guest"}])
+    assert [m.body for m in guest.messages(echo=True)] == ["from a guest"]
+    assert [m.body for m in queue.messages(echo=True)] == ["from a guest"]
+
+
+def test_a_signed_url_is_refused_with_404_for_anything_it_does_not_sign(server, keystone):
+    name = unique("shared")
+    alice = keystone_client(server, keystone, "alice")
+    queue = alice.queue(name, force_create=True)
+    signed = queue.signed_url(paths=["messages"], methods=["GET"], ttl_seconds=600)
+    url = f"{server.url}/v2/queues/{name}/messages"
+    assert httpx.get(url, headers=signed_headers(signed), timeout=30).status_code == 200
+
+    tampered = signed["signature"][:-1] + ("0" if signed["signature"][-1] != "0" else "1")
+    cases = {
+        "tampered": ("GET", url, signed_headers(signed, **{"URL-Signature": tampered})),
+        "other method": ("POST", url, signed_headers(signed)),
+        "methods widened": ("POST", url, signed_headers(signed,
+                                                       **{"URL-Methods": "GET,POST"})),
+        "other queue": ("GET", f"{server.url}/v2/queues/{name}-2/messages",
+                        signed_headers(signed)),
+        "other path": ("GET", f"{server.url}/v2/queues/{name}", signed_headers(signed)),
+        "other project": ("GET", url, signed_headers(
+            signed, **{"X-Project-ID": keystone.project_ids["beta"]})),
+    }
+    for case, (method, target, sent) in cases.items():
+        body = {"messages": [{"body": 1}]} if method == "POST" else None
+        response = httpx.request(method, target, headers=sent, json=body, timeout=30)
+        assert response.status_code == 404, (case, response.text)
+        assert set(response.json()) == {"title", "description"}, case
+    assert queue.stats["messages"]["total"] == 0
+
+
+def test_an_expired_signed_url_is_refused(server, keystone):
+    name = unique("shared")
+    token = keystone.token(keystone.user("alice"))
+    expires = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
+    shared = httpx.post(f"{server.url}/v2/queues/{name}/share", headers=headers(token),
+                        json={"methods": ["GET"], "expires": expires}, timeout=30)
+    assert shared.status_code == 200, shared.text
+    url = f"{server.url}/v2/queues/{name}/messages"
+    signed = shared.json()
+    while datetime.now(UTC).replace(tzinfo=None) < datetime.fromisoformat(signed["expires"]):
+        time.sleep(0.2)
+    assert_json_error(httpx.get(url, headers=signed_headers(signed), timeout=30), 404)
+
+
+def test_a_signature_made_by_zaqar_is_accepted(server, keystone):
+    name = unique("zaqar-signed")
+    alpha = keystone.project_ids["alpha"]
+    expires = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    signed = zaqar_urls.create_signed_url(
+        SECRET_KEY, [f"/v2/queues/{name}/messages"], project=alpha,
+        methods=["POST", "GET"], expires=expires)
+    url = f"{server.url}/v2/queues/{name}/messages"
+    posted = httpx.post(url, headers=signed_headers(signed),
+                        json={"messages": [{"body": "zaqar"}]}, timeout=30)
+    assert posted.status_code == 201, posted.text
+    queue = keystone_client(server, keystone, "alice").queue(name, auto_create=False)
+    assert [m.body for m in queue.messages(echo=True)] == ["zaqar"]
+
+
+def test_a_share_needs_a_token_and_the_share_rule(server, keystone):
+    name = unique("shared")
+    assert_json_error(httpx.post(f"{server.url}/v2/queues/{name}/share", json={},
+                                 headers=headers(), timeout=30), 401)
+    pat = keystone.token(keystone.user("pat"))
+    document = assert_json_error(httpx.post(f"{server.url}/v2/queues/{name}/share",
+                                            json={}, headers=headers(pat), timeout=30), 403)
+    assert "queues:share" in document["description"]
