@@ -16,12 +16,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from falcon import testing
+from keystoneauth1 import session
+from keystoneauth1.identity import v3
 from zaqar.common import urls as zaqar_urls
 from zaqarclient.queues import client as zaqar
 from zaqarclient.transport import errors as zerrors
 
+from delayq import conf as delayq_conf
+from delayq.api.app import create_app
 from tests.keystone_server import ADMIN_PASSWORD, KEYSTONE
-from tests.server import delayq_server
+from tests.server import delayq_server, free_port, write_config
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -273,3 +278,29 @@ def test_a_share_needs_a_token_and_the_share_rule(server, keystone):
     document = assert_json_error(httpx.post(f"{server.url}/v2/queues/{name}/share",
                                             json={}, headers=headers(pat), timeout=30), 403)
     assert "queues:share" in document["description"]
+
+
+def test_a_token_of_no_project_cannot_reach_queues(server, keystone):
+    user = keystone.user("alice")
+    unscoped = session.Session(auth=v3.Password(
+        auth_url=keystone.url, username=user.name, password=user.password,
+        user_domain_id="default", unscoped=True)).get_token()
+    response = httpx.get(f"{server.url}/v2/queues", headers=headers(unscoped), timeout=30)
+    assert "not scoped to a project" in assert_json_error(response, 403)["description"]
+
+
+def test_keystone_unreachable_is_503_and_a_token_free_ping_still_answers(tmp_path):
+    closed = f"http://127.0.0.1:{free_port()}/v3"
+    settings = write_config(tmp_path / "delayq.conf", {
+        "DEFAULT": {"auth_strategy": "keystone"},
+        "keystone_authtoken": {"www_authenticate_uri": closed, "auth_url": closed,
+                               "auth_type": "password", "username": "delayq",
+                               "password": "x", "project_name": "service",
+                               "user_domain_id": "default", "project_domain_id": "default"},
+        "drivers:message_store:sqlite": {"path": tmp_path / "delayq.sqlite"}})
+    client = testing.TestClient(create_app(delayq_conf.load(["--config-file", str(settings)])))
+    response = client.simulate_get("/v2/queues", headers=headers("gAAAAAB" + "y" * 150))
+    assert response.status_code == 503, response.text
+    assert set(response.json) == {"title", "description"}
+    assert "identity service" in response.json["description"]
+    assert client.simulate_get("/v2/ping").status_code == 204
