@@ -74,7 +74,30 @@ class IdentityUnavailable(DelayqError):
 
 
 class StorageUnavailable(DelayqError):
-    """The storage backend cannot be reached (HTTP 503)."""
+    """The storage backend cannot serve the request now (HTTP 503).
+
+    *store* names the backend (a driver's ``name``: sqlite, redis, mongodb, swift). The
+    description says what failed, with the cause's own text: it may name hosts, ports,
+    paths, a cluster's topology or a script's line, so it is for the server's log only.
+    The API answers with the store's name alone (``delayq.api.errors``).
+    """
+
+    def __init__(self, description: str, *, store: str) -> None:
+        super().__init__(description)
+        self.store = store
+
+    @property
+    def detail(self) -> str:
+        """For the server's log: the description, then the exception this one was raised
+        from (its type, and its text unless the description quotes it already)."""
+        cause = self.__cause__
+        if cause is None:
+            return self.description
+        kind = f"{type(cause).__module__}.{type(cause).__qualname__}"
+        said = str(cause)
+        if said in self.description:
+            return f"{self.description} [{kind}]"
+        return f"{self.description} [{kind}: {said}]"
 
 
 class MetadataChanged(StorageUnavailable):

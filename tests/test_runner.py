@@ -61,7 +61,7 @@ def test_a_slow_call_sends_the_next_ones_to_threads_for_a_while(broker, monkeypa
 
 def test_an_unavailable_store_sends_the_next_calls_to_threads(broker):
     def unavailable() -> None:
-        raise errors.StorageUnavailable("down")
+        raise errors.StorageUnavailable("down", store="sqlite")
     run = Runner(broker)
     assert thread_of_calls(run, unavailable, lambda: None) == [True, False]
 

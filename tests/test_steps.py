@@ -82,7 +82,7 @@ def test_storage_unavailable_on_the_loop_is_reported_before_it_is_raised():
     reported = []
 
     def down():
-        raise errors.StorageUnavailable("down")
+        raise errors.StorageUnavailable("down", store="sqlite")
         yield  # steps
 
     with pytest.raises(errors.StorageUnavailable):

@@ -36,13 +36,29 @@ def status_of(exc: errors.DelayqError) -> tuple[str, str]:
     return falcon.HTTP_500, "Internal server error"
 
 
+def unavailable_description(store: str) -> str:
+    """All a 503 says of its store: which one it is. What failed, where and why (hosts,
+    ports, paths, topology, the store's own error text) goes to the server's log only."""
+    return f"The message store ({store}) is temporarily unavailable; retry the request later."
+
+
+def log_unavailable(req: falcon.Request, exc: errors.StorageUnavailable) -> None:
+    """The private side of a 503: the store, the request, and what failed."""
+    LOG.warning("The %s message store is unavailable (%s %s): %s", exc.store, req.method,
+                req.path, exc.detail)
+
+
 async def handle_delayq_error(req: falcon.Request, resp: falcon.Response,
                               exc: errors.DelayqError, params: dict) -> None:
     status, title = status_of(exc)
+    description = exc.description
+    if isinstance(exc, errors.StorageUnavailable):
+        log_unavailable(req, exc)
+        description = unavailable_description(exc.store)
     headers = None
     if isinstance(exc, errors.NotAuthenticated) and exc.challenge:
         headers = {"WWW-Authenticate": exc.challenge}
-    raise falcon.HTTPError(status, title=exc.title or title, description=exc.description,
+    raise falcon.HTTPError(status, title=exc.title or title, description=description,
                            headers=headers)
 
 

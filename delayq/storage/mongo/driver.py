@@ -99,6 +99,8 @@ from delayq.storage.reaper import Reaper
 
 LOG = logging.getLogger(__name__)
 
+NAME = "mongodb"  # the store a 503 names
+
 # Server error codes that mean "not now" (elections, shutdowns, timeouts), not a bug.
 UNAVAILABLE_CODES = frozenset({
     6,  # HostUnreachable
@@ -182,7 +184,7 @@ def unavailable_as_503() -> Iterator[None]:
     except pymongo.errors.PyMongoError as exc:
         if not is_unavailable(exc):
             raise
-        raise errors.StorageUnavailable(f"MongoDB is unavailable: {exc}") from exc
+        raise errors.StorageUnavailable(f"MongoDB is unavailable: {exc}", store=NAME) from exc
 
 
 def backend_call(method: Callable[..., T]) -> Callable[..., T]:
@@ -199,8 +201,8 @@ def backend_call(method: Callable[..., T]) -> Callable[..., T]:
                     raise
                 self._indexed = False  # the next request creates it again
                 raise errors.StorageUnavailable(
-                    f"A MongoDB index of delayq is missing; creating it again: {exc}"
-                ) from exc
+                    f"A MongoDB index of delayq is missing; creating it again: {exc}",
+                    store=NAME) from exc
 
     return call
 
@@ -243,7 +245,7 @@ def make_client(uri: str, *, server_selection_timeout: float = 5.0,
 class Driver(base.Driver):
     """Queues, messages and claims in a MongoDB replica set or sharded cluster."""
 
-    name = "mongodb"
+    name = NAME
     # Requests do not reap as they write (a post would pay a round trip for it): the
     # reaper does, and claims and pops remove the expired messages they meet.
     reaps_on_write = False
@@ -316,7 +318,8 @@ class Driver(base.Driver):
         if self._indexed:
             return
         if not self._index_lock.acquire(blocking=False):
-            raise errors.StorageUnavailable("Creating delayq's MongoDB indexes; retry.")
+            raise errors.StorageUnavailable("Creating delayq's MongoDB indexes; retry.",
+                                            store=NAME)
         try:
             if not self._indexed:
                 for name, indexes in s.indexes(self._expired_retention).items():

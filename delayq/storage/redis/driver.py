@@ -55,6 +55,8 @@ from delayq.storage.redis.scripts import METADATA_CHANGED, Scripts
 
 LOG = logging.getLogger(__name__)
 
+NAME = "redis"  # the store a 503 names
+
 US = 1_000_000
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 SEQ_LENGTH = 8
@@ -185,11 +187,12 @@ def raise_unavailable(exc: BaseException) -> None:
     """Raise a 503 (``StorageUnavailable``) from *exc* when it means Redis is unreachable
     or a cluster slot is migrating; return when it means anything else."""
     if isinstance(exc, UNAVAILABLE):
-        raise errors.StorageUnavailable(f"Redis is unavailable: {exc}") from exc
+        raise errors.StorageUnavailable(f"Redis is unavailable: {exc}", store=NAME) from exc
     if isinstance(exc, redis.exceptions.ResponseError) and any(
             mark in str(exc) for mark in MIGRATING):
         raise errors.StorageUnavailable(
-            f"The queue's Redis Cluster slot is being migrated; retry: {exc}") from exc
+            f"The queue's Redis Cluster slot is being migrated; retry: {exc}",
+            store=NAME) from exc
 
 
 class _UnavailableAs503:
@@ -224,7 +227,7 @@ def unavailable_as_503() -> _UnavailableAs503:
 class Driver(base.Driver):
     """Queues, messages and claims in Redis (one server or a cluster)."""
 
-    name = "redis"
+    name = NAME
     calls_are_brief = True
 
     def __init__(self, uri: str, *, namespace: str = "dq", socket_timeout: float = 5.0,
@@ -290,11 +293,11 @@ class Driver(base.Driver):
         if link is not None:
             return link
         if not self._link_lock.acquire(blocking=False):
-            raise errors.StorageUnavailable("Connecting to Redis; retry.")
+            raise errors.StorageUnavailable("Connecting to Redis; retry.", store=NAME)
         try:
             if self._link is None:
                 if time.monotonic() - self._link_failed_at < CONNECT_PAUSE:
-                    raise errors.StorageUnavailable(self._link_error)
+                    raise errors.StorageUnavailable(self._link_error, store=NAME)
                 try:
                     with unavailable_as_503():
                         client, clustered = connect(self._uri, **self._connect_options)
@@ -306,7 +309,7 @@ class Driver(base.Driver):
                         persistence.check(client)
                 except errors.StorageUnavailable as exc:
                     self._link_failed_at = time.monotonic()
-                    self._link_error = exc.description
+                    self._link_error = exc.detail
                     raise
                 self._link = (client, clustered, scripts)
                 self.waits_on_loop = not clustered
@@ -464,7 +467,8 @@ class Driver(base.Driver):
 
     def _metadata_changed(self, key: str) -> errors.MetadataChanged:
         self._metadata.pop(key, None)
-        return errors.MetadataChanged("The queue's metadata changed during the request.")
+        return errors.MetadataChanged("The queue's metadata changed during the request.",
+                                      store=NAME)
 
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
         self._metadata.pop(self.queue_key(project, name), None)

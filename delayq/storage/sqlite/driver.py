@@ -28,6 +28,8 @@ from delayq.storage import base
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.options import GROUP
 
+NAME = "sqlite"  # the store a 503 names
+
 SEQ = sql.MESSAGE_COLUMNS.index("seq")
 ID = sql.MESSAGE_COLUMNS.index("id")
 BODY = sql.MESSAGE_COLUMNS.index("body")
@@ -58,7 +60,7 @@ def tally_ranges(now: float) -> dict[str, int]:
 class Driver(base.Driver):
     """Queues, messages and claims in one SQLite database file."""
 
-    name = "sqlite"
+    name = NAME
     calls_are_brief = True
 
     def __init__(self, path: str, *, busy_timeout: int = 30000, synchronous: str = "NORMAL",
@@ -90,15 +92,31 @@ class Driver(base.Driver):
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
+            db = self._open()
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        """A new connection to the database, set up; each thread opens its own, so the
+        file (or its directory) may have gone since the start, or the process may have
+        run out of file descriptors."""
+        try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                  timeout=self._busy_timeout / 1000)
+        except sqlite3.OperationalError as exc:
+            raise errors.StorageUnavailable(
+                f"SQLite database {self.path} cannot be opened: {exc}", store=NAME) from exc
+        try:
             for pragma in sql.PRAGMAS:
                 db.execute(pragma)
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout)}")
-            self._local.db = db
-            with self._lock:
-                self._connections.append(db)
+        except sqlite3.OperationalError as exc:
+            db.close()
+            raise errors.StorageUnavailable(
+                f"SQLite database {self.path} cannot be set up: {exc}", store=NAME) from exc
         return db
 
     @contextmanager
@@ -108,7 +126,8 @@ class Driver(base.Driver):
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            raise errors.StorageUnavailable(f"SQLite is busy: {exc}") from exc
+            raise errors.StorageUnavailable(f"SQLite database {self.path} is busy: {exc}",
+                                            store=NAME) from exc
         self._local.ended = []
         try:
             yield db
@@ -139,7 +158,7 @@ class Driver(base.Driver):
     def ping(self) -> bool:
         try:
             self._db().execute("SELECT 1").fetchone()
-        except sqlite3.Error:
+        except (sqlite3.Error, errors.StorageUnavailable):
             return False
         return True
 

@@ -148,6 +148,8 @@ from delayq.storage.swift.options import GROUP
 
 LOG = logging.getLogger(__name__)
 
+NAME = "swift"  # the store a 503 names
+
 US = 1_000_000
 LISTING_PAGE = 10_000  # Swift's largest listing page
 CLAIM_BATCH = 32  # index entries read per listing while claiming
@@ -217,9 +219,9 @@ def unavailable_as_503() -> Iterator[None]:
         if exc.http_status is not None and exc.http_status < 500 and exc.http_status not in (
                 401, 403, 408, 429):
             raise
-        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}") from exc
+        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}", store=NAME) from exc
     except (requests.exceptions.RequestException, OSError) as exc:
-        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}") from exc
+        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}", store=NAME) from exc
 
 
 def is_status(exc: ClientException, *statuses: int) -> bool:
@@ -376,7 +378,7 @@ def dead_lettered(record: Record, marker: dict[str, Any]) -> tuple[int, int]:
 class Driver(base.Driver):
     """Queues, messages and claims in an OpenStack Swift account."""
 
-    name = "swift"
+    name = NAME
     # A post removes nothing: reaping would cost it a listing of the index. Claims remove
     # the expired messages they meet at the head of the index, the reaper the others.
     reaps_on_write = False
@@ -1004,7 +1006,8 @@ class Driver(base.Driver):
             if lease.left() <= self._lease_time / LEASE_MARGIN:
                 raise errors.StorageUnavailable(
                     f"Tally writer slot {slot} taken too slowly for its lease of "
-                    f"{self._lease_time} s; tallies retried at the next flush.")
+                    f"{self._lease_time} s; tallies retried at the next flush.",
+                    store=NAME)
             LOG.info("Tally writer slot %d taken", slot)
             return lease
         raise AssertionError("unreachable")  # itertools.count() never ends
@@ -1175,7 +1178,7 @@ class Driver(base.Driver):
                 if not is_status(exc, 409):  # 409: a racing post added an object
                     raise
         raise errors.StorageUnavailable(f"Queue {queue!r} keeps receiving messages while "
-                                        "being deleted; retry.")
+                                        "being deleted; retry.", store=NAME)
 
     def purge_queue(self, project: str, name: str) -> None:
         container = self._container(project, name)
