@@ -374,23 +374,6 @@ def test_a_move_repeated_after_the_dead_letter_queue_was_purged_is_not_applied_a
     driver.close()
 
 
-def test_a_full_redis_answers_unavailable_and_keeps_serving_reads():
-    from delayq import errors
-
-    server = SERVERS.fresh("--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
-    driver = Driver(server.uri, namespace=namespace())
-    posted = []
-    with pytest.raises(errors.StorageUnavailable, match="memory"):
-        for _ in range(200):
-            posted += post(driver, "q", 500, body={"pad": "x" * 200})
-    assert posted
-    assert len(driver.get_messages(PROJECT, "q", posted[:10])) == 10
-    assert driver.queue_stats(PROJECT, "q").free == len(posted)
-    driver.delete_messages(PROJECT, "q", posted[:10])  # deleting frees memory: allowed
-    driver.close()
-    server.stop()
-
-
 @pytest.mark.parametrize("uri", ["http://127.0.0.1:1", "redis://:secret@h:port",
                                  "redis://a:1,b:2/3"])
 def test_a_malformed_uri_stops_the_driver_without_repeating_the_password(uri):

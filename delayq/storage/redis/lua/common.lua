@@ -291,6 +291,10 @@ local function reap(P, now, budget, marker_ttl)
       end
     end
     if earliest ~= nil then
+      -- Removed, then added with its new score: at maxmemory Redis refuses a ZADD that
+      -- is a script's first write, and a bucket whose earliest message was deleted or
+      -- claimed since has nothing expired to remove first (queue stats would fail).
+      redis.call('ZREM', P .. 'xb', bucket)
       redis.call('ZADD', P .. 'xb', earliest, bucket)
     else
       redis.call('ZREM', P .. 'xb', bucket)
