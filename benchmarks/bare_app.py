@@ -32,7 +32,7 @@ import falcon.asgi
 import falcon.media
 import msgpack
 
-from delayq import jsontext
+from delayq import conf, jsontext
 from delayq.server import Server
 from delayq.storage.redis.driver import CLAIM_BUDGET, US, WRITE_REAP_BUDGET, Driver, new_nonce
 
@@ -159,7 +159,7 @@ class BareServer(Server):
     """delayq's gunicorn set-up serving the bare app."""
 
     def __init__(self, bind: str, workers: int, uri: str, namespace: str) -> None:
-        super().__init__(None, bind, workers)
+        super().__init__(conf.load(), bind, workers)
         self.uri, self.namespace = uri, namespace
 
     def load_config(self) -> None:

@@ -118,13 +118,15 @@ async def count_for(client: Any, seconds: float) -> dict[str, Any]:
 # The delayq-server on Redis --------------------------------------------------------------
 
 
-def write_config(path: Path, port: int, workers: int, poll_interval: float,
+def write_config(path: Path, port: int, workers: int, poll_interval: float, waiters: int,
                  driver_sections: backlog.Sections) -> None:
     sections: backlog.Sections = {
         "drivers": {"message_store": "redis"},
+        # Every waiter holds a connection, and one worker may accept them all.
         "drivers:transport:wsgi": {"bind": "127.0.0.1", "port": str(port),
                                    "workers": str(workers),
-                                   "claim_wait_poll_interval": str(poll_interval)},
+                                   "claim_wait_poll_interval": str(poll_interval),
+                                   "max_connections": str(waiters + 100)},
         **driver_sections,
     }
     lines = []
@@ -264,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         with backlog.redis_service(sections, workdir):
             port = backlog.free_port()
             config = workdir / "delayq.conf"
-            write_config(config, port, args.workers, args.poll_interval, sections)
+            write_config(config, port, args.workers, args.poll_interval, args.waiters,
+                         sections)
             server = backlog.Server(config, port, workdir / "server.log")
             redis_client = backlog.redis_client(sections)
             try:

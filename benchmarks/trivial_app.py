@@ -7,7 +7,8 @@ a small JSON document, ``DELETE`` answers 204. Whatever it costs per request is 
 of gunicorn, uvicorn, HTTP parsing and Falcon alone, which delayq cannot go below.
 
 It runs through ``delayq.server.Server`` with only ``load`` replaced, so the worker class,
-keep-alive and every other gunicorn setting are delayq's own.
+its HTTP protocol and limits, keep-alive and every other gunicorn setting are delayq's own
+(their defaults).
 
 Usage::
 
@@ -21,6 +22,7 @@ import argparse
 import falcon
 import falcon.asgi
 
+from delayq import conf
 from delayq.server import Server
 
 
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
-    TrivialServer(None, f"{args.bind}:{args.port}", args.workers).run()
+    TrivialServer(conf.load(), f"{args.bind}:{args.port}", args.workers).run()
 
 
 if __name__ == "__main__":

@@ -108,6 +108,41 @@ wsgi_opts = [
                     "brief round trips (sqlite, redis), moving to threads for 5 seconds "
                     "whenever a call finds the store unavailable or (sqlite) takes over "
                     "0.1 s; threads for the others."),
+    cfg.IntOpt("max_request_line", default=8190, min=64,
+               help="Longest request line (method, path and query string, HTTP version), "
+                    "in bytes. A longer one is answered 414 and the connection closed."),
+    cfg.IntOpt("max_header_field_size", default=8190, min=64,
+               help="Longest request header field, its name and value together, in "
+                    "bytes. A longer one is answered 431 and the connection closed."),
+    cfg.IntOpt("max_header_fields", default=100, min=1,
+               help="Most header fields in one request. More are answered 431 and the "
+                    "connection closed."),
+    cfg.IntOpt("max_header_size", default=32768, min=1024,
+               help="Largest request head (the request line and every header field, "
+                    "with their separators), in bytes. A larger one is answered 431 and "
+                    "the connection closed, without waiting for its end: a client sending "
+                    "a huge header costs the worker the parsing of this many bytes and of "
+                    "two reads (up to 256 KB each) at most."),
+    cfg.FloatOpt("request_timeout", default=60.0, min=0.1,
+                 help="Seconds a client has to send a whole request (head and body), from "
+                      "its first byte, or from the opening of the connection for its first "
+                      "request. A request still incomplete then is answered 408 and the "
+                      "connection closed; a connection that sent nothing is closed. A "
+                      "request received whole is not timed: a long-poll claim waits as "
+                      "long as it asks."),
+    cfg.IntOpt("keepalive_timeout", default=30, min=1,
+               help="Seconds an idle keep-alive connection (its last response sent, no "
+                    "byte of a next request received) is kept open before the worker "
+                    "closes it."),
+    cfg.IntOpt("max_connections", default=1000, min=1,
+               help="Most client connections one worker process holds. The first request "
+                    "of a connection opened beyond it is answered 503 and the connection "
+                    "closed. Each connection takes a file descriptor: the worker's open "
+                    "file limit (ulimit -n) must exceed it, with room for its storage "
+                    "connections and files."),
+    cfg.StrOpt("access_log",
+               help="Where the workers write one line per response: a file path (appended "
+                    "to), or - for standard output. Unset: no access log."),
 ]
 
 events_opts = [

@@ -2,7 +2,9 @@
 
 Settings come from ``[drivers:transport:wsgi]`` in the configuration file; ``--bind``,
 ``--port`` and ``--workers`` on the command line win over it. Each worker process builds
-its own app and storage connections after the fork.
+its own app and storage connections after the fork, and serves HTTP with
+``delayq.http_protocol`` (uvicorn's httptools protocol within the header limits, request
+timeout and connection cap of those options).
 
 delayq's own log records (INFO and up) go to standard error in gunicorn's error-log
 format, with the logger's name: gunicorn and uvicorn set up only their own loggers.
@@ -16,17 +18,21 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import logging
 import os
 import shutil
 import sys
 import tempfile
 
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 from oslo_config import cfg
+from uvicorn_worker import UvicornWorker
 
 from delayq import conf as delayq_conf
 from delayq.conf import WSGI_GROUP
+from delayq.http_protocol import HttpLimits, LimitedHttpToolsProtocol
 from delayq.validation import MAX_CLAIM_WAIT
 
 # delayq.metrics.MULTIPROC_ENV, spelled out: importing delayq.metrics (and so
@@ -34,11 +40,50 @@ from delayq.validation import MAX_CLAIM_WAIT
 # single-process mode.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-WORKER_CLASS = "uvicorn_worker.UvicornWorker"
+# By name, so that gunicorn's log says which ("Using worker: delayq.server.Worker").
+WORKER_CLASS = "delayq.server.Worker"
+LOGGER_CLASS = "delayq.server.Logger"
 
 # gunicorn's error-log format (glogging.CONFIG_DEFAULTS), with the logger's name added.
 LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 LOG_DATE_FORMAT = "[%Y-%m-%d %H:%M:%S %z]"
+# An access-log line: uvicorn's message (client, request line, status) after the time
+# and the worker's pid.
+ACCESS_LOG_FORMAT = "%(asctime)s [%(process)d] %(message)s"
+
+
+class Worker(UvicornWorker):
+    """uvicorn's gunicorn worker, serving HTTP with ``LimitedHttpToolsProtocol`` and the
+    limits of the ``Server`` that runs it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # self.app is the gunicorn application: the Server. uvicorn loads self.config
+        # (and its protocol) later, in the worker's event loop.
+        self.config.http = functools.partial(LimitedHttpToolsProtocol,
+                                             limits=self.app.http_limits)
+
+
+class Logger(glogging.Logger):
+    """gunicorn's logger, with the time and the pid on each access-log line."""
+
+    def setup(self, cfg) -> None:
+        super().setup(cfg)
+        formatter = logging.Formatter(ACCESS_LOG_FORMAT, LOG_DATE_FORMAT)
+        for handler in self.access_log.handlers:
+            handler.setFormatter(formatter)
+
+
+def http_limits(conf: cfg.ConfigOpts) -> HttpLimits:
+    """The HTTP limits ``[drivers:transport:wsgi]`` sets."""
+    wsgi = conf[WSGI_GROUP]
+    return HttpLimits(
+        max_request_line=wsgi.max_request_line,
+        max_header_field_size=wsgi.max_header_field_size,
+        max_header_fields=wsgi.max_header_fields,
+        max_header_size=wsgi.max_header_size,
+        request_timeout=wsgi.request_timeout,
+        max_connections=wsgi.max_connections)
 
 
 class Server(BaseApplication):
@@ -46,14 +91,17 @@ class Server(BaseApplication):
 
     def __init__(self, conf: cfg.ConfigOpts, bind: str, workers: int) -> None:
         self.conf = conf
+        self.http_limits = http_limits(conf)
+        wsgi = conf[WSGI_GROUP]
         self.settings = {
             "bind": bind, "workers": workers, "worker_class": WORKER_CLASS,
-            "accesslog": None, "errorlog": "-", "loglevel": "info",
+            "logger_class": LOGGER_CLASS, "accesslog": wsgi.access_log or None,
+            "errorlog": "-", "loglevel": "info",
             # A stopping worker answers its long-poll claims (each waits at most
             # MAX_CLAIM_WAIT) before it exits, rather than cutting their connections.
             "graceful_timeout": MAX_CLAIM_WAIT + 5,
-            # Consumers poll: keep their connections open between polls.
-            "keepalive": 30,
+            # uvicorn's worker takes it as its keep-alive timeout.
+            "keepalive": wsgi.keepalive_timeout,
             # gunicorn's control socket sits at one per-user path, so several servers on
             # one host would unlink each other's; delayq has no use for it.
             "control_socket_disable": True,
