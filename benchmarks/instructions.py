@@ -12,8 +12,10 @@ What it does not show: time. Instructions that miss the caches, and the kernel's
 count of the process sees; throughput.py's ratio is the one that includes them.
 
 Each target is served by one uvicorn process, set up as a ``delayq-server`` worker runs
-it (uvicorn with ``loop`` and ``http`` on ``auto``, prometheus_client in multiprocess
-mode), without gunicorn's master, which does no per-request work. The trivial app is
+it (uvicorn with ``loop`` on ``auto``, delayq's HTTP protocol with its default limits,
+prometheus_client in multiprocess mode), without gunicorn's master, which does no
+per-request work. ``--http uvicorn`` serves with uvicorn's own httptools protocol
+instead: the difference is what delayq's HTTP limits cost a request. The trivial app is
 ``benchmarks/trivial_app.py``; each driver's store is started as ``benchmarks/backlog.py``
 starts it. One keep-alive connection makes the requests of ``benchmarks/throughput.py``
 (post a message, claim it, delete it, on a queue of its own), so requests never overlap
@@ -28,7 +30,7 @@ Needs valgrind (Debian: ``apt install valgrind``). About a minute per target.
 Usage::
 
     python benchmarks/instructions.py [--driver redis --driver sqlite ...] [--cycles 200]
-                                      [--bare]
+                                      [--bare] [--http delayq|uvicorn]
 
 ``--bare`` adds ``benchmarks/bare_app.py`` (a request's Redis work and nothing else) on
 Redis, the least delayq's Redis count could come down to.
@@ -73,13 +75,22 @@ METRICS_HELD = 24 * 3600.0
 # The server, run under valgrind ---------------------------------------------------------
 
 
-def serve(target: str, port: int, sections: dict[str, dict[str, Any]]) -> None:
-    """Serve *target* on *port* with uvicorn, as a delayq-server worker would."""
+def serve(target: str, port: int, sections: dict[str, dict[str, Any]], http: str) -> None:
+    """Serve *target* on *port* with uvicorn, as a delayq-server worker would (with
+    uvicorn's own HTTP protocol if *http* is ``uvicorn``)."""
+    import functools
+
     import uvicorn
+
+    from delayq import conf as delayq_conf
+    from delayq.http_protocol import LimitedHttpToolsProtocol
+    from delayq.server import http_limits
 
     app = in_process.build_app(target, sections)
     hold_metrics(METRICS_HELD)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="auto", http="auto",
+    protocol = "httptools" if http == "uvicorn" else functools.partial(
+        LimitedHttpToolsProtocol, limits=http_limits(delayq_conf.load([])))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="auto", http=protocol,
                             lifespan="on", log_level="warning", access_log=False)
     uvicorn.Server(config).run()
 
@@ -105,7 +116,7 @@ def hold_metrics(seconds: float) -> None:
 
 
 def count(target: str, sections: dict[str, dict[str, Any]], cycles: int,
-          workdir: Path) -> int:
+          workdir: Path, http: str) -> int:
     """Instructions the server executed serving *cycles* cycles, start-up included."""
     port = backlog.free_port()
     run = f"{target}-{cycles}"
@@ -115,7 +126,7 @@ def count(target: str, sections: dict[str, dict[str, Any]], cycles: int,
     command = ["env", "PYTHONHASHSEED=0", f"PROMETHEUS_MULTIPROC_DIR={metrics_dir}",
                "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                sys.executable, __file__, "--serve", target, "--port", str(port),
-               "--sections", json.dumps(sections)]
+               "--sections", json.dumps(sections), "--http", http]
     server = backlog.Server(workdir / "delayq.conf", port, workdir / f"server-{run}.log",
                             command=command)
     try:
@@ -138,10 +149,10 @@ def count(target: str, sections: dict[str, dict[str, Any]], cycles: int,
 
 
 def per_request(target: str, sections: dict[str, dict[str, Any]], cycles: int,
-                workdir: Path) -> float:
+                workdir: Path, http: str) -> float:
     """Instructions per request: the difference of a short and a long run."""
-    short = count(target, sections, cycles, workdir)
-    long = count(target, sections, 3 * cycles, workdir)
+    short = count(target, sections, cycles, workdir, http)
+    long = count(target, sections, 3 * cycles, workdir, http)
     return (long - short) / (2 * cycles * REQUESTS_PER_CYCLE)
 
 
@@ -159,12 +170,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON results (default benchmarks/results/instructions.json)")
     parser.add_argument("--bare", action="store_true",
                         help="count benchmarks/bare_app.py on Redis too")
+    parser.add_argument("--http", choices=["delayq", "uvicorn"], default="delayq",
+                        help="HTTP protocol: delayq's (as delayq-server serves) or "
+                             "uvicorn's own httptools one (default delayq)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sections", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.port, json.loads(args.sections))
+        serve(args.serve, args.port, json.loads(args.sections), args.http)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt install valgrind)", file=sys.stderr)
@@ -186,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                     stack.enter_context(backend.service(sections, directory))
                 print(f"  {target}: counting {args.cycles} and {3 * args.cycles} cycles",
                       flush=True)
-                results[target] = per_request(target, sections, args.cycles, directory)
+                results[target] = per_request(target, sections, args.cycles, directory,
+                                              args.http)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     trivial = results[TRIVIAL]
@@ -203,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": backlog.machine(), "options": {"cycles": args.cycles,
                                                    "drivers": drivers,
-                                                   "bare": args.bare},
+                                                   "bare": args.bare,
+                                                   "http": args.http},
         "rows": rows}, indent=2))
     print(f"written to {args.output}")
     return 0
