@@ -19,6 +19,7 @@ TRANSPORT_GROUP = "transport"
 DRIVERS_GROUP = "drivers"
 WSGI_GROUP = "drivers:transport:wsgi"
 EVENTS_GROUP = "events"
+QUOTAS_GROUP = "quotas"
 
 KEYSTONE = "keystone"
 
@@ -157,6 +158,27 @@ events_opts = [
                     "it as events per second x 75 x retention."),
 ]
 
+quotas_opts = [
+    cfg.IntOpt("max_queues_per_project", default=0, min=0,
+               help="Most queues a project may have; 0 sets no limit. A PUT that would "
+                    "create a queue, a message post that would create its queue and a "
+                    "redrive to a destination queue that does not exist are refused (403) "
+                    "once the project has this many. A dead-letter move creates its "
+                    "dead-letter queue regardless, and so does a redrive sending a message "
+                    "back to a source queue deleted since. Checked before the creation: "
+                    "concurrent creations of different queues may together pass it."),
+    cfg.IntOpt("max_messages_per_queue", default=0, min=0,
+               help="Most live messages a queue may hold (free, delayed and claimed; "
+                    "expired ones do not count); 0 sets no limit. A post that would take "
+                    "the queue past it is refused whole (403), storing none of its "
+                    "messages. Dead-letter moves and redrives are never refused. Exact on "
+                    "sqlite and redis (checked in the post's transaction or script); on "
+                    "mongodb and swift checked against the queue's tallies just before "
+                    "the write, so concurrent posts may together pass it by up to the "
+                    "messages of all of them but one (on swift also by other processes' "
+                    "posts of the last tally_flush_interval)."),
+]
+
 
 def events_settings(conf: cfg.ConfigOpts) -> Settings:
     """The event-trail settings a driver is built with."""
@@ -178,6 +200,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
     conf.register_opts(wsgi_opts, group=WSGI_GROUP)
     conf.register_opts(events_opts, group=EVENTS_GROUP)
+    conf.register_opts(quotas_opts, group=QUOTAS_GROUP)
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
@@ -191,6 +214,7 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         (DRIVERS_GROUP, drivers_opts),
         (WSGI_GROUP, wsgi_opts),
         (EVENTS_GROUP, events_opts),
+        (QUOTAS_GROUP, quotas_opts),
         *driver_opts(),
     ]
 

@@ -118,3 +118,26 @@ class MessageHeld(Conflict):
         """The error every driver raises for an edit of a claimed message."""
         return cls(f"Message {message_id} is claimed: it can be edited once its claim is "
                    "deleted, released or expired.")
+
+
+class QuotaExceeded(DelayqError):
+    """A request would take a project or a queue past an operator's quota (HTTP 403);
+    nothing of it is done."""
+
+    @classmethod
+    def queues(cls, held: int, limit: int) -> QuotaExceeded:
+        """The project has *held* queues, *limit* (``max_queues_per_project``) or more."""
+        return cls(f"The project already has {_counted(held, 'queue')}: "
+                   f"max_queues_per_project is {limit}.")
+
+    @classmethod
+    def messages(cls, queue: str, held: int, posted: int, limit: int) -> QuotaExceeded:
+        """Queue *queue* holds *held* live messages, and *posted* more would pass *limit*
+        (``max_messages_per_queue``)."""
+        return cls(f"Queue {queue!r} holds {_counted(held, 'message')}; {posted} more "
+                   f"would pass max_messages_per_queue ({limit}).")
+
+
+def _counted(n: int, noun: str) -> str:
+    """*n* and *noun*, plural unless *n* is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

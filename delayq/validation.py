@@ -20,7 +20,7 @@ from oslo_config import cfg
 
 from delayq import jsontext
 from delayq import queue as q
-from delayq.conf import TRANSPORT_GROUP
+from delayq.conf import QUOTAS_GROUP, TRANSPORT_GROUP
 from delayq.errors import ValidationError
 from delayq.message import NO_CHANGE, Unchanged
 
@@ -72,6 +72,23 @@ class Limits:
             if getattr(self, default) > getattr(self, limit):
                 raise ValueError(f"[{TRANSPORT_GROUP}] {default} = {getattr(self, default)} "
                                  f"is above {limit} = {getattr(self, limit)}.")
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """The operator's quotas (``[quotas]``), read once from configuration; 0 is no limit.
+
+    The broker applies them: the queue quota before a request creates a queue, the
+    message quota inside the driver's post (``Driver.post_messages``' *message_quota*).
+    """
+
+    max_queues_per_project: int = 0
+    max_messages_per_queue: int = 0
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Quotas:
+        group = conf[QUOTAS_GROUP]
+        return cls(**{name: group[name] for name in cls.__dataclass_fields__})
 
 
 def _is_int(value: Any) -> bool:

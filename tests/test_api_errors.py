@@ -25,6 +25,7 @@ def made(kind: type[errors.DelayqError]) -> errors.DelayqError:
     (errors.ValidationError, falcon.HTTP_400),
     (errors.QueueNotFound, falcon.HTTP_404),
     (errors.MessageIsClaimed, falcon.HTTP_403),
+    (errors.QuotaExceeded, falcon.HTTP_403),
     (errors.Conflict, falcon.HTTP_409),
     (errors.MessageHeld, falcon.HTTP_409),
     (errors.StorageUnavailable, falcon.HTTP_503),
