@@ -18,7 +18,7 @@ from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.queue import QueueStats
 from delayq.steps import Steps
 from delayq.storage.base import Driver
-from delayq.validation import Limits, MessageEdit, PostedMessage
+from delayq.validation import Limits, MessageEdit, PostedMessage, Quotas
 
 PATCH_OPS = ("add", "replace", "remove")
 # Times a post or claim is decided, from the queue's metadata read anew each time it
@@ -32,9 +32,11 @@ class Broker:
     """Queues, messages and claims of every project, on one storage driver."""
 
     def __init__(self, driver: Driver, limits: Limits,
-                 counters: metrics.Metrics | metrics.Uncounted | None = None) -> None:
+                 counters: metrics.Metrics | metrics.Uncounted | None = None, *,
+                 quotas: Quotas | None = None) -> None:
         self.driver = driver
         self.limits = limits
+        self.quotas = quotas if quotas is not None else Quotas()
         # Posts and deliveries are counted here, from what the driver returns; messages
         # leaving a queue are counted by the driver's ``endings`` (it alone sees expiries
         # and dead-letter moves).
@@ -114,8 +116,12 @@ class Broker:
         loop is written out here and in ``claim_steps``: a generator around it cost each
         request a level of ``yield from`` and a closure (docs/performance.md, "Fewer
         layers per request").
+
+        Quotas: ``max_messages_per_queue`` goes to the driver, which checks it in the
+        post's own step. With it 0 a post reads nothing more.
         """
         delays = self._own_delays(messages)
+        message_quota = self.quotas.max_messages_per_queue
         for attempt in range(METADATA_ATTEMPTS):
             stored, token = self.driver.queue_for_write(project, queue)
             metadata = self.with_reserved_defaults(stored or {})
@@ -128,7 +134,8 @@ class Broker:
                 for m, delay in zip(messages, delays, strict=True)]
             try:
                 ids = yield from self.driver.post_messages_steps(
-                    project, queue, client_id, resolved, metadata_token=token)
+                    project, queue, client_id, resolved, metadata_token=token,
+                    message_quota=message_quota)
                 break
             except errors.MetadataChanged:
                 if attempt == LAST_ATTEMPT:

@@ -81,6 +81,10 @@ class QueueCounts:
     claimed: int
     delayed: int
 
+    @property
+    def total(self) -> int:
+        return self.free + self.claimed + self.delayed
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:

@@ -25,7 +25,7 @@ from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.link import CLIENT_NAME
-from delayq.validation import Limits, PostedMessage
+from delayq.validation import Limits, PostedMessage, Quotas
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
 
@@ -573,9 +573,11 @@ def test_script_connections_of_ended_threads_are_closed(own_server):
     observer.close()
 
 
-def test_a_post_or_claim_under_known_metadata_is_one_round_trip(own_server):
+@pytest.mark.parametrize("quotas", [Quotas(), Quotas(max_queues_per_project=10,
+                                                     max_messages_per_queue=100)])
+def test_a_post_or_claim_under_known_metadata_is_one_round_trip(own_server, quotas):
     driver = Driver(own_server.uri, namespace=namespace())
-    broker = Broker(driver, Limits())
+    broker = Broker(driver, Limits(), quotas=quotas)
     broker.create_queue("p", "q", {})
     one = [PostedMessage(body="x", ttl=60, delay=None)]
     broker.post("p", "q", "client", one, 10)  # reads the metadata once
@@ -587,6 +589,23 @@ def test_a_post_or_claim_under_known_metadata_is_one_round_trip(own_server):
 
     assert sent_commands(own_server.port, post_and_claim) == ["EVALSHA", "EVALSHA"]
     assert len(taken[0].messages) == 2
+    driver.close()
+
+
+def test_a_post_over_its_quota_reaps_expired_messages_before_it_refuses(own_server):
+    """Expired messages stay in the sorted sets until reaped: a post that counts its
+    queue over the quota reaps them, over as many calls as that takes, and counts only
+    the live ones."""
+    clock = FakeClock()
+    driver = Driver(own_server.uri, namespace=namespace(), clock=clock)
+    post(driver, "q", 5000, ttl=60)  # 79 buckets: more than one call reaps
+    clock.advance(61)
+    post(driver, "q", 3)
+    three = [NewMessage("x", 60, 0)] * 3
+    with pytest.raises(errors.QuotaExceeded, match="holds 3 messages; 3 more"):
+        driver.post_messages(PROJECT, "q", CLIENT, three, message_quota=5)
+    assert len(driver.post_messages(PROJECT, "q", CLIENT, three[:2], message_quota=5)) == 2
+    assert driver.queue_stats(PROJECT, "q").total == 5
     driver.close()
 
 

@@ -17,7 +17,7 @@ from delayq.conf import SIGNED_URL_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
 from delayq.storage import load_driver
 from delayq.storage.base import Driver
-from delayq.validation import Limits
+from delayq.validation import Limits, Quotas
 
 
 class _Shutdown:
@@ -37,7 +37,8 @@ class _Shutdown:
 def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asgi.App:
     """The API over *driver*, or over the driver *conf* selects."""
     metrics = Metrics()
-    broker = Broker(driver or load_driver(conf), Limits.from_conf(conf), metrics)
+    broker = Broker(driver or load_driver(conf), Limits.from_conf(conf), metrics,
+                    quotas=Quotas.from_conf(conf))
     broker.driver.endings = metrics.count_endings
     run = Runner(broker, mode=conf[WSGI_GROUP].storage_calls)
     waiting = Waiting(run, poll_interval=conf[WSGI_GROUP].claim_wait_poll_interval)

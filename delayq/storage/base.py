@@ -134,17 +134,24 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage], *, metadata_token: Any = None) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None,
+                      message_quota: int = 0) -> list[str]:
         """Store *messages* in order, creating the queue if needed; their ids.
 
-        *metadata_token*: see ``queue_for_write``."""
+        *metadata_token*: see ``queue_for_write``. *message_quota*, above 0, is the most
+        live messages (free, delayed and claimed; not expired ones) the queue may hold
+        with these: a post that would pass it raises ``QuotaExceeded.messages``, having
+        stored nothing (the queue included). A driver checks it inside the post's
+        atomic step when its backend has one, else against ``queue_counts`` right
+        before the write (concurrent posts may then together pass it); 0 costs
+        nothing."""
 
     def post_messages_steps(self, project: str, queue: str, client_id: str,
-                            messages: list[NewMessage], *, metadata_token: Any = None
-                            ) -> Steps[list[str]]:
+                            messages: list[NewMessage], *, metadata_token: Any = None,
+                            message_quota: int = 0) -> Steps[list[str]]:
         """``post_messages`` as steps (``delayq.steps``); by default they wait inside."""
         return steps.called(self.post_messages, project, queue, client_id, messages,
-                            metadata_token=metadata_token)
+                            metadata_token=metadata_token, message_quota=message_quota)
 
     @abc.abstractmethod
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,

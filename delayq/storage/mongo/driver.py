@@ -619,7 +619,9 @@ class Driver(base.Driver):
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """From the tallies (``tallying``): one read of at most ``tallies.LEVELS``
         documents, however many messages the queue holds."""
-        now = self._now_ms()
+        return self._counts(project, name, self._now_ms())
+
+    def _counts(self, project: str, name: str, now: int) -> QueueCounts:
         return tallying.counts(
             self._tallies.find(tallying.reading(project, name, now),
                                {s.LEVEL: 1, s.PAGE: 1, s.TALLY: 1}).hint(s.PAGE_INDEX),
@@ -648,9 +650,11 @@ class Driver(base.Driver):
 
     @backend_call
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage], *, metadata_token: Any = None
-                      ) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None,
+                      message_quota: int = 0) -> list[str]:
         now = self._now_ms()
+        if message_quota:
+            self._check_message_quota(project, queue, len(messages), message_quota, now)
         first = self._allocate(project, queue, len(messages), now)
         docs = [s.new_message(project, queue, first + i, m.body, m.ttl, m.delay, client_id,
                               now)
@@ -672,6 +676,21 @@ class Driver(base.Driver):
                         due=s.due_ms(doc), ttl=doc[s.TTL], expires=s.ms(doc[s.EXPIRES]))
             for doc in docs])
         return [str(doc[s.ID]) for doc in docs]
+
+    def _check_message_quota(self, project: str, queue: str, posted: int, quota: int,
+                             now: int) -> None:
+        """Refuse a post of *posted* messages that would take the queue past *quota*
+        live messages, counted from the tallies (one read) just before the post writes.
+
+        Not in one atomic step with the write (MongoDB has none across documents short
+        of a transaction): posts running at the same time each count the queue before
+        the others' tallies are written, so together they may pass the quota by up to
+        the messages of all of them but one; and a tally change lost to a failure
+        (``tallying``) miscounts its messages until they would have expired.
+        """
+        held = self._counts(project, queue, now)
+        if held.total + posted > quota:
+            raise errors.QuotaExceeded.messages(queue, held.total, posted, quota)
 
     @backend_call
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,

@@ -51,7 +51,7 @@ from delayq.storage.reaper import Reaper
 from delayq.storage.redis import persistence
 from delayq.storage.redis.link import ScriptLink
 from delayq.storage.redis.options import GROUP
-from delayq.storage.redis.scripts import METADATA_CHANGED, Scripts
+from delayq.storage.redis.scripts import METADATA_CHANGED, QUOTA_EXCEEDED, Scripts
 
 LOG = logging.getLogger(__name__)
 
@@ -542,18 +542,22 @@ class Driver(base.Driver):
     # Messages
 
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage], *, metadata_token: Any = None
-                      ) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None,
+                      message_quota: int = 0) -> list[str]:
         return steps.drive(self.post_messages_steps(project, queue, client_id, messages,
-                                                    metadata_token=metadata_token))
+                                                    metadata_token=metadata_token,
+                                                    message_quota=message_quota))
 
     def post_messages_steps(self, project: str, queue: str, client_id: str,
-                            messages: list[NewMessage], *, metadata_token: Any = None
-                            ) -> Steps[list[str]]:
+                            messages: list[NewMessage], *, metadata_token: Any = None,
+                            message_quota: int = 0) -> Steps[list[str]]:
+        """The message quota is checked in the post script, exactly: a queue's sorted
+        sets hold each of its messages once, and the script reaps the expired ones
+        before it refuses (``_quota_refusal``)."""
         client = client_bytes(client_id)
         key = self.queue_key(project, queue)
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
-                           metadata_token or ""]
+                           metadata_token or "", message_quota]
         for m in messages:
             # No spaces; ASCII escapes keep lone surrogates (valid JSON, not UTF-8).
             body = jsontext.dumps_compact(m.body)
@@ -562,6 +566,13 @@ class Driver(base.Driver):
             reply = yield self._scripts.post, [key], args
             if reply[0] == METADATA_CHANGED:
                 raise self._metadata_changed(key)
+            while message_quota and reply[0] == QUOTA_EXCEEDED:
+                self._quota_refusal(queue, reply, len(messages), message_quota)
+                # Expired messages not reaped yet were counted: reap more, then again.
+                args[2] = READ_REAP_BUDGET
+                reply = yield self._scripts.post, [key], args
+                if reply[0] == METADATA_CHANGED:
+                    raise self._metadata_changed(key)
             if not reply[1]:  # the queue is not in its project's catalogue yet
                 yield from self._list_queue_steps(project, queue)
         except Exception as exc:
@@ -569,6 +580,14 @@ class Driver(base.Driver):
             raise
         nonce = reply[0]
         return [(nonce + seq).decode() for seq in reply[2:]]
+
+    @staticmethod
+    def _quota_refusal(queue: str, reply: list, posted: int, quota: int) -> None:
+        """Raise QuotaExceeded for the post script's refusal *reply* when it counted no
+        expired message; return when it may have (the post is then tried again)."""
+        _, held, finished = reply
+        if finished:
+            raise errors.QuotaExceeded.messages(queue, held, posted, quota)
 
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,

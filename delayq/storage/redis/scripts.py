@@ -36,6 +36,10 @@ ONE_ENDED = {tuple(int(i == j) for j in range(len(ENDED))): (kind,)
 # The first element of a post's or claim's reply when the queue's metadata is no longer
 # the one the driver passed (``Driver.queue_for_write``); no nonce looks like it.
 METADATA_CHANGED = b"metadata-changed"
+# The first element of a post's reply when the post would take the queue past its
+# message quota; then the messages it holds and whether no expired one is left among
+# them (post.lua).
+QUOTA_EXCEEDED = b"quota-exceeded"
 
 
 def wrapped(common: str, body: str) -> str:
@@ -128,6 +132,7 @@ class Scripts:
                  link: ScriptLink | None = None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
+                  f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
         self._link = link
         self.commands = Commands(client, link)

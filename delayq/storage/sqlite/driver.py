@@ -46,11 +46,12 @@ def event_row(**fields: Any) -> dict[str, Any]:
     return {**NO_EVENT, **fields}
 
 
-def tally_ranges(now: float) -> dict[str, int]:
-    """Parameters of ``sql.TALLIES_AFTER``: ``tallies.ranges`` of every kind."""
+def tally_ranges(now: float, kinds: tuple[int, ...] = tallies.KINDS) -> dict[str, int]:
+    """Parameters of ``sql.TALLIES_AFTER`` (or of a query of some *kinds*, made by
+    ``sql.tallies_after``): ``tallies.ranges`` of each kind."""
     params = {}
     for level, start, end in tallies.ranges(now):
-        for kind in tallies.KINDS:
+        for kind in kinds:
             params[f"s{kind}_{level}"] = start
             if end is not None:
                 params[f"e{kind}_{level}"] = end
@@ -311,11 +312,14 @@ class Driver(base.Driver):
     # Messages
 
     def post_messages(self, project: str, queue: str, client_id: str,
-                      messages: list[NewMessage], *, metadata_token: Any = None
-                      ) -> list[str]:
+                      messages: list[NewMessage], *, metadata_token: Any = None,
+                      message_quota: int = 0) -> list[str]:
         ids = [uuid.uuid4().hex for _ in messages]
         with self._write() as db:
             now = self.now()
+            if message_quota:
+                self._check_message_quota(db, project, queue, len(messages), message_quota,
+                                          now)
             queue_id = self._ensure_queue(db, project, queue, now)
             db.executemany(sql.MESSAGE_INSERT, [
                 (id_, queue_id, jsontext.dumps(m.body), m.ttl, now, now + m.ttl,
@@ -327,6 +331,20 @@ class Driver(base.Driver):
                 for id_, m in zip(ids, messages, strict=True)])
             self._expire(db, now)
         return ids
+
+    def _check_message_quota(self, db: sqlite3.Connection, project: str, queue: str,
+                             posted: int, quota: int, now: float) -> None:
+        """Refuse a post of *posted* messages that would take the queue past *quota*
+        live messages. In the post's transaction, from the queue's tallies: exact
+        whatever the concurrency, O(log n) (``queue_counts``), and to the millisecond
+        (a message with under a millisecond left to live no longer counts)."""
+        queue_id = self._queue_id(db, project, queue)
+        held = 0
+        if queue_id is not None:
+            held = db.execute(sql.TALLIES_LIVE_AFTER, {
+                "queue_id": queue_id, **tally_ranges(now, (tallies.LIVE,))}).fetchone()[0]
+        if held + posted > quota:
+            raise errors.QuotaExceeded.messages(queue, held, posted, quota)
 
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,

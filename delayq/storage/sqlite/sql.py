@@ -366,12 +366,16 @@ _TALLY_RANGE = ("SELECT coalesce(sum(n), 0) FROM tallies WHERE queue_id = :queue
                 "AND kind = {kind} AND level = {level} AND block >= :s{kind}_{level}{end}")
 
 
-def tallies_after() -> str:
-    """The query of the live, delayed and claimed counts, one range per kind and level;
-    parameters ``queue_id`` and ``s<kind>_<level>``/``e<kind>_<level>`` (the driver's
+_TALLY_KINDS = tuple(sorted(_TALLY_INSTANTS))
+
+
+def tallies_after(kinds: tuple[int, ...] = _TALLY_KINDS) -> str:
+    """The query of the counts of *kinds* (by default live, delayed and claimed), one
+    column per kind in that order, one range per kind and level; parameters
+    ``queue_id`` and ``s<kind>_<level>``/``e<kind>_<level>`` (the driver's
     ``tally_ranges``)."""
     columns = []
-    for kind in sorted(_TALLY_INSTANTS):
+    for kind in kinds:
         parts = [_TALLY_RANGE.format(
             kind=kind, level=level,
             end="" if level == TALLY_LEVELS - 1 else f" AND block < :e{kind}_{level}")
@@ -381,6 +385,8 @@ def tallies_after() -> str:
 
 
 TALLIES_AFTER = tallies_after()
+# The queue's live messages alone, for the message quota of a post.
+TALLIES_LIVE_AFTER = tallies_after((TALLY_LIVE,))
 # Blocks that ended over an hour ago (clocks may step back a little), a batch per level.
 TALLIES_FORGET = "DELETE FROM tallies WHERE rowid IN (" + " UNION ALL ".join(
     f"SELECT * FROM (SELECT rowid FROM tallies WHERE level = {level} AND block < :b{level} "

@@ -16,7 +16,9 @@
 --   P..'o'       HASH  token -> dead-letter move or redrive waiting to reach its queue
 --   P..'mv'      ZSET  token -> time, moves already received from another slot
 --   P..'ev'      STREAM the queue's event trail (delayq/events.py); outlives the queue
--- A message is in exactly one of r, d, c. Times are integer microseconds.
+-- A message is in exactly one of r, d, c (so their sizes add up to the messages the
+-- queue holds: live ones, delayed and claimed included, and expired ones not reaped
+-- yet). Times are integer microseconds.
 --
 -- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail),
 -- and ENDED, the messages this call ended by kind (counted by trail(), trail on or off),
@@ -114,6 +116,12 @@ local function store(P, seq, m)
   redis.call('HSET', bucket_key(P, bucket), seq, encode(m, false))
   redis.call('ZADD', P .. 'bi', bucket, bucket)
   redis.call('ZADD', P .. 'xb', 'LT', m.expires, bucket)
+end
+
+-- The messages queue P holds: the live ones, and expired ones until reap() removes them.
+local function held(P)
+  return redis.call('ZCARD', P .. 'r') + redis.call('ZCARD', P .. 'd')
+      + redis.call('ZCARD', P .. 'c')
 end
 
 local function unindex(P, seq)

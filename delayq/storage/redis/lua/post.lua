@@ -1,22 +1,34 @@
 -- Post messages, creating the queue when needed.
 -- KEYS: queue state. ARGV: now, nonce for a new queue, reap budget, the metadata the
--- post was decided under ('' = unchecked), then per message: body, client, ttl, delay
--- (seconds). Returns {nonce, listed, then each message's seq name}, or
--- {METADATA_CHANGED}: the ids are nonce .. seq, named here once rather than again by
--- the driver.
+-- post was decided under ('' = unchecked), the message quota (0 = none), then per
+-- message: body, client, ttl, delay (seconds). Returns {nonce, listed, then each
+-- message's seq name}: the ids are nonce .. seq, named here once rather than again by
+-- the driver. Or {METADATA_CHANGED}; or {QUOTA_EXCEEDED, held, finished}: the post would
+-- take the queue past its quota of live messages and stored nothing, the queue holding
+-- *held* messages, of which none is expired when *finished* is 1 (else call again with
+-- a larger reap budget: expired messages not reaped yet still counted).
 local P = string.sub(KEYS[1], 1, -2)
 if not metadata_is(P, ARGV[4]) then
   return {METADATA_CHANGED}
 end
 local now = clock(ARGV[1])
+local count = (#ARGV - 5) / 4
+local quota = tonumber(ARGV[5])
+if quota > 0 and held(P) + count > quota then
+  -- Over, counting expired messages not reaped yet: reap (bounded), then count again.
+  local finished = reap(P, now, tonumber(ARGV[3]))
+  local messages = held(P)
+  if messages + count > quota then
+    return {QUOTA_EXCEEDED, messages, finished and 1 or 0}
+  end
+end
 ensure_queue(P, ARGV[2])
 local nonce = nonce_of(P)
-local count = (#ARGV - 4) / 4
 local last = redis.call('HINCRBY', P .. 's', 'seq', count)
 local first = last - count + 1
 local reply = {nonce, 0}
 for i = 0, count - 1 do
-  local at = 5 + i * 4
+  local at = 6 + i * 4
   local ttl, delay = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local m = {body = ARGV[at], client = ARGV[at + 1], created = now, ttl = ttl,
              due = now + delay_us(delay), expires = now + ttl * US, claim = 0,
