@@ -57,9 +57,26 @@ class Broker:
         return {**self._reserved_defaults, **metadata}
 
     def create_queue(self, project: str, name: str, metadata: Any) -> bool:
-        """Create a queue; False when it exists (its metadata is then left alone)."""
+        """Create a queue; False when it exists (its metadata is then left alone).
+
+        A queue that does not exist yet counts against ``max_queues_per_project``.
+        """
         checked = validation.queue_metadata(metadata, self.limits, name)
+        if self.quotas.max_queues_per_project and self.driver.get_queue(project, name) is None:
+            self._check_queue_quota(project)
         return self.driver.create_queue(project, name, checked)
+
+    def _check_queue_quota(self, project: str) -> None:
+        """Refuse (QuotaExceeded) a queue more when *project* has
+        ``max_queues_per_project`` queues or more.
+
+        Read before the creation, not in the same atomic step: requests creating
+        different queues of a project at the same time may each see room for one more.
+        """
+        limit = self.quotas.max_queues_per_project
+        held = self.driver.count_queues(project)
+        if held >= limit:
+            raise errors.QuotaExceeded.queues(held, limit)
 
     def queue_metadata(self, project: str, name: str) -> dict[str, Any]:
         metadata = self.driver.get_queue(project, name)
@@ -117,13 +134,16 @@ class Broker:
         request a level of ``yield from`` and a closure (docs/performance.md, "Fewer
         layers per request").
 
-        Quotas: ``max_messages_per_queue`` goes to the driver, which checks it in the
-        post's own step. With it 0 a post reads nothing more.
+        Quotas: a post that would create its queue counts against
+        ``max_queues_per_project``; ``max_messages_per_queue`` goes to the driver, which
+        checks it in the post's own step. With both 0 a post reads nothing more.
         """
         delays = self._own_delays(messages)
         message_quota = self.quotas.max_messages_per_queue
         for attempt in range(METADATA_ATTEMPTS):
             stored, token = self.driver.queue_for_write(project, queue)
+            if stored is None and self.quotas.max_queues_per_project:
+                self._check_queue_quota(project)
             metadata = self.with_reserved_defaults(stored or {})
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
@@ -180,8 +200,18 @@ class Broker:
 
     def redrive(self, project: str, queue: str, *, destination: str | None = None,
                 limit: int = validation.DEFAULT_REDRIVE) -> int:
-        """Send dead-lettered messages of *queue* back (``Driver.redrive``)."""
+        """Send dead-lettered messages of *queue* back (``Driver.redrive``).
+
+        A *destination* that does not exist counts against ``max_queues_per_project``
+        (refused, nothing moves). Without one, each message goes back to its source
+        queue, re-created if it was deleted since, whatever the quota: like a
+        dead-letter move, it returns messages to a queue of their own, and which queues
+        those are is known only inside the driver's moves.
+        """
         validation.redrive(queue, destination, limit)
+        if (destination is not None and self.quotas.max_queues_per_project
+                and self.driver.get_queue(project, destination) is None):
+            self._check_queue_quota(project)
         return self.driver.redrive(project, queue, destination=destination, limit=limit)
 
     def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
