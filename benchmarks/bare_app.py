@@ -3,7 +3,7 @@
 ``benchmarks/trivial_app.py`` measures what gunicorn, uvicorn and Falcon cost a request.
 This measures what the Redis work of delayq's post, claim and delete costs on top: each
 request makes the one ``EVALSHA`` delayq makes (the same Lua scripts, with the same
-arguments), over delayq's own script link (``delayq/storage/redis/link.py``), reads the
+arguments), over delayq's own Redis wire (``delayq/storage/redis/wire.py``), reads the
 JSON body and answers JSON of the same shape, both with delayq's encoder and decoder
 (``delayq/jsontext.py``). It skips everything else delayq does:
 validation (it trusts the benchmark's requests), the broker's rules, metrics, the 503
@@ -35,6 +35,7 @@ import msgpack
 from delayq import conf, jsontext
 from delayq.server import Server
 from delayq.storage.redis.driver import CLAIM_BUDGET, US, WRITE_REAP_BUDGET, Driver, new_nonce
+from delayq.storage.redis.wire import script_exchange
 
 PROJECT_HEADER = "X-Project-ID"
 CLIENT_HEADER = "Client-ID"
@@ -42,12 +43,12 @@ CLIENT_HEADER = "Client-ID"
 
 class Store:
     """delayq's Redis driver, for connecting, creating queues and registering scripts;
-    requests call its scripts directly over its link."""
+    requests call its scripts directly over its wire."""
 
     def __init__(self, uri: str, namespace: str) -> None:
         self.driver = Driver(uri, namespace=namespace)
         scripts = self.driver._scripts
-        self.link = scripts._link
+        self.wire = scripts._wire
         self.post = scripts.post.script
         self.claim = scripts.claim.script
         self.delete = scripts.delete.script
@@ -55,8 +56,9 @@ class Store:
 
     async def call(self, script, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        return await self.link.evalsha_on_loop(script.sha, script.script, [key], args,
-                                               script_reply)
+        reply = await self.wire.call_on_loop(script_exchange(script.sha, script.script,
+                                                             [key], args))
+        return reply[-1]
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:
         """The queue's state key and metadata token, read once per queue."""
@@ -65,10 +67,6 @@ class Store:
         if token is None:
             token = self.tokens[key] = self.driver.queue_for_write(project, name)[1] or b""
         return key, token
-
-
-def script_reply(reply: list) -> list:
-    return reply[-1]
 
 
 class Resource:
@@ -87,7 +85,8 @@ class Messages(Resource):
         key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
         client = req.get_header(CLIENT_HEADER).encode()
         document = jsontext.loads((await req.stream.readall()).decode())
-        args = ["", new_nonce(), WRITE_REAP_BUDGET, token]  # a nonce, in case it is new
+        # A nonce, in case the queue is new; no message quota.
+        args = ["", new_nonce(), WRITE_REAP_BUDGET, token, 0]
         for message in document["messages"]:
             args += [jsontext.dumps_compact(message["body"]), client,
                      message.get("ttl", 3600), message.get("delay", 0)]

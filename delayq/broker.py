@@ -1,6 +1,8 @@
 """The broker: delayq's rules, applied once for every storage driver.
 
-The API hands the broker checked input; the broker resolves what a request means (which
+Each method that reaches the driver is an operation (``delayq.operations``): called, it
+runs blocking; the API runs its steps where ``delayq.api.execution`` decides. The API
+hands the broker checked input; the broker resolves what a request means (which
 ttl, which delay, which dead-letter policy, which limits apply to this queue) and asks the
 driver to store or transition it. Time-critical decisions — is a message due, is it
 claimed, must it move to the dead-letter queue — are taken inside the driver's atomic
@@ -11,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from delayq import errors, metrics, steps, validation
+from delayq import errors, metrics, validation
 from delayq import queue as q
 from delayq.claim import Claim
 from delayq.message import NO_CHANGE, Message, NewMessage
-from delayq.queue import QueueStats
-from delayq.steps import Steps
+from delayq.operations import Steps, operation
+from delayq.queue import QueueCounts, QueueStats
 from delayq.storage.base import Driver
 from delayq.validation import Limits, MessageEdit, PostedMessage, Quotas
 
@@ -56,17 +58,19 @@ class Broker:
         """*metadata* with every reserved attribute present, defaults filled in."""
         return {**self._reserved_defaults, **metadata}
 
-    def create_queue(self, project: str, name: str, metadata: Any) -> bool:
+    @operation
+    def create_queue(self, project: str, name: str, metadata: Any) -> Steps[bool]:
         """Create a queue; False when it exists (its metadata is then left alone).
 
         A queue that does not exist yet counts against ``max_queues_per_project``.
         """
         checked = validation.queue_metadata(metadata, self.limits, name)
-        if self.quotas.max_queues_per_project and self.driver.get_queue(project, name) is None:
-            self._check_queue_quota(project)
-        return self.driver.create_queue(project, name, checked)
+        if (self.quotas.max_queues_per_project
+                and (yield from self.driver.get_queue.steps(project, name)) is None):
+            yield from self._check_queue_quota(project)
+        return (yield from self.driver.create_queue.steps(project, name, checked))
 
-    def _check_queue_quota(self, project: str) -> None:
+    def _check_queue_quota(self, project: str) -> Steps[None]:
         """Refuse (QuotaExceeded) a queue more when *project* has
         ``max_queues_per_project`` queues or more.
 
@@ -74,76 +78,88 @@ class Broker:
         different queues of a project at the same time may each see room for one more.
         """
         limit = self.quotas.max_queues_per_project
-        held = self.driver.count_queues(project)
+        held = yield from self.driver.count_queues.steps(project)
         if held >= limit:
             raise errors.QuotaExceeded.queues(held, limit)
 
-    def queue_metadata(self, project: str, name: str) -> dict[str, Any]:
-        metadata = self.driver.get_queue(project, name)
+    @operation
+    def queue_metadata(self, project: str, name: str) -> Steps[dict[str, Any]]:
+        metadata = yield from self.driver.get_queue.steps(project, name)
         if metadata is None:
             raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
         return self.with_reserved_defaults(metadata)
 
-    def patch_queue(self, project: str, name: str, operations: Any) -> dict[str, Any]:
+    @operation
+    def patch_queue(self, project: str, name: str, operations: Any
+                    ) -> Steps[dict[str, Any]]:
         """Apply a JSON patch to the queue's metadata; the whole result is re-checked."""
-        metadata = self.driver.get_queue(project, name)
+        metadata = yield from self.driver.get_queue.steps(project, name)
         if metadata is None:
             raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
         patched = apply_metadata_patch(metadata, operations)
         checked = validation.queue_metadata(patched, self.limits, name)
-        self.driver.set_queue_metadata(project, name, checked)
+        yield from self.driver.set_queue_metadata.steps(project, name, checked)
         return self.with_reserved_defaults(checked)
 
-    def delete_queue(self, project: str, name: str) -> None:
-        self.driver.delete_queue(project, name)
+    @operation
+    def delete_queue(self, project: str, name: str) -> Steps[None]:
+        yield from self.driver.delete_queue.steps(project, name)
 
-    def purge_queue(self, project: str, name: str) -> None:
-        self.driver.purge_queue(project, name)
+    @operation
+    def purge_queue(self, project: str, name: str) -> Steps[None]:
+        yield from self.driver.purge_queue.steps(project, name)
 
+    @operation
     def list_queues(self, project: str, marker: str | None, limit: int
-                    ) -> list[tuple[str, dict[str, Any]]]:
-        return [(name, self.with_reserved_defaults(metadata))
-                for name, metadata in self.driver.list_queues(project, marker, limit)]
+                    ) -> Steps[list[tuple[str, dict[str, Any]]]]:
+        listed = yield from self.driver.list_queues.steps(project, marker, limit)
+        return [(name, self.with_reserved_defaults(metadata)) for name, metadata in listed]
 
-    def count_queues(self, project: str) -> int:
-        return self.driver.count_queues(project)
+    @operation
+    def count_queues(self, project: str) -> Steps[int]:
+        return (yield from self.driver.count_queues.steps(project))
 
-    def stats(self, project: str, name: str) -> QueueStats:
-        return self.driver.queue_stats(project, name)
+    @operation
+    def stats(self, project: str, name: str) -> Steps[QueueStats]:
+        return (yield from self.driver.queue_stats.steps(project, name))
+
+    @operation
+    def queue_gauges(self, projects: list[str], per_project: int
+                     ) -> Steps[list[tuple[str, str, QueueCounts]]]:
+        """``(project, queue, counts)`` of the first *per_project* queues of each of
+        *projects*, by name: the /metrics gauges (``Driver.queue_counts``)."""
+        found = []
+        for project in projects:
+            listed = yield from self.driver.list_queues.steps(project, None, per_project)
+            for name, _ in listed:
+                counts = yield from self.driver.queue_counts.steps(project, name)
+                found.append((project, name, counts))
+        return found
 
     # Messages
 
+    @operation
     def post(self, project: str, queue: str, client_id: str, messages: list[PostedMessage],
-             size: int) -> list[str]:
+             size: int) -> Steps[list[str]]:
         """Store posted messages, each with its ttl and delay resolved for *queue*.
 
         *size* is the request body's length, checked against the queue's own
-        ``_max_messages_post_size``.
-        """
-        return steps.drive(self.post_steps(project, queue, client_id, messages, size))
-
-    def post_steps(self, project: str, queue: str, client_id: str,
-                   messages: list[PostedMessage], size: int) -> Steps[list[str]]:
-        """``post`` as steps (``delayq.steps``).
-
-        The ttl and delay of each message and the size limit come from the queue's
-        metadata as the driver last saw it (``Driver.queue_for_write``); the driver's
-        step refuses the post (MetadataChanged) when the stored metadata differs, and
-        the post is decided again, at most ``METADATA_ATTEMPTS`` times in all. The retry
-        loop is written out here and in ``claim_steps``: a generator around it cost each
-        request a level of ``yield from`` and a closure (docs/performance.md, "Fewer
-        layers per request").
+        ``_max_messages_post_size``. The ttl and delay of each message and the size
+        limit come from the queue's metadata as the driver last saw it
+        (``Driver.queue_for_write``); the driver's step refuses the post
+        (MetadataChanged) when the stored metadata differs, and the post is decided
+        again, at most ``METADATA_ATTEMPTS`` times in all.
 
         Quotas: a post that would create its queue counts against
         ``max_queues_per_project``; ``max_messages_per_queue`` goes to the driver, which
         checks it in the post's own step. With both 0 a post reads nothing more.
         """
-        delays = self._own_delays(messages)
+        delays = yield from self._own_delays(messages)
         message_quota = self.quotas.max_messages_per_queue
         for attempt in range(METADATA_ATTEMPTS):
-            stored, token = self.driver.queue_for_write(project, queue)
+            stored, token = yield from self.driver.queue_for_write.steps(project, queue)
             if stored is None and self.quotas.max_queues_per_project:
-                self._check_queue_quota(project)
+                yield from self._check_queue_quota(project)
             metadata = self.with_reserved_defaults(stored or {})
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
@@ -153,7 +169,7 @@ class Broker:
                            resolve_delay(queue_delay, delay))
                 for m, delay in zip(messages, delays, strict=True)]
             try:
-                ids = yield from self.driver.post_messages_steps(
+                ids = yield from self.driver.post_messages.steps(
                     project, queue, client_id, resolved, metadata_token=token,
                     message_quota=message_quota)
                 break
@@ -163,7 +179,7 @@ class Broker:
         self.counters.count(metrics.POSTED, len(ids))
         return ids
 
-    def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
+    def _own_delays(self, messages: list[PostedMessage]) -> Steps[list[float | None]]:
         """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
         on the backend's clock (read once, only when a message has one)."""
         for m in messages:  # a loop, not all(...): a post usually has one message
@@ -171,14 +187,15 @@ class Broker:
                 break
         else:
             return [m.delay for m in messages]
-        now = self.driver.now()
+        now = yield from self.driver.now.steps()
         return [m.delay if m.deliver_at is None else validation.delay_until(
                     m.deliver_at, now, self.limits.max_message_delay,
                     f"messages[{index}].deliver_at")
                 for index, m in enumerate(messages)]
 
+    @operation
     def edit_message(self, project: str, queue: str, message_id: str,
-                     edit: MessageEdit) -> Message:
+                     edit: MessageEdit) -> Steps[Message]:
         """Change the body and/or the remaining delay of a message no claim holds.
 
         The new body counts against the queue's ``_max_messages_post_size``. A delay
@@ -186,20 +203,23 @@ class Broker:
         resolved like a post's: a normal queue ignores it. The driver applies the rest
         in one atomic step (``Driver.edit_message``).
         """
-        metadata = self.with_reserved_defaults(self.driver.get_queue(project, queue) or {})
+        stored = yield from self.driver.get_queue.steps(project, queue)
+        metadata = self.with_reserved_defaults(stored or {})
         if edit.body is not NO_CHANGE:
             validation.body_size(edit.body, metadata[q.MAX_MESSAGES_POST_SIZE])
         delay: float | None = edit.delay
         if edit.deliver_at is not None:
-            delay = validation.delay_until(edit.deliver_at, self.driver.now(),
+            now = yield from self.driver.now.steps()
+            delay = validation.delay_until(edit.deliver_at, now,
                                            self.limits.max_message_delay, "deliver_at")
         if not is_delayed_queue(metadata[q.DEFAULT_MESSAGE_DELAY]):
             delay = None  # as for a post: the due time stays
-        return self.driver.edit_message(project, queue, message_id, body=edit.body,
-                                        delay=delay)
+        return (yield from self.driver.edit_message.steps(project, queue, message_id,
+                                                          body=edit.body, delay=delay))
 
+    @operation
     def redrive(self, project: str, queue: str, *, destination: str | None = None,
-                limit: int = validation.DEFAULT_REDRIVE) -> int:
+                limit: int = validation.DEFAULT_REDRIVE) -> Steps[int]:
         """Send dead-lettered messages of *queue* back (``Driver.redrive``).
 
         A *destination* that does not exist counts against ``max_queues_per_project``
@@ -210,62 +230,60 @@ class Broker:
         """
         validation.redrive(queue, destination, limit)
         if (destination is not None and self.quotas.max_queues_per_project
-                and self.driver.get_queue(project, destination) is None):
-            self._check_queue_quota(project)
-        return self.driver.redrive(project, queue, destination=destination, limit=limit)
+                and (yield from self.driver.get_queue.steps(project, destination)) is None):
+            yield from self._check_queue_quota(project)
+        return (yield from self.driver.redrive.steps(project, queue, destination=destination,
+                                                     limit=limit))
 
+    @operation
     def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
                       limit: int, echo: bool, include_claimed: bool,
-                      include_delayed: bool) -> tuple[list[Message], str | None]:
-        return self.driver.list_messages(
+                      include_delayed: bool) -> Steps[tuple[list[Message], str | None]]:
+        return (yield from self.driver.list_messages.steps(
             project, queue, marker=marker, limit=limit,
             exclude_client=None if echo else client_id,
-            include_claimed=include_claimed, include_delayed=include_delayed)
+            include_claimed=include_claimed, include_delayed=include_delayed))
 
-    def get_message(self, project: str, queue: str, message_id: str) -> Message:
-        found = self.driver.get_messages(project, queue, [message_id])
+    @operation
+    def get_message(self, project: str, queue: str, message_id: str) -> Steps[Message]:
+        found = yield from self.driver.get_messages.steps(project, queue, [message_id])
         if not found:
             raise errors.MessageNotFound(f"Message {message_id} does not exist.")
         return found[0]
 
-    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
-        return self.driver.get_messages(project, queue, ids)
+    @operation
+    def get_messages(self, project: str, queue: str, ids: list[str]
+                     ) -> Steps[list[Message]]:
+        return (yield from self.driver.get_messages.steps(project, queue, ids))
 
+    @operation
     def delete_message(self, project: str, queue: str, message_id: str,
-                       claim_id: str | None) -> None:
-        self.driver.delete_message(project, queue, message_id, claim_id)
+                       claim_id: str | None) -> Steps[None]:
+        yield from self.driver.delete_message.steps(project, queue, message_id, claim_id)
 
-    def delete_message_steps(self, project: str, queue: str, message_id: str,
-                             claim_id: str | None) -> Steps[None]:
-        """``delete_message`` as steps (``delayq.steps``)."""
-        return self.driver.delete_message_steps(project, queue, message_id, claim_id)
+    @operation
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> Steps[None]:
+        yield from self.driver.delete_messages.steps(project, queue, ids)
 
-    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
-        self.driver.delete_messages(project, queue, ids)
-
-    def pop(self, project: str, queue: str, limit: int) -> list[Message]:
-        popped = self.driver.pop_messages(project, queue, limit)
+    @operation
+    def pop(self, project: str, queue: str, limit: int) -> Steps[list[Message]]:
+        popped = yield from self.driver.pop_messages.steps(project, queue, limit)
         self.counters.count(metrics.CLAIMED, len(popped))
         return popped
 
     # Claims
 
+    @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int,
-              limit: int) -> Claim | None:
-        """Claim up to *limit* messages, dead-lettering by the queue's policy."""
-        return steps.drive(self.claim_steps(project, queue, ttl=ttl, grace=grace,
-                                            limit=limit))
-
-    def claim_steps(self, project: str, queue: str, *, ttl: int, grace: int,
-                    limit: int) -> Steps[Claim | None]:
-        """``claim`` as steps (``delayq.steps``), with the queue's dead-letter policy as
-        the driver last saw it: decided again as a post is (``post_steps``)."""
+              limit: int) -> Steps[Claim | None]:
+        """Claim up to *limit* messages, dead-lettering by the queue's policy as the
+        driver last saw it: decided again as a post is (``post``)."""
         for attempt in range(METADATA_ATTEMPTS):
-            metadata, token = self.driver.queue_for_write(project, queue)
+            metadata, token = yield from self.driver.queue_for_write.steps(project, queue)
             if metadata is None:
                 return None
             try:
-                claim = yield from self.driver.claim_steps(
+                claim = yield from self.driver.claim.steps(
                     project, queue, ttl=ttl, grace=grace, limit=limit,
                     dead_letter=q.dead_letter_policy(metadata), metadata_token=token)
                 break
@@ -276,21 +294,32 @@ class Broker:
             self.counters.count(metrics.CLAIMED, len(claim.messages))
         return claim
 
-    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        return self.driver.get_claim(project, queue, claim_id)
+    @operation
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Steps[Claim]:
+        return (yield from self.driver.get_claim.steps(project, queue, claim_id))
 
+    @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
-        self.driver.renew_claim(project, queue, claim_id, ttl, grace)
+                    grace: int) -> Steps[None]:
+        yield from self.driver.renew_claim.steps(project, queue, claim_id, ttl, grace)
 
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        self.driver.release_claim(project, queue, claim_id)
+    @operation
+    def release_claim(self, project: str, queue: str, claim_id: str) -> Steps[None]:
+        yield from self.driver.release_claim.steps(project, queue, claim_id)
 
-    # Waiting
+    # Long-poll claims
 
-    def available_in(self, project: str, queue: str) -> float | None:
+    @operation
+    def available_in(self, project: str, queue: str) -> Steps[float | None]:
         """Seconds until a claim on *queue* may find a message (``Driver.available_in``)."""
-        return self.driver.available_in(project, queue)
+        return (yield from self.driver.available_in.steps(project, queue))
+
+    # Service
+
+    @operation
+    def ping(self) -> Steps[bool]:
+        """Whether the store answers."""
+        return (yield from self.driver.ping.steps())
 
 
 def is_delayed_queue(queue_delay: int) -> bool:
@@ -324,12 +353,12 @@ def apply_metadata_patch(metadata: dict[str, Any], operations: Any) -> dict[str,
         raise errors.ValidationError("The patch must be a non-empty JSON array of "
                                      "operations.")
     patched = dict(metadata)
-    for index, operation in enumerate(operations):
+    for index, patch_op in enumerate(operations):
         where = f"patch[{index}]"
-        if not isinstance(operation, dict):
+        if not isinstance(patch_op, dict):
             raise errors.ValidationError(f"{where} must be a JSON object.")
-        op = operation.get("op")
-        path = operation.get("path")
+        op = patch_op.get("op")
+        path = patch_op.get("path")
         if op not in PATCH_OPS:
             raise errors.ValidationError(f"{where}.op must be one of {', '.join(PATCH_OPS)}; "
                                          f"got {op!r}.")
@@ -338,7 +367,7 @@ def apply_metadata_patch(metadata: dict[str, Any], operations: Any) -> dict[str,
             raise errors.ValidationError(f"{where}.path must be /metadata/<key>; got "
                                          f"{str(path)[:80]!r}.")
         key = path[len(PATCH_PREFIX):]
-        if op in ("add", "replace") and "value" not in operation:
+        if op in ("add", "replace") and "value" not in patch_op:
             raise errors.ValidationError(f"{where}.value is missing.")
         exists = key in patched or key in q.RESERVED_ATTRIBUTES
         if op != "add" and not exists:
@@ -347,5 +376,5 @@ def apply_metadata_patch(metadata: dict[str, Any], operations: Any) -> dict[str,
             if key not in q.RESERVED_ATTRIBUTES or key in metadata:
                 patched.pop(key, None)
         else:
-            patched[key] = operation["value"]
+            patched[key] = patch_op["value"]
     return patched

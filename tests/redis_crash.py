@@ -43,8 +43,7 @@ class SettlesLate(Driver):
 
     skipped = False
 
-    def _settle(self, project: str, queue: str) -> None:
-        if not self.skipped:
-            self.skipped = True
-            return
-        super()._settle(project, queue)
+    def _settle(self, project: str, queue: str):
+        if self.skipped:
+            yield from super()._settle(project, queue)
+        self.skipped = True

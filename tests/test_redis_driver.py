@@ -24,7 +24,7 @@ from delayq import errors, events
 from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
-from delayq.storage.redis.link import CLIENT_NAME
+from delayq.storage.redis.wire import CLIENT_NAME
 from delayq.validation import Limits, PostedMessage, Quotas
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS

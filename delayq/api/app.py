@@ -1,4 +1,4 @@
-"""The ASGI application: routes, error handling, and the broker behind them."""
+"""The ASGI application: routes, error handling, and what each resource is handed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from oslo_config import cfg
 from delayq import jsontext
 from delayq.api import auth, claims, errors, home, messages, queues, share
 from delayq.api import metrics as metrics_api
-from delayq.api.runner import Runner
-from delayq.api.waiting import Waiting
+from delayq.api.execution import Execution
+from delayq.api.longpoll import LongPoll
+from delayq.api.request import Request
 from delayq.broker import Broker
 from delayq.conf import SIGNED_URL_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
@@ -27,46 +28,57 @@ class _Shutdown:
     than once (as Falcon's test client does per request) keeps working.
     """
 
-    def __init__(self, run: Runner) -> None:
-        self.run = run
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
 
     async def process_shutdown(self, scope: dict, event: dict) -> None:
-        self.run.broker.driver.close()
+        self.driver.close()
 
 
 def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asgi.App:
     """The API over *driver*, or over the driver *conf* selects."""
     metrics = Metrics()
-    broker = Broker(driver or load_driver(conf), Limits.from_conf(conf), metrics,
-                    quotas=Quotas.from_conf(conf))
-    broker.driver.endings = metrics.count_endings
-    run = Runner(broker, mode=conf[WSGI_GROUP].storage_calls)
-    waiting = Waiting(run, poll_interval=conf[WSGI_GROUP].claim_wait_poll_interval)
-    middleware: list[object] = [metrics_api.RequestTimer(metrics), _Shutdown(run)]
-    authentication = auth.from_conf(conf, run)
+    if driver is None:
+        driver = load_driver(conf)
+    driver.endings = metrics.count_endings
+    limits = Limits.from_conf(conf)
+    broker = Broker(driver, limits, metrics, quotas=Quotas.from_conf(conf))
+    wsgi = conf[WSGI_GROUP]
+    execute = Execution(driver, mode=wsgi.storage_calls)
+    longpoll = LongPoll(broker, execute, poll_interval=wsgi.claim_wait_poll_interval)
+
+    middleware: list[object] = [metrics_api.RequestTimer(metrics), _Shutdown(driver)]
+    authentication = auth.from_conf(conf, execute)
     if authentication is not None:
         middleware.append(authentication)
-    app = falcon.asgi.App(request_type=metrics_api.Request, middleware=middleware)
+    app = falcon.asgi.App(request_type=Request, middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
         dumps=jsontext.response)
     errors.install(app)
 
+    on_messages = {"broker": broker, "limits": limits, "execute": execute,
+                   "longpoll": longpoll}
+    on_queues = {"broker": broker, "limits": limits, "execute": execute}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
-    app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(run, waiting))
-    app.add_route("/v2/queues/{name}/messages/{message_id}", messages.Message(run, waiting))
-    app.add_route("/v2/queues/{name}/claims", claims.ClaimCollection(run, waiting))
-    app.add_route("/v2/queues/{name}/claims/{claim_id}", claims.Claim(run, waiting))
-    app.add_route("/v2/queues", queues.QueueCollection(run))
-    app.add_route("/v2/queues/{name}", queues.Queue(run))
-    app.add_route("/v2/queues/{name}/stats", queues.QueueStats(run))
-    app.add_route("/v2/queues/{name}/purge", queues.QueuePurge(run))
-    app.add_route("/v2/queues/{name}/redrive", queues.QueueRedrive(run))
+    app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))
+    app.add_route("/v2/queues/{name}/messages/{message_id}",
+                  messages.MessageResource(**on_messages))
+    app.add_route("/v2/queues/{name}/claims", claims.ClaimCollection(**on_messages))
+    app.add_route("/v2/queues/{name}/claims/{claim_id}",
+                  claims.ClaimResource(**on_messages))
+    app.add_route("/v2/queues", queues.QueueCollection(**on_queues))
+    app.add_route("/v2/queues/{name}", queues.QueueResource(**on_queues))
+    app.add_route("/v2/queues/{name}/stats", queues.QueueStatsResource(**on_queues))
+    app.add_route("/v2/queues/{name}/purge", queues.QueuePurgeResource(**on_queues))
+    app.add_route("/v2/queues/{name}/redrive", queues.QueueRedriveResource(**on_queues))
     app.add_route("/v2/queues/{name}/share",
-                  share.QueueShare(conf[SIGNED_URL_GROUP].secret_key))
-    app.add_route("/v2", home.Home())
-    app.add_route("/v2/ping", home.Ping(run))
-    app.add_route("/v2/health", home.Health(run))
-    app.add_route(metrics_api.PATH, metrics_api.MetricsResource(run, metrics))
+                  share.QueueShareResource(conf[SIGNED_URL_GROUP].secret_key))
+    app.add_route("/v2", home.HomeResource())
+    app.add_route("/v2/ping", home.PingResource(broker=broker, execute=execute))
+    app.add_route("/v2/health", home.HealthResource(broker=broker, execute=execute,
+                                                    store=driver.name))
+    app.add_route(metrics_api.PATH, metrics_api.MetricsResource(
+        broker=broker, execute=execute, metrics=metrics))
     return app

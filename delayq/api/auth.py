@@ -37,8 +37,8 @@ from oslo_context import context
 
 from delayq import errors, signed_urls, validation
 from delayq.api import policy
+from delayq.api.execution import Execution
 from delayq.api.request import PROJECT_HEADER
-from delayq.api.runner import Runner
 from delayq.conf import KEYSTONE, SIGNED_URL_GROUP
 
 LOG = logging.getLogger(__name__)
@@ -53,14 +53,14 @@ IDENTITY_UNAVAILABLE = ("The identity service cannot be reached to check the tok
                         "again later.")
 
 
-def from_conf(conf: cfg.ConfigOpts, run: Runner) -> Authentication | None:
+def from_conf(conf: cfg.ConfigOpts, execute: Execution) -> Authentication | None:
     """The middleware *conf* asks for; None when it asks for neither a strategy nor
     signed URLs."""
     keystone = conf.auth_strategy == KEYSTONE
     secret_key = conf[SIGNED_URL_GROUP].secret_key
     if not keystone and not secret_key:
         return None
-    return Authentication(run, secret_key=secret_key,
+    return Authentication(execute, secret_key=secret_key,
                           tokens=KeystoneTokens(conf) if keystone else None,
                           rules=policy.Policy(conf) if keystone else None)
 
@@ -130,9 +130,9 @@ def _environ(token: str | None, service_token: str | None) -> dict[str, Any]:
 class Authentication:
     """Middleware: settles the request's project and checks the policy (module doc)."""
 
-    def __init__(self, run: Runner, *, secret_key: str | None,
+    def __init__(self, execute: Execution, *, secret_key: str | None,
                  tokens: KeystoneTokens | None, rules: policy.Policy | None) -> None:
-        self.run = run
+        self.execute = execute
         self.secret_key = secret_key
         self.tokens = tokens
         self.rules = rules
@@ -151,7 +151,7 @@ class Authentication:
         if (token is None and not in_project and rule is not None
                 and self.rules.allows(rule, ANONYMOUS, None)):
             return
-        credentials = await self.run.offload(self.tokens.credentials, token,
+        credentials = await self.execute.offload(self.tokens.credentials, token,
                                              req.get_header(SERVICE_TOKEN_HEADER))
         project = credentials.get("project_id")
         if in_project:

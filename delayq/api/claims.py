@@ -6,25 +6,34 @@ import falcon
 
 from delayq import jsontext, validation
 from delayq.api import request, views
-from delayq.api.runner import Runner
-from delayq.api.waiting import Waiting
+from delayq.api.execution import Execution
+from delayq.api.longpoll import LongPoll
+from delayq.broker import Broker
+from delayq.validation import Limits
 
 # Claim bodies are tiny ({"ttl", "grace"}); anything much larger is not a claim request.
 MAX_CLAIM_BODY = 4096
 
 
-class ClaimCollection:
-    """``/v2/queues/{name}/claims``"""
+class _ClaimResource:
+    """What every claim resource is given."""
 
-    def __init__(self, run: Runner, waiting: Waiting) -> None:
-        self.run = run
-        self.waiting = waiting
+    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
+                 longpoll: LongPoll) -> None:
+        self.broker = broker
+        self.limits = limits
+        self.execute = execute
+        self.longpoll = longpoll
+
+
+class ClaimCollection(_ClaimResource):
+    """``/v2/queues/{name}/claims``"""
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         request.client(req)
         validation.queue_name(name)
-        limits = self.run.broker.limits
+        limits = self.limits
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
                                          limits.max_messages_per_claim_or_pop,
                                          validation.DEFAULT_CLAIM_LIMIT)
@@ -33,14 +42,14 @@ class ClaimCollection:
                                            if_empty={})
         ttl, grace = validation.claim_options(document, limits)
 
-        def attempt():  # waiting.Attempt
+        def attempt():  # longpoll.Attempt
             # Made now and, when that finds nothing and the request waits, at each turn.
-            return self.run.steps(self.run.broker.claim_steps(project, name, ttl=ttl,
-                                                              grace=grace, limit=limit))
+            return self.execute(self.broker.claim, project, name, ttl=ttl, grace=grace,
+                                limit=limit)
 
         claim = await attempt()
         if claim is None and wait > 0:
-            claim = await self.waiting.claim_later(project, name, attempt, limit=limit,
+            claim = await self.longpoll.claim_later(project, name, attempt, limit=limit,
                                                    wait=wait)
         if claim is None:
             resp.status = falcon.HTTP_204
@@ -52,19 +61,15 @@ class ClaimCollection:
             {"messages": [views.message(name, m) for m in claim.messages]})
 
 
-class Claim:
+class ClaimResource(_ClaimResource):
     """``/v2/queues/{name}/claims/{claim_id}``"""
-
-    def __init__(self, run: Runner, waiting: Waiting) -> None:
-        self.run = run
-        self.waiting = waiting
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
                      claim_id: str) -> None:
         project = request.project(req)
         request.client(req)
         validation.queue_name(name)
-        claim = await self.run(self.run.broker.get_claim, project, name, claim_id)
+        claim = await self.execute(self.broker.get_claim, project, name, claim_id)
         resp.content_location = views.claim_href(name, claim_id)
         resp.media = views.claim(name, claim)
 
@@ -75,8 +80,8 @@ class Claim:
         validation.queue_name(name)
         document = await request.json_body(req, MAX_CLAIM_BODY, "claim update",
                                            if_empty={})
-        ttl, grace = validation.claim_options(document, self.run.broker.limits)
-        await self.run(self.run.broker.renew_claim, project, name, claim_id, ttl, grace)
+        ttl, grace = validation.claim_options(document, self.limits)
+        await self.execute(self.broker.renew_claim, project, name, claim_id, ttl, grace)
         resp.status = falcon.HTTP_204
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
@@ -84,6 +89,6 @@ class Claim:
         project = request.project(req)
         request.client(req)
         validation.queue_name(name)
-        await self.run(self.run.broker.release_claim, project, name, claim_id)
-        self.waiting.notify(project, name)
+        await self.execute(self.broker.release_claim, project, name, claim_id)
+        self.longpoll.notify(project, name)
         resp.status = falcon.HTTP_204

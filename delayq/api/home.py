@@ -5,7 +5,8 @@ from __future__ import annotations
 import falcon
 
 from delayq import jsontext
-from delayq.api.runner import Runner
+from delayq.api.execution import Execution
+from delayq.broker import Broker
 
 HOME_DOCUMENT = {
     "resources": {
@@ -37,7 +38,7 @@ HOME_DOCUMENT = {
 HOME_JSON = jsontext.response(HOME_DOCUMENT)
 
 
-class Home:
+class HomeResource:
     """``/v2``"""
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -46,31 +47,33 @@ class Home:
         resp.content_type = "application/json-home"
 
 
-class Ping:
+class PingResource:
     """``/v2/ping``: 204 while the storage backend answers, 503 otherwise."""
 
-    def __init__(self, run: Runner) -> None:
-        self.run = run
+    def __init__(self, *, broker: Broker, execute: Execution) -> None:
+        self.broker = broker
+        self.execute = execute
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        alive = await self.run(self.run.broker.driver.ping)
+        alive = await self.execute(self.broker.ping)
         resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503
 
     on_head = on_get
 
 
-class Health:
+class HealthResource:
     """``/v2/health``: whether the storage backend is reachable, and which it is."""
 
-    def __init__(self, run: Runner) -> None:
-        self.run = run
+    def __init__(self, *, broker: Broker, execute: Execution, store: str) -> None:
+        self.broker = broker
+        self.execute = execute
+        self.store = store
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        alive = await self.run(self.run.broker.driver.ping)
+        alive = await self.execute(self.broker.ping)
         resp.status = falcon.HTTP_200 if alive else falcon.HTTP_503
-        resp.media = {"storage_reachable": alive,
-                      "message_store": self.run.broker.driver.name}
+        resp.media = {"storage_reachable": alive, "message_store": self.store}
 
     async def on_head(self, req: falcon.Request, resp: falcon.Response) -> None:
-        alive = await self.run(self.run.broker.driver.ping)
+        alive = await self.execute(self.broker.ping)
         resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503

@@ -6,9 +6,11 @@ import falcon
 
 from delayq import jsontext, validation
 from delayq.api import request, views
-from delayq.api.runner import Runner
-from delayq.api.waiting import Waiting
+from delayq.api.execution import Execution
+from delayq.api.longpoll import LongPoll
+from delayq.broker import Broker
 from delayq.errors import MessageNotFound, ValidationError
+from delayq.validation import Limits
 
 # A message edit is a JSON object; both types say so (merge-patch: RFC 7396's own).
 EDIT_TYPES = ("application/json", "application/merge-patch+json")
@@ -16,24 +18,30 @@ EDIT_TYPES = ("application/json", "application/merge-patch+json")
 EDIT_OVERHEAD = 4096
 
 
-class MessageCollection:
-    """``/v2/queues/{name}/messages``"""
+class _MessageResource:
+    """What every message resource is given."""
 
-    def __init__(self, run: Runner, waiting: Waiting) -> None:
-        self.run = run
-        self.waiting = waiting
+    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
+                 longpoll: LongPoll) -> None:
+        self.broker = broker
+        self.limits = limits
+        self.execute = execute
+        self.longpoll = longpoll
+
+
+class MessageCollection(_MessageResource):
+    """``/v2/queues/{name}/messages``"""
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         client = request.client(req)
         validation.queue_name(name)
-        limits = self.run.broker.limits
+        limits = self.limits
         raw = await request.body(req, limits.max_messages_post_size, "message post")
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
-        ids = await self.run.steps(self.run.broker.post_steps(project, name, client, posted,
-                                                              len(raw)))
-        self.waiting.notify(project, name)
+        ids = await self.execute(self.broker.post, project, name, client, posted, len(raw))
+        self.longpoll.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location, document = views.posted(name, ids)
         resp.data = jsontext.response(document)  # resp.media's encoder, without its lookup
@@ -42,12 +50,12 @@ class MessageCollection:
         project = request.project(req)
         client = request.client(req)
         validation.queue_name(name)
-        limits = self.run.broker.limits
+        limits = self.limits
         details = validation.query_bool(req.get_param("details"), "details")
         ids = req.get_param_as_list("ids")
         if ids is not None:
             wanted = validation.message_ids(ids, limits)
-            found = await self.run(self.run.broker.get_messages, project, name, wanted)
+            found = await self.execute(self.broker.get_messages, project, name, wanted)
             if not found:
                 raise MessageNotFound(f"No messages with ids {', '.join(wanted)[:200]} in "
                                       f"queue {name}.")
@@ -61,8 +69,8 @@ class MessageCollection:
                                                 "include_claimed")
         include_delayed = validation.query_bool(req.get_param("include_delayed"),
                                                 "include_delayed")
-        messages, marker = await self.run(
-            self.run.broker.list_messages, project, name, client_id=client,
+        messages, marker = await self.execute(
+            self.broker.list_messages, project, name, client_id=client,
             marker=req.get_param("marker"), limit=limit, echo=echo,
             include_claimed=include_claimed, include_delayed=include_delayed)
         links = []
@@ -80,13 +88,13 @@ class MessageCollection:
         project = request.project(req)
         request.client(req)
         validation.queue_name(name)
-        limits = self.run.broker.limits
+        limits = self.limits
         ids = req.get_param_as_list("ids")
         pop = req.get_param("pop")
         if (ids is None) == (pop is None):
             raise ValidationError("DELETE on messages takes exactly one of ids or pop.")
         if ids is not None:
-            await self.run(self.run.broker.delete_messages, project, name,
+            await self.execute(self.broker.delete_messages, project, name,
                            validation.message_ids(ids, limits))
             resp.status = falcon.HTTP_204
             return
@@ -94,16 +102,12 @@ class MessageCollection:
             raise ValidationError("pop must be an integer: how many messages to pop.")
         count = validation.query_integer(pop, "pop", 1, limits.max_messages_per_claim_or_pop,
                                          1)
-        popped = await self.run(self.run.broker.pop, project, name, count)
+        popped = await self.execute(self.broker.pop, project, name, count)
         resp.media = {"messages": [views.message(name, m) for m in popped]}
 
 
-class Message:
+class MessageResource(_MessageResource):
     """``/v2/queues/{name}/messages/{message_id}``"""
-
-    def __init__(self, run: Runner, waiting: Waiting) -> None:
-        self.run = run
-        self.waiting = waiting
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
                      message_id: str) -> None:
@@ -111,7 +115,7 @@ class Message:
         request.client(req)
         validation.queue_name(name)
         details = validation.query_bool(req.get_param("details"), "details")
-        message = await self.run(self.run.broker.get_message, project, name, message_id)
+        message = await self.execute(self.broker.get_message, project, name, message_id)
         resp.media = views.message(name, message, details=details)
 
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
@@ -121,14 +125,14 @@ class Message:
         request.client(req)
         validation.queue_name(name)
         request.media_type(req, EDIT_TYPES, "Message PATCH")
-        limits = self.run.broker.limits
+        limits = self.limits
         document = await request.json_body(
             req, limits.max_messages_post_size + EDIT_OVERHEAD, "message edit")
         edit = validation.message_edit(document, limits)
-        message = await self.run(self.run.broker.edit_message, project, name, message_id,
+        message = await self.execute(self.broker.edit_message, project, name, message_id,
                                  edit)
         if not message.is_delayed:  # an edit may make a delayed message due now
-            self.waiting.notify(project, name)
+            self.longpoll.notify(project, name)
         resp.media = views.message(name, message, details=True)
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
@@ -137,6 +141,5 @@ class Message:
         request.client(req)
         validation.queue_name(name)
         claim_id = req.get_param("claim_id") or None
-        await self.run.steps(self.run.broker.delete_message_steps(project, name, message_id,
-                                                                  claim_id))
+        await self.execute(self.broker.delete_message, project, name, message_id, claim_id)
         resp.status = falcon.HTTP_204

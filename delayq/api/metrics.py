@@ -21,9 +21,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from delayq import validation
-from delayq.api.runner import Runner
+from delayq.api.execution import Execution
+from delayq.broker import Broker
 from delayq.errors import ValidationError
 from delayq.metrics import Metrics
+from delayq.queue import QueueCounts
 
 PATH = "/metrics"
 MAX_GAUGE_QUEUES = 1000
@@ -37,34 +39,13 @@ GAUGES = (("free", "delayq_queue_free_messages",
            "Messages whose delay has not passed yet."))
 
 
-class RequestContext(falcon.Context):
-    """``req.context``, stamped with the time Falcon built the request.
-
-    Stamped here rather than by a ``process_request`` middleware method, which Falcon
-    would await as a coroutine of its own on every request. ``project`` is the project
-    authentication settled (``delayq.api.auth``), None when the header names it.
-    """
-
-    project: str | None = None
-
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-
-
-class Request(falcon.asgi.Request):
-    """Falcon's request, with the time-stamped context."""
-
-    __slots__ = ()
-    context_type = RequestContext
-
-
 class RequestTimer:
     """Middleware: observes every request's latency, labelled by its route template.
 
     The template (``/v2/queues/{name}/messages``), not the path, keeps the number of
     series bounded; a request no route matched is labelled ``unmatched``. The app must
-    use ``Request`` (it holds the start time). The ASGI lifespan starts and stops the
-    batching of the counts (``Metrics.start``).
+    use ``delayq.api.request.Request`` (it holds the start time). The ASGI lifespan
+    starts and stops the batching of the counts (``Metrics.start``).
     """
 
     def __init__(self, metrics: Metrics) -> None:
@@ -87,22 +68,23 @@ class RequestTimer:
 class QueueGauges(Collector):
     """Free, claimed and delayed counts of the queues of some projects, read now."""
 
-    def __init__(self, counts: list[tuple[str, str, dict[str, int]]]) -> None:
+    def __init__(self, counts: list[tuple[str, str, QueueCounts]]) -> None:
         self.counts = counts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         for field, name, text in GAUGES:
             family = GaugeMetricFamily(name, text, labels=GAUGE_LABELS)
             for project, queue, counts in self.counts:
-                family.add_metric([project, queue], counts[field])
+                family.add_metric([project, queue], getattr(counts, field))
             yield family
 
 
 class MetricsResource:
     """``/metrics``: counters and latency of every worker, gauges of asked-for projects."""
 
-    def __init__(self, run: Runner, metrics: Metrics) -> None:
-        self.run = run
+    def __init__(self, *, broker: Broker, execute: Execution, metrics: Metrics) -> None:
+        self.broker = broker
+        self.execute = execute
         self.metrics = metrics
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -110,23 +92,12 @@ class MetricsResource:
         if len(projects) > MAX_GAUGE_PROJECTS:
             raise ValidationError(f"At most {MAX_GAUGE_PROJECTS} project parameters.")
         projects = [validation.project_id(p) for p in dict.fromkeys(projects)]
-        counts = await self.run(queue_counts, self.run, projects)
+        counts = await self.execute(self.broker.queue_gauges, projects, MAX_GAUGE_QUEUES)
         registry = self.metrics.scrape_registry()
-        text = await self.run(render, registry, QueueGauges(counts))
+        # Reading the workers' metric files blocks.
+        text = await self.execute.offload(render, registry, QueueGauges(counts))
         resp.data = text
         resp.content_type = CONTENT_TYPE_LATEST
-
-
-def queue_counts(run: Runner, projects: list[str]) -> list[tuple[str, str, dict[str, int]]]:
-    """``(project, queue, {free, claimed, delayed})`` of each project's first queues."""
-    broker = run.broker
-    out = []
-    for project in projects:
-        for name, _ in broker.driver.list_queues(project, None, MAX_GAUGE_QUEUES):
-            counts = broker.driver.queue_counts(project, name)
-            out.append((project, name, {"free": counts.free, "claimed": counts.claimed,
-                                        "delayed": counts.delayed}))
-    return out
 
 
 def render(registry: CollectorRegistry, gauges: QueueGauges) -> bytes:

@@ -6,8 +6,10 @@ import falcon
 
 from delayq import validation
 from delayq.api import request, views
-from delayq.api.runner import Runner
+from delayq.api.execution import Execution
+from delayq.broker import Broker
 from delayq.errors import ValidationError
+from delayq.validation import Limits
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 # delayq has no subscriptions; purging them is accepted and does nothing, as Zaqar
@@ -15,20 +17,26 @@ JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 PURGE_TYPES = ("messages", "subscriptions")
 
 
-class QueueCollection:
-    """``/v2/queues``"""
+class _QueueResource:
+    """What every queue resource is given."""
 
-    def __init__(self, run: Runner) -> None:
-        self.run = run
+    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution) -> None:
+        self.broker = broker
+        self.limits = limits
+        self.execute = execute
+
+
+class QueueCollection(_QueueResource):
+    """``/v2/queues``"""
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         project = request.project(req)
-        limits = self.run.broker.limits
+        limits = self.limits
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
                                          limits.max_queues_per_page, 10)
         marker = req.get_param("marker")
         detailed = validation.query_bool(req.get_param("detailed"), "detailed")
-        queues = await self.run(self.run.broker.list_queues, project, marker, limit)
+        queues = await self.execute(self.broker.list_queues, project, marker, limit)
         listed = []
         for name, metadata in queues:
             view = {"name": name, "href": views.queue_href(name)}
@@ -44,34 +52,31 @@ class QueueCollection:
                           "href": f"{views.V2}/queues{falcon.to_query_str(params)}"})
         resp.media = {"queues": listed, "links": links}
         if validation.query_bool(req.get_param("with_count"), "with_count"):
-            resp.media["count"] = await self.run(self.run.broker.count_queues, project)
+            resp.media["count"] = await self.execute(self.broker.count_queues, project)
 
 
-class Queue:
+class QueueResource(_QueueResource):
     """``/v2/queues/{name}``"""
-
-    def __init__(self, run: Runner) -> None:
-        self.run = run
 
     async def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        metadata = await request.json_body(req, self.run.broker.limits.max_queue_metadata,
+        metadata = await request.json_body(req, self.limits.max_queue_metadata,
                                            "queue metadata", if_empty={})
-        created = await self.run(self.run.broker.create_queue, project, name, metadata)
+        created = await self.execute(self.broker.create_queue, project, name, metadata)
         resp.status = falcon.HTTP_201 if created else falcon.HTTP_204
         resp.location = req.path
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        resp.media = await self.run(self.run.broker.queue_metadata, project, name)
+        resp.media = await self.execute(self.broker.queue_metadata, project, name)
 
     async def on_head(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         """204 when the queue exists, 404 otherwise (python-zaqarclient's exists())."""
         project = request.project(req)
         validation.queue_name(name)
-        await self.run(self.run.broker.queue_metadata, project, name)
+        await self.execute(self.broker.queue_metadata, project, name)
         resp.status = falcon.HTTP_204
 
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
@@ -79,40 +84,34 @@ class Queue:
         validation.queue_name(name)
         request.media_type(req, (JSON_PATCH,), "Queue PATCH")
         operations = await request.json_body(
-            req, self.run.broker.limits.max_queue_metadata, "patch")
-        resp.media = await self.run(self.run.broker.patch_queue, project, name, operations)
+            req, self.limits.max_queue_metadata, "patch")
+        resp.media = await self.execute(self.broker.patch_queue, project, name, operations)
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        await self.run(self.run.broker.delete_queue, project, name)
+        await self.execute(self.broker.delete_queue, project, name)
         resp.status = falcon.HTTP_204
 
 
-class QueueStats:
+class QueueStatsResource(_QueueResource):
     """``/v2/queues/{name}/stats``"""
-
-    def __init__(self, run: Runner) -> None:
-        self.run = run
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        stats = await self.run(self.run.broker.stats, project, name)
+        stats = await self.execute(self.broker.stats, project, name)
         resp.media = views.stats(name, stats)
 
 
-class QueuePurge:
+class QueuePurgeResource(_QueueResource):
     """``/v2/queues/{name}/purge``: delete every message (and claim) of the queue."""
-
-    def __init__(self, run: Runner) -> None:
-        self.run = run
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         document = await request.json_body(
-            req, self.run.broker.limits.max_queue_metadata, "purge request", if_empty={})
+            req, self.limits.max_queue_metadata, "purge request", if_empty={})
         if not isinstance(document, dict):
             raise ValidationError("The purge request must be a JSON object.")
         types = document.get("resource_types", ["messages"])
@@ -120,7 +119,7 @@ class QueuePurge:
             raise ValidationError("resource_types must be a list of "
                                   f"{' and '.join(PURGE_TYPES)}.")
         if "messages" in types:
-            await self.run(self.run.broker.purge_queue, project, name)
+            await self.execute(self.broker.purge_queue, project, name)
         resp.status = falcon.HTTP_204
 
 
@@ -128,11 +127,8 @@ class QueuePurge:
 MAX_REDRIVE_BODY = 4096
 
 
-class QueueRedrive:
+class QueueRedriveResource(_QueueResource):
     """``/v2/queues/{name}/redrive`` (delayq): send dead-lettered messages back."""
-
-    def __init__(self, run: Runner) -> None:
-        self.run = run
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
@@ -140,6 +136,6 @@ class QueueRedrive:
         document = await request.json_body(req, MAX_REDRIVE_BODY, "redrive request",
                                            if_empty={})
         destination, limit = validation.redrive_options(document)
-        moved = await self.run(self.run.broker.redrive, project, name,
+        moved = await self.execute(self.broker.redrive, project, name,
                                destination=destination, limit=limit)
         resp.media = {"moved": moved}

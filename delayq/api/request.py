@@ -1,17 +1,42 @@
-"""Reading requests: headers, query parameters and bounded JSON bodies."""
+"""Reading requests: the app's request type, headers, query parameters and bounded JSON
+bodies."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable
 from typing import Any
 
 import falcon
+import falcon.asgi
 
 from delayq import validation
 from delayq.errors import ValidationError
 
 PROJECT_HEADER = "X-Project-ID"
 CLIENT_HEADER = "Client-ID"
+
+
+class RequestContext(falcon.Context):
+    """``req.context``, stamped with the time Falcon built the request (for the latency
+    histogram, ``delayq.api.metrics.RequestTimer``).
+
+    Stamped here rather than by a ``process_request`` middleware method, which Falcon
+    would await as a coroutine of its own on every request. ``project`` is the project
+    authentication settled (``delayq.api.auth``), None when the header names it.
+    """
+
+    project: str | None = None
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+
+class Request(falcon.asgi.Request):
+    """Falcon's request, with delayq's context."""
+
+    __slots__ = ()
+    context_type = RequestContext
 
 
 def project(req: falcon.Request) -> str:

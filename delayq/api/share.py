@@ -16,7 +16,7 @@ SHARE_KEYS = ("paths", "methods", "expires")
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
-class QueueShare:
+class QueueShareResource:
     """``POST /v2/queues/{name}/share``: sign the queue's messages (or claims) for some
     methods until an expiry; answers Zaqar's document with the signature."""
 

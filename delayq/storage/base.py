@@ -6,12 +6,13 @@ dead-letter move), a renew, a release, a delete, a pop. It decides nothing else:
 defaults, delay resolution and validation live in ``delayq.validation`` and
 ``delayq.broker`` and reach the driver already applied.
 
-Drivers are synchronous; the API calls them where ``delayq.api.runner`` decides (on its
-event loop or in a thread pool). Every method is safe to call from several threads and
-from several processes sharing one backend. The hot operations (post, claim, delete one
-message) also exist as steps (``delayq.steps``), which a driver whose waits can be
-awaited (``waits_on_loop``) writes as the one copy of its code; the defaults here wrap
-the plain methods.
+Every method below but the audit reads is an operation (``delayq.operations``): an
+implementation decorates it with ``@operation``, and writes it as steps when its store
+calls can be awaited (``waits_on_loop``), else as a plain method. Called, an operation
+runs blocking; the API runs it where ``delayq.api.execution`` decides (awaited on its
+event loop, inline, or in a thread pool). Every method is safe to call from several
+threads and from several processes sharing one backend. The audit reads are plain
+methods, run blocking in the audits' own processes.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import steps
 from delayq.claim import Claim
 from delayq.events import Event
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
-from delayq.steps import Steps
 
 
 class Driver(abc.ABC):
@@ -41,12 +41,12 @@ class Driver(abc.ABC):
     reaps_on_write: bool = True
     # True when every call is a brief round trip or two to a nearby store (no fan-out, no
     # retry loop of its own), so the API may make it on its event loop instead of paying
-    # a thread hand-off (delayq.api.runner).
+    # a thread hand-off (delayq.api.execution).
     calls_are_brief: bool = False
-    # True when the driver's waits for its store are awaited on the event loop rather
-    # than blocking it (Redis's script calls): called under ``delayq.bridge.run``, and
-    # the steps of its hot operations under ``delayq.steps.on_loop``; the API's loop
-    # serves other requests meanwhile (delayq.api.runner).
+    # True when the driver's operations are steps whose store calls are awaited on the
+    # event loop rather than blocking it (Redis's script calls): the API runs them with
+    # ``delayq.operations.on_loop`` and its loop serves other requests meanwhile
+    # (delayq.api.execution).
     waits_on_loop: bool = False
     # Told, once a transition is stored, the kind of each message that left a queue by
     # it (deleted, popped, dead_lettered, expired: one kind per message), whether or not
@@ -85,7 +85,9 @@ class Driver(abc.ABC):
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         """The queue's stored metadata, or None when the queue does not exist."""
 
-    def queue_for_write(self, project: str, name: str) -> tuple[dict[str, Any] | None, Any]:
+    @operation
+    def queue_for_write(self, project: str, name: str
+                        ) -> Steps[tuple[dict[str, Any] | None, Any]]:
         """The queue's metadata (None when absent) for a post or claim that depends on
         it, and a token to pass that write as ``metadata_token``.
 
@@ -94,7 +96,7 @@ class Driver(abc.ABC):
         MetadataChanged if not. The dict may then be shared by concurrent calls: callers
         read it and never change it. This default reads the metadata and gives no token.
         """
-        return self.get_queue(project, name), None
+        return (yield from self.get_queue.steps(project, name)), None
 
     @abc.abstractmethod
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
@@ -121,13 +123,14 @@ class Driver(abc.ABC):
     def queue_stats(self, project: str, name: str) -> QueueStats:
         """Counts of the queue's live messages (zeros for an absent queue)."""
 
-    def queue_counts(self, project: str, name: str) -> QueueCounts:
+    @operation
+    def queue_counts(self, project: str, name: str) -> Steps[QueueCounts]:
         """The free, claimed and delayed counts of ``queue_stats``, for the /metrics
         gauges, read without scanning the queue where the driver can: O(log n) on
         SQLite (tallies) and Redis (sorted sets), O(1) in the messages on MongoDB and
         Swift (``delayq.tallies``). This default, ``queue_stats``'s cost, serves a
         driver that keeps no tallies."""
-        stats = self.queue_stats(project, name)
+        stats = yield from self.queue_stats.steps(project, name)
         return QueueCounts(free=stats.free, claimed=stats.claimed, delayed=stats.delayed)
 
     # Messages
@@ -145,13 +148,6 @@ class Driver(abc.ABC):
         atomic step when its backend has one, else against ``queue_counts`` right
         before the write (concurrent posts may then together pass it); 0 costs
         nothing."""
-
-    def post_messages_steps(self, project: str, queue: str, client_id: str,
-                            messages: list[NewMessage], *, metadata_token: Any = None,
-                            message_quota: int = 0) -> Steps[list[str]]:
-        """``post_messages`` as steps (``delayq.steps``); by default they wait inside."""
-        return steps.called(self.post_messages, project, queue, client_id, messages,
-                            metadata_token=metadata_token, message_quota=message_quota)
 
     @abc.abstractmethod
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
@@ -172,11 +168,6 @@ class Driver(abc.ABC):
         MessageNotClaimed when *claim_id* is given but no live claim holds the message,
         ClaimMismatch when another claim holds it. An absent message is not an error.
         """
-
-    def delete_message_steps(self, project: str, queue: str, message_id: str,
-                             claim_id: str | None) -> Steps[None]:
-        """``delete_message`` as steps (``delayq.steps``); by default they wait inside."""
-        return steps.called(self.delete_message, project, queue, message_id, claim_id)
 
     @abc.abstractmethod
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
@@ -238,13 +229,6 @@ class Driver(abc.ABC):
         *metadata_token*: see ``queue_for_write``.
         """
 
-    def claim_steps(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-                    dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-                    ) -> Steps[Claim | None]:
-        """``claim`` as steps (``delayq.steps``); by default they wait inside."""
-        return steps.called(self.claim, project, queue, ttl=ttl, grace=grace, limit=limit,
-                            dead_letter=dead_letter, metadata_token=metadata_token)
-
     @abc.abstractmethod
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         """The live claim with its messages; raises ClaimNotFound."""
@@ -258,7 +242,7 @@ class Driver(abc.ABC):
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         """Free the claim's messages at once; an absent claim is not an error."""
 
-    # Waiting (long-poll claims, delayq.api.waiting)
+    # Long-poll claims (delayq.api.longpoll)
 
     @abc.abstractmethod
     def available_in(self, project: str, queue: str) -> float | None:

@@ -1,4 +1,4 @@
-"""``Driver.available_in``, the hint long-poll claims wait on (delayq.api.waiting): when
+"""``Driver.available_in``, the hint long-poll claims wait on (delayq.api.longpoll): when
 a claim of the queue may next find a message, on every driver, to the backend's clock."""
 
 from __future__ import annotations

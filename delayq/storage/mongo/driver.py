@@ -89,6 +89,7 @@ from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
@@ -376,6 +377,7 @@ class Driver(base.Driver):
             return_document=ReturnDocument.AFTER)
         return s.ms(doc[s.CLOCK_TIME])
 
+    @operation
     def now(self) -> float:
         with unavailable_as_503():
             return s.to_ms(self._clock()) / 1000
@@ -383,6 +385,7 @@ class Driver(base.Driver):
     def _now_ms(self) -> int:
         return s.to_ms(self._clock())
 
+    @operation
     def ping(self) -> bool:
         try:
             self._client.admin.command("ping")
@@ -502,6 +505,7 @@ class Driver(base.Driver):
                 return False
         return True
 
+    @operation
     @backend_call
     def reap(self) -> None:
         """Remove every expired message of every queue, oldest expiry first, in batches
@@ -537,6 +541,7 @@ class Driver(base.Driver):
 
     # Queues
 
+    @operation
     @backend_call
     def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
         try:
@@ -547,12 +552,14 @@ class Driver(base.Driver):
             return False
         return True
 
+    @operation
     @backend_call
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         doc = self._queues.find_one({s.PROJECT: project, s.QUEUE: name},
                                     {s.METADATA: 1, s.ID: 0})
         return json.loads(doc[s.METADATA]) if doc else None
 
+    @operation
     @backend_call
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
         result = self._queues.update_one({s.PROJECT: project, s.QUEUE: name},
@@ -560,6 +567,7 @@ class Driver(base.Driver):
         if result.matched_count == 0:
             raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
 
+    @operation
     @backend_call
     def delete_queue(self, project: str, name: str) -> None:
         now = self._now_ms()
@@ -574,6 +582,7 @@ class Driver(base.Driver):
         if existed or gone:  # deleting an absent queue changes nothing
             self._purged(project, name, now)
 
+    @operation
     @backend_call
     def purge_queue(self, project: str, name: str) -> None:
         now = self._now_ms()
@@ -586,6 +595,7 @@ class Driver(base.Driver):
         if self._events.enabled and (gone or self._queues.find_one(where, {s.ID: 1})):
             self._purged(project, name, now)
 
+    @operation
     @backend_call
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:
@@ -594,10 +604,12 @@ class Driver(base.Driver):
             {s.QUEUE: 1, s.METADATA: 1, s.ID: 0}).sort(s.QUEUE, pymongo.ASCENDING).limit(limit)
         return [(doc[s.QUEUE], json.loads(doc[s.METADATA])) for doc in cursor]
 
+    @operation
     @backend_call
     def count_queues(self, project: str) -> int:
         return self._queues.count_documents({s.PROJECT: project})
 
+    @operation
     @backend_call
     def queue_stats(self, project: str, name: str) -> QueueStats:
         now = self._now_ms()
@@ -615,6 +627,7 @@ class Driver(base.Driver):
         return QueueStats(free=max(0, total - delayed - claimed), claimed=claimed,
                           delayed=delayed, oldest=ends[0], newest=ends[1])
 
+    @operation
     @backend_call
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """From the tallies (``tallying``): one read of at most ``tallies.LEVELS``
@@ -648,6 +661,7 @@ class Driver(base.Driver):
 
     # Messages
 
+    @operation
     @backend_call
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
@@ -692,6 +706,7 @@ class Driver(base.Driver):
         if held.total + posted > quota:
             raise errors.QuotaExceeded.messages(queue, held.total, posted, quota)
 
+    @operation
     @backend_call
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
@@ -711,6 +726,7 @@ class Driver(base.Driver):
         next_marker = str(docs[-1][s.SEQ]) if docs else None
         return [s.message(doc, now) for doc in docs], next_marker
 
+    @operation
     @backend_call
     def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         now = self._now_ms()
@@ -719,6 +735,7 @@ class Driver(base.Driver):
              s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)}}).sort(s.POST_ORDER)
         return [s.message(doc, now) for doc in docs]
 
+    @operation
     @backend_call
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
@@ -753,6 +770,7 @@ class Driver(base.Driver):
                     self._record([self._deleted(project, queue, now, deleted)])
                     return
 
+    @operation
     @backend_call
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         now = self._now_ms()
@@ -785,6 +803,7 @@ class Driver(base.Driver):
             changes.add(queue, doc, None)
         self._tally(project, changes)
 
+    @operation
     @backend_call
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         now = self._now_ms()
@@ -805,6 +824,7 @@ class Driver(base.Driver):
             for doc in taken if doc[s.ID] in gone])
         return [s.message(doc, now) for doc in taken]
 
+    @operation
     @backend_call
     def edit_message(self, project: str, queue: str, message_id: str, *,
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
@@ -848,6 +868,7 @@ class Driver(base.Driver):
                 raise errors.MessageHeld.editing(message_id)
             # Its claim expired between the two reads: edit it now.
 
+    @operation
     @backend_call
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> int:
@@ -1040,6 +1061,7 @@ class Driver(base.Driver):
                      s.EXPIRES: s.date(move.expires)},
             "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}})
 
+    @operation
     @backend_call
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
@@ -1093,6 +1115,7 @@ class Driver(base.Driver):
         return {s.CLAIM: claim_id, s.PROJECT: project, s.QUEUE: queue,
                 s.CLAIM_EXPIRES: {"$gt": s.date(now)}, s.EXPIRES: {"$gt": s.date(now)}}
 
+    @operation
     @backend_call
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         now = self._now_ms()
@@ -1103,6 +1126,7 @@ class Driver(base.Driver):
                      created=s.ms(doc[s.CREATED]) / 1000, expires=s.ms(doc[s.EXPIRES]) / 1000,
                      as_of=now / 1000, messages=[s.message(m, now) for m in messages])
 
+    @operation
     @backend_call
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> None:
@@ -1139,6 +1163,7 @@ class Driver(base.Driver):
                  for where, update in updates)
         return [doc for doc in found if doc is not None]
 
+    @operation
     @backend_call
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         now = self._now_ms()
@@ -1158,8 +1183,9 @@ class Driver(base.Driver):
         self._claims.delete_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
                                  s.QUEUE: queue})
 
-    # Waiting
+    # Long-poll claims
 
+    @operation
     @backend_call
     def available_in(self, project: str, queue: str) -> float | None:
         # Covered by the claimable index: its first key of the queue, no document read.

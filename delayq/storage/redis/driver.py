@@ -8,7 +8,7 @@ Each queue's keys share one hash tag, hence one cluster slot. A message is in ex
 of three sorted sets — free (by availability), delayed (by due time), claimed (by claim
 expiry) — so a claim reads the head of each and costs O(log n + limit) however many
 messages are delayed or claimed. Records live in hashes of 64 consecutive messages, which
-Redis stores as compact listpacks; ``docs/operator-guide.md`` has the sizing figures.
+Redis stores as compact listpacks; ``docs/redis.md`` has the sizing figures.
 
 A dead-letter move to a queue in the same slot (always, on a single server) happens inside
 the claim script. A move to another cluster slot goes through the source queue's outbox:
@@ -40,18 +40,18 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from delayq import errors, events, jsontext, steps
+from delayq import errors, events, jsontext
 from delayq.claim import Claim, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueStats
-from delayq.steps import Steps
 from delayq.storage import base
 from delayq.storage.reaper import Reaper
 from delayq.storage.redis import persistence
-from delayq.storage.redis.link import ScriptLink
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import METADATA_CHANGED, QUOTA_EXCEEDED, Scripts
+from delayq.storage.redis.wire import Wire
 
 LOG = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class Driver(base.Driver):
                  events_settings: events.Settings = events.ON) -> None:
         # A malformed URI stops the server at start, not at each request.
         seeds = parse_uri(uri)[3]
-        # Script calls to a single server wait on the event loop (link.py); a cluster's
+        # Script calls to a single server wait on the event loop (wire.py); a cluster's
         # go through redis-py and block. Known once connected; until then, by the seeds.
         self.waits_on_loop = len(seeds) == 1
         self._uri = uri
@@ -301,10 +301,10 @@ class Driver(base.Driver):
                 try:
                     with unavailable_as_503():
                         client, clustered = connect(self._uri, **self._connect_options)
-                        link = None if clustered else ScriptLink(client.connection_pool)
-                        # Late-bound: the app sets ``endings`` after the driver is built.
+                        wire = None if clustered else Wire(client.connection_pool)
+                        # Read at each call: tests hand a driver a list to count into.
                         scripts = Scripts(client, self._events.retention,
-                                          lambda kinds: self.endings(kinds), link)
+                                          lambda kinds: self.endings(kinds), wire)
                         scripts.load(client)
                         persistence.check(client)
                 except errors.StorageUnavailable as exc:
@@ -367,6 +367,7 @@ class Driver(base.Driver):
 
     # Connection
 
+    @operation
     def now(self) -> float:
         if self._clock is not None:
             return self._clock()
@@ -377,6 +378,7 @@ class Driver(base.Driver):
         seconds, micros = reply
         return seconds + micros / US
 
+    @operation
     def ping(self) -> bool:
         try:
             return bool(self._client.ping())
@@ -424,31 +426,32 @@ class Driver(base.Driver):
 
     # The project catalogue (one slot per project) lists its queues for GET /v2/queues.
 
-    def _list_queue(self, project: str, name: str) -> None:
+    def _list_queue(self, project: str, name: str) -> Steps[None]:
         """Add a queue to its project's catalogue, then mark it listed."""
-        steps.drive(self._list_queue_steps(project, name))
-
-    def _list_queue_steps(self, project: str, name: str) -> Steps[None]:
         scripts = self._scripts
-        yield scripts.commands, "ZADD", self._catalogue_key(project), 0, name
-        yield scripts.commands, "SADD", self._projects_key(), project
-        yield scripts.queue_update, [self.queue_key(project, name)], ["listed", "1"]
+        yield scripts.commands.call("ZADD", self._catalogue_key(project), 0, name)
+        yield scripts.commands.call("SADD", self._projects_key(), project)
+        yield scripts.queue_update.call([self.queue_key(project, name)], ["listed", "1"])
 
     # Queues
 
-    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+    @operation
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any]
+                     ) -> Steps[bool]:
         with unavailable_as_503():
-            created, _listed = self._scripts.queue_create(
-                keys=[self.queue_key(project, name)], args=[json.dumps(metadata), new_nonce()])
+            created, _listed = yield self._scripts.queue_create.call(
+                [self.queue_key(project, name)], [json.dumps(metadata), new_nonce()])
             # Always: this also repairs a queue a crashed delete left out of the listing.
-            self._list_queue(project, name)
+            yield from self._list_queue(project, name)
         return bool(created)
 
+    @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         with unavailable_as_503():
             raw = self._client.hget(self.queue_key(project, name), "meta")
         return json.loads(raw) if raw is not None else None
 
+    @operation
     def queue_for_write(self, project: str, name: str) -> tuple[dict[str, Any] | None, Any]:
         """From this process's cache when it has the queue: the post or claim script
         compares the token (the metadata as read) with the stored metadata, so a post
@@ -470,33 +473,38 @@ class Driver(base.Driver):
         return errors.MetadataChanged("The queue's metadata changed during the request.",
                                       store=NAME)
 
-    def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
+    @operation
+    def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]
+                           ) -> Steps[None]:
         self._metadata.pop(self.queue_key(project, name), None)
         with unavailable_as_503():
-            done = self._scripts.queue_update(keys=[self.queue_key(project, name)],
-                                              args=["meta", json.dumps(metadata)])
+            done = yield self._scripts.queue_update.call([self.queue_key(project, name)],
+                                                         ["meta", json.dumps(metadata)])
         if not done:
             raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
 
-    def delete_queue(self, project: str, name: str) -> None:
+    @operation
+    def delete_queue(self, project: str, name: str) -> Steps[None]:
         self._metadata.pop(self.queue_key(project, name), None)
         with unavailable_as_503():
             # Unlist first: a post racing the delete then either lands before the drop
             # (and goes with it) or re-creates and re-lists the queue.
             self._client.zrem(self._catalogue_key(project), name)
-            self._drop(project, name, "delete")
+            yield from self._drop(project, name, "delete")
 
-    def purge_queue(self, project: str, name: str) -> None:
+    @operation
+    def purge_queue(self, project: str, name: str) -> Steps[None]:
         with unavailable_as_503():
-            self._drop(project, name, "purge")
+            yield from self._drop(project, name, "purge")
 
-    def _drop(self, project: str, name: str, how: str) -> None:
+    def _drop(self, project: str, name: str, how: str) -> Steps[None]:
         """Empty (or delete) a queue; dead-letter moves it started still complete."""
-        self._settle(project, name)
-        if self._scripts.queue_drop(keys=[self.queue_key(project, name)],
-                                    args=[how, self._now_arg()]):
-            self._settle(project, name)  # moves a concurrent claim made meanwhile
+        yield from self._settle(project, name)
+        if (yield self._scripts.queue_drop.call([self.queue_key(project, name)],
+                                                [how, self._now_arg()])):
+            yield from self._settle(project, name)  # a concurrent claim's moves
 
+    @operation
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:
         found: list[tuple[str, dict[str, Any]]] = []
@@ -517,21 +525,23 @@ class Driver(base.Driver):
                 start = f"({names[-1].decode()}"
         return found
 
+    @operation
     def count_queues(self, project: str) -> int:
         with unavailable_as_503():
             return self._client.zcard(self._catalogue_key(project))
 
-    def queue_stats(self, project: str, name: str) -> QueueStats:
+    @operation
+    def queue_stats(self, project: str, name: str) -> Steps[QueueStats]:
         key = self.queue_key(project, name)
         with unavailable_as_503():
             while True:
-                reply = self._scripts.stats(keys=[key],
-                                            args=[self._now_arg(), READ_REAP_BUDGET])
+                reply = yield self._scripts.stats.call([key],
+                                                       [self._now_arg(), READ_REAP_BUDGET])
                 if not reply[0]:
                     continue
                 nonce, as_of, outbox, free, claimed, delayed = reply[1:7]
                 if outbox:
-                    self._settle(project, name)
+                    yield from self._settle(project, name)
                     continue
                 break
         edges = self._messages(nonce, reply[7:], as_of)
@@ -541,16 +551,10 @@ class Driver(base.Driver):
 
     # Messages
 
+    @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0) -> list[str]:
-        return steps.drive(self.post_messages_steps(project, queue, client_id, messages,
-                                                    metadata_token=metadata_token,
-                                                    message_quota=message_quota))
-
-    def post_messages_steps(self, project: str, queue: str, client_id: str,
-                            messages: list[NewMessage], *, metadata_token: Any = None,
-                            message_quota: int = 0) -> Steps[list[str]]:
+                      message_quota: int = 0) -> Steps[list[str]]:
         """The message quota is checked in the post script, exactly: a queue's sorted
         sets hold each of its messages once, and the script reaps the expired ones
         before it refuses (``_quota_refusal``)."""
@@ -562,19 +566,19 @@ class Driver(base.Driver):
             # No spaces; ASCII escapes keep lone surrogates (valid JSON, not UTF-8).
             body = jsontext.dumps_compact(m.body)
             args += [body, client, m.ttl, m.delay]
-        try:  # unavailable_as_503(), written out (see there)
-            reply = yield self._scripts.post, [key], args
+        try:  # unavailable_as_503(), without its calls on the path of every post
+            reply = yield self._scripts.post.call([key], args)
             if reply[0] == METADATA_CHANGED:
                 raise self._metadata_changed(key)
             while message_quota and reply[0] == QUOTA_EXCEEDED:
                 self._quota_refusal(queue, reply, len(messages), message_quota)
                 # Expired messages not reaped yet were counted: reap more, then again.
                 args[2] = READ_REAP_BUDGET
-                reply = yield self._scripts.post, [key], args
+                reply = yield self._scripts.post.call([key], args)
                 if reply[0] == METADATA_CHANGED:
                     raise self._metadata_changed(key)
             if not reply[1]:  # the queue is not in its project's catalogue yet
-                yield from self._list_queue_steps(project, queue)
+                yield from self._list_queue(project, queue)
         except Exception as exc:
             raise_unavailable(exc)
             raise
@@ -589,9 +593,10 @@ class Driver(base.Driver):
         if finished:
             raise errors.QuotaExceeded.messages(queue, held, posted, quota)
 
+    @operation
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
-                      include_delayed: bool) -> tuple[list[Message], str | None]:
+                      include_delayed: bool) -> Steps[tuple[list[Message], str | None]]:
         after = marker or ""
         if after and (len(after) != SEQ_LENGTH or after.strip(DIGITS)):
             raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
@@ -601,12 +606,12 @@ class Driver(base.Driver):
         next_marker = None
         with unavailable_as_503():
             while len(page) < limit:
-                reply = self._scripts.list(keys=[key], args=[
+                reply = yield self._scripts.list.call([key], [
                     self._now_arg(), after, limit - len(page), int(include_claimed),
                     int(include_delayed), exclude, LIST_BUDGET])
                 nonce, as_of, outbox, status, last = reply[:5]
                 if outbox:
-                    self._settle(project, queue)
+                    yield from self._settle(project, queue)
                 if len(reply) > 5:
                     page += self._messages(nonce, reply[5:], as_of)
                     # The marker is a position in this queue, not an id: a moved message
@@ -617,53 +622,55 @@ class Driver(base.Driver):
                 after = last.decode()
         return page, next_marker
 
-    def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
+    @operation
+    def get_messages(self, project: str, queue: str, ids: list[str]) -> Steps[list[Message]]:
         key = self.queue_key(project, queue)
         with unavailable_as_503():
-            reply = self._scripts.get(keys=[key], args=[self._now_arg(), *ids])
+            reply = yield self._scripts.get.call([key], [self._now_arg(), *ids])
             if reply[2]:
-                self._settle(project, queue)
-                reply = self._scripts.get(keys=[key], args=[self._now_arg(), *ids])
+                yield from self._settle(project, queue)
+                reply = yield self._scripts.get.call([key], [self._now_arg(), *ids])
         return self._messages(reply[0], reply[3:], reply[1])
 
+    @operation
     def delete_message(self, project: str, queue: str, message_id: str,
-                       claim_id: str | None) -> None:
-        steps.drive(self.delete_message_steps(project, queue, message_id, claim_id))
-
-    def delete_message_steps(self, project: str, queue: str, message_id: str,
-                             claim_id: str | None) -> Steps[None]:
-        try:  # unavailable_as_503(), written out (see there)
-            code = yield (self._scripts.delete, [self.queue_key(project, queue)],
-                          [self._now_arg(), message_id, claim_id or ""])
+                       claim_id: str | None) -> Steps[None]:
+        try:  # unavailable_as_503(), without its calls on the path of every delete
+            code = yield self._scripts.delete.call([self.queue_key(project, queue)],
+                                                   [self._now_arg(), message_id,
+                                                    claim_id or ""])
         except Exception as exc:
             raise_unavailable(exc)
             raise
         refuse_delete(code, message_id, claim_id)
 
-    def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
+    @operation
+    def delete_messages(self, project: str, queue: str, ids: list[str]) -> Steps[None]:
         with unavailable_as_503():
-            self._scripts.delete_many(keys=[self.queue_key(project, queue)],
-                                      args=[self._now_arg(), *ids])
+            yield self._scripts.delete_many.call([self.queue_key(project, queue)],
+                                                 [self._now_arg(), *ids])
 
-    def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
+    @operation
+    def pop_messages(self, project: str, queue: str, limit: int) -> Steps[list[Message]]:
         key = self.queue_key(project, queue)
         with unavailable_as_503():
             while True:
-                reply = self._scripts.pop(keys=[key],
-                                          args=[self._now_arg(), limit, CLAIM_BUDGET])
+                reply = yield self._scripts.pop.call([key],
+                                                     [self._now_arg(), limit, CLAIM_BUDGET])
                 nonce, as_of, more = reply[:3]
                 if len(reply) > 3 or not more:
                     return self._messages(nonce, reply[3:], as_of)
 
+    @operation
     def edit_message(self, project: str, queue: str, message_id: str, *,
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
-                     ) -> Message:
+                     ) -> Steps[Message]:
         # ASCII escapes, as in a post; '' (never valid JSON) means "unchanged".
         text = "" if body is NO_CHANGE else jsontext.dumps_compact(body)
         with unavailable_as_503():
-            reply = self._scripts.edit(
-                keys=[self.queue_key(project, queue)],
-                args=[self._now_arg(), message_id, text, "" if delay is None else repr(delay)])
+            reply = yield self._scripts.edit.call(
+                [self.queue_key(project, queue)],
+                [self._now_arg(), message_id, text, "" if delay is None else repr(delay)])
         if reply[0] == 1:
             raise errors.MessageNotFound(f"Message {message_id} does not exist.")
         if reply[0] == 2:
@@ -671,34 +678,29 @@ class Driver(base.Driver):
         nonce, as_of, seq, raw = reply[1:]
         return self._message(nonce, seq, raw, as_of)
 
+    @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
-                limit: int) -> int:
+                limit: int) -> Steps[int]:
         with unavailable_as_503():
-            moved, outbox = self._scripts.redrive(
-                keys=[self.queue_key(project, queue)],
-                args=[self._now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
-                      WRITE_REAP_BUDGET])
+            moved, outbox = yield self._scripts.redrive.call(
+                [self.queue_key(project, queue)],
+                [self._now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
+                 WRITE_REAP_BUDGET])
             if outbox:
-                self._settle(project, queue)
+                yield from self._settle(project, queue)
         return moved
 
     # Claims
 
+    @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Claim | None:
-        return steps.drive(self.claim_steps(project, queue, ttl=ttl, grace=grace,
-                                            limit=limit, dead_letter=dead_letter,
-                                            metadata_token=metadata_token))
-
-    def claim_steps(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-                    dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-                    ) -> Steps[Claim | None]:
+              ) -> Steps[Claim | None]:
         key = self.queue_key(project, queue)
         keys = [key]
         policy = ["", "", ""]
         target_nonce = ""  # only a dead-letter queue in this slot can be created here
-        try:  # unavailable_as_503(), written out (see there)
+        try:  # unavailable_as_503(), without its calls on the path of every claim
             if dead_letter is not None:
                 target = self.queue_key(project, dead_letter.queue)
                 if self.same_slot(key, target):
@@ -707,16 +709,16 @@ class Driver(base.Driver):
                 ttl_arg = "" if dead_letter.messages_ttl is None else dead_letter.messages_ttl
                 policy = [dead_letter.max_claim_count, dead_letter.queue, ttl_arg]
             while True:
-                reply = yield self._scripts.claim, keys, [
+                reply = yield self._scripts.claim.call(keys, [
                     self._now_arg(), ttl, grace, limit, *policy, target_nonce, CLAIM_BUDGET,
-                    queue, WRITE_REAP_BUDGET, metadata_token or ""]
+                    queue, WRITE_REAP_BUDGET, metadata_token or ""])
                 if reply[0] == METADATA_CHANGED:
                     raise self._metadata_changed(key)
                 nonce, as_of, number, more, unlisted, outbox = reply[:6]
                 if unlisted:
-                    yield from self._list_queue_steps(project, dead_letter.queue)
+                    yield from self._list_queue(project, dead_letter.queue)
                 if outbox:
-                    self._settle(project, queue)
+                    yield from self._settle(project, queue)
                 if number or not more:
                     break
         except Exception as exc:
@@ -728,10 +730,11 @@ class Driver(base.Driver):
                      created=as_of / US, expires=(as_of + ttl * US) / US, as_of=as_of / US,
                      messages=self._messages(nonce, reply[6:], as_of))
 
-    def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+    @operation
+    def get_claim(self, project: str, queue: str, claim_id: str) -> Steps[Claim]:
         with unavailable_as_503():
-            reply = self._scripts.claim_get(keys=[self.queue_key(project, queue)],
-                                            args=[self._now_arg(), claim_id])
+            reply = yield self._scripts.claim_get.call([self.queue_key(project, queue)],
+                                                       [self._now_arg(), claim_id])
         if len(reply) == 2:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
         nonce, as_of, ttl, grace, created, expires = reply[:6]
@@ -739,30 +742,33 @@ class Driver(base.Driver):
                      expires=expires / US, as_of=as_of / US,
                      messages=self._messages(nonce, reply[6:], as_of))
 
+    @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
+                    grace: int) -> Steps[None]:
         with unavailable_as_503():
-            missing = self._scripts.renew(keys=[self.queue_key(project, queue)],
-                                          args=[self._now_arg(), claim_id, ttl, grace])
+            missing = yield self._scripts.renew.call([self.queue_key(project, queue)],
+                                                     [self._now_arg(), claim_id, ttl, grace])
         if missing:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
 
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+    @operation
+    def release_claim(self, project: str, queue: str, claim_id: str) -> Steps[None]:
         with unavailable_as_503():
-            self._scripts.release(keys=[self.queue_key(project, queue)],
-                                  args=[self._now_arg(), claim_id])
+            yield self._scripts.release.call([self.queue_key(project, queue)],
+                                             [self._now_arg(), claim_id])
 
-    # Waiting
+    # Long-poll claims
 
-    def available_in(self, project: str, queue: str) -> float | None:
+    @operation
+    def available_in(self, project: str, queue: str) -> Steps[float | None]:
         with unavailable_as_503():
-            reply = self._scripts.available_in(keys=[self.queue_key(project, queue)],
-                                               args=[self._now_arg()])
+            reply = yield self._scripts.available_in.call([self.queue_key(project, queue)],
+                                                          [self._now_arg()])
         return reply[0] / US if reply else None
 
     # Dead-letter moves across slots, expiry of untouched queues
 
-    def _settle(self, project: str, queue: str) -> None:
+    def _settle(self, project: str, queue: str) -> Steps[None]:
         """Complete every dead-letter move waiting in *queue*'s outbox.
 
         Each move is copied into its dead-letter queue once (``move_in`` remembers the
@@ -771,29 +777,31 @@ class Driver(base.Driver):
         outbox = self.outbox_key(project, queue)
         for token, payload in self._client.hgetall(outbox).items():
             target, record = msgpack.unpackb(payload, raw=True)
-            self._move_in(project, target.decode(), token, record)
+            yield from self._move_in(project, target.decode(), token, record)
             self._forget_move(outbox, token)
 
-    def _move_in(self, project: str, target: str, token: bytes, record: bytes) -> None:
+    def _move_in(self, project: str, target: str, token: bytes, record: bytes
+                 ) -> Steps[None]:
         """Step 2 of a move across slots: the dead-letter queue receives the message."""
-        _received, listed = self._scripts.move_in(
-            keys=[self.queue_key(project, target)],
-            args=[self._now_arg(), token, new_nonce(), record, self._marker_ttl])
+        _received, listed = yield self._scripts.move_in.call(
+            [self.queue_key(project, target)],
+            [self._now_arg(), token, new_nonce(), record, self._marker_ttl])
         if not listed:
-            self._list_queue(project, target)
+            yield from self._list_queue(project, target)
 
     def _forget_move(self, outbox: str, token: bytes) -> None:
         """Step 3 of a move across slots: the source's outbox lets go of it."""
         self._client.hdel(outbox, token)
 
-    def reap_queue(self, project: str, queue: str, rounds: int = 16) -> bool:
+    @operation
+    def reap_queue(self, project: str, queue: str, rounds: int = 16) -> Steps[bool]:
         """Remove a queue's expired messages (bounded); True when none is left."""
         key = self.queue_key(project, queue)
         for _ in range(rounds):
-            finished, outbox = self._scripts.reap(
-                keys=[key], args=[self._now_arg(), READ_REAP_BUDGET, self._marker_ttl])
+            finished, outbox = yield self._scripts.reap.call(
+                [key], [self._now_arg(), READ_REAP_BUDGET, self._marker_ttl])
             if outbox:
-                self._settle(project, queue)
+                yield from self._settle(project, queue)
             if finished:
                 return True
         return False
@@ -802,6 +810,7 @@ class Driver(base.Driver):
         return bool(self._client.set(f"{self._ns}:reaper", str(time.time()), nx=True,
                                      px=int(seconds * 1000)))
 
+    @operation
     def reap(self) -> None:
         """One pass over every queue of every project (the reaper's work)."""
         projects_key = self._projects_key()

@@ -24,7 +24,7 @@ from redis.cluster import RedisCluster
 LOG = logging.getLogger(__name__)
 
 PARAMETERS = ("appendonly", "appendfsync", "maxmemory-policy")
-GUIDE = "docs/operator-guide.md, 'Persistence and memory policy'"
+GUIDE = "docs/redis.md, 'Persistence and memory policy'"
 
 
 def shortfalls(config: Mapping[str, str]) -> list[str]:

@@ -11,12 +11,13 @@ whatever the number of clients and processes.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from redis.commands.core import Script
 
-from delayq.storage.redis.link import ScriptLink
+from delayq.storage.redis.wire import Wire, command_exchange, script_exchange
 
 LUA_DIR = Path(__file__).with_name("lua")
 
@@ -57,67 +58,90 @@ def wrapped(common: str, body: str) -> str:
 
 
 class CountedScript:
-    """A registered script whose ENDED counts go to *report*; called like a Script.
+    """A registered script whose ENDED counts go to *report*.
 
-    With a *link* (a single server), calls go through it rather than the client's
-    command path (``link.py`` says why); a call naming another *client* (a cluster
-    node's pipeline) takes that client's path.
+    ``call(keys, args)`` is one call of it, for an operation to yield
+    (``delayq.operations``). With a *wire* (a single server) the call goes through it
+    rather than the client's command path (``wire.py`` says why); a cluster's calls take
+    the client's path, blocking.
     """
 
     def __init__(self, script: Script, report: Callable[[Iterable[str]], None],
-                 link: ScriptLink | None = None) -> None:
+                 wire: Wire | None = None) -> None:
         self.script = script
-        self._report = report
-        self._link = link
+        self.report = report
+        self.wire = wire
 
-    def __call__(self, keys=(), args=(), client=None) -> Any:
-        if self._link is not None and client is None:
-            reply = self._link.evalsha(self.script.sha, self.script.script, keys, args)
-        else:
-            reply = self.script(keys=keys, args=args, client=client)
-        return self._counted(reply)
+    def call(self, keys: list[Any], args: list[Any]) -> ScriptCall:
+        return ScriptCall(self, keys, args)
 
-    def on_loop(self, keys, args) -> Awaitable[Any]:
-        """An awaitable of the call, awaited on the running loop
-        (``delayq.steps.on_loop``): the link's own coroutine, none around it."""
-        if self._link is None:  # a cluster: its clients block
-            return self._blocking(keys, args)
-        return self._link.evalsha_on_loop(self.script.sha, self.script.script, keys, args,
-                                          self._counted)
-
-    async def _blocking(self, keys, args) -> Any:
-        return self(keys, args)
-
-    def _counted(self, reply: list) -> Any:
+    def counted(self, reply: list) -> Any:
         """The script's own reply, the messages it ended reported."""
         if reply[0]:  # most calls end no message
             counts = reply[1:-1]
             kinds = ONE_ENDED.get(tuple(counts))
-            self._report(kinds or [kind for kind, count in zip(ENDED, counts, strict=True)
-                                   for _ in range(count)])
+            self.report(kinds or [kind for kind, count in zip(ENDED, counts, strict=True)
+                                  for _ in range(count)])
         return reply[-1]
 
 
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """One call of a counted script (a ``delayq.operations.StoreCall``)."""
+
+    script: CountedScript
+    keys: list[Any]
+    args: list[Any]
+
+    def wait(self) -> Any:
+        script = self.script
+        if script.wire is None:
+            return script.counted(script.script(keys=self.keys, args=self.args))
+        return script.counted(script.wire.call(self._exchange()))
+
+    async def awaited(self) -> Any:
+        script = self.script
+        if script.wire is None:
+            return self.wait()
+        return script.counted(await script.wire.call_on_loop(self._exchange()))
+
+    def _exchange(self):
+        registered = self.script.script
+        return script_exchange(registered.sha, registered.script, self.keys, self.args)
+
+
 class Commands:
-    """Plain commands as a waiter of ``delayq.steps``: ``commands(*parts)`` blocks on
-    the client's path; ``on_loop(*parts)`` awaits the reply on the *link*'s pipe (a
-    cluster, which has no link, blocks). Only for commands that may be sent twice
-    (a connection found broken is tried once more)."""
+    """Plain commands, for an operation to yield: ``commands.call(*parts)``. Only for
+    commands that may be sent twice (a connection found broken is tried once more)."""
 
-    def __init__(self, client, link: ScriptLink | None) -> None:
-        self._client = client
-        self._link = link
+    def __init__(self, client, wire: Wire | None) -> None:
+        self.client = client
+        self.wire = wire
 
-    def __call__(self, *parts) -> Any:
-        return self._client.execute_command(*parts)
+    def call(self, *parts: Any) -> CommandCall:
+        return CommandCall(self, parts)
 
-    def on_loop(self, *parts) -> Awaitable[Any]:
-        if self._link is None:  # a cluster: its clients block
-            return self._blocking(*parts)
-        return self._link.command_on_loop(parts)
 
-    async def _blocking(self, *parts) -> Any:
-        return self(*parts)
+@dataclass(frozen=True, slots=True)
+class CommandCall:
+    """One plain command (a ``delayq.operations.StoreCall``)."""
+
+    commands: Commands
+    parts: tuple
+
+    def wait(self) -> Any:
+        if self.commands.wire is None:
+            return self.commands.client.execute_command(*self.parts)
+        return self.commands.wire.call(command_exchange(self.parts))
+
+    def awaited(self) -> Awaitable[Any]:
+        if self.commands.wire is None:
+            return _ready(self.wait())
+        return self.commands.wire.call_on_loop(command_exchange(self.parts))
+
+
+async def _ready(value: Any) -> Any:
+    return value
 
 
 class Scripts:
@@ -129,24 +153,24 @@ class Scripts:
 
     def __init__(self, client, events_retention: int,
                  report: Callable[[Iterable[str]], None] = lambda kinds: None,
-                 link: ScriptLink | None = None) -> None:
+                 wire: Wire | None = None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
-        self._link = link
-        self.commands = Commands(client, link)
+        self._wire = wire
+        self.commands = Commands(client, wire)
         self._all: list[Script] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()
             script = client.register_script(wrapped(common, body))
-            setattr(self, name, CountedScript(script, report, link))
+            setattr(self, name, CountedScript(script, report, wire))
             self._all.append(script)
 
     def close(self) -> None:
-        """Close the link's connections, if calls go through one."""
-        if self._link is not None:
-            self._link.close()
+        """Close the wire's connections, if calls go through one."""
+        if self._wire is not None:
+            self._wire.close()
 
     def load(self, client) -> None:
         """Load every script now (on every primary of a cluster), not at first call."""

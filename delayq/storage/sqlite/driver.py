@@ -23,6 +23,7 @@ from delayq import errors, events, jsontext, tallies, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.sqlite import sql
@@ -153,9 +154,11 @@ class Driver(base.Driver):
             db.execute(sql.TALLIES_BACKFILL)
             db.execute(sql.TALLIES_MARK_SET, (sql.TALLIES_MARK,))
 
+    @operation
     def now(self) -> float:
         return self._clock()
 
+    @operation
     def ping(self) -> bool:
         try:
             self._db().execute("SELECT 1").fetchone()
@@ -170,6 +173,7 @@ class Driver(base.Driver):
             self._connections.clear()
         self._local = threading.local()
 
+    @operation
     def reap(self) -> None:
         """Every write reaps a batch of the whole database's expired messages (any
         queue's); this goes on in batches until none is left."""
@@ -235,25 +239,30 @@ class Driver(base.Driver):
 
     # Queues
 
+    @operation
     def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
         with self._write() as db:
             cursor = db.execute(sql.QUEUE_INSERT,
                                 (project, name, json.dumps(metadata), self.now()))
             return cursor.rowcount == 1
 
+    @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         row = self._db().execute(sql.QUEUE_METADATA, (project, name)).fetchone()
         return json.loads(row[0]) if row else None
 
+    @operation
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
         with self._write() as db:
             cursor = db.execute(sql.QUEUE_SET_METADATA, (json.dumps(metadata), project, name))
             if cursor.rowcount == 0:
                 raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
 
+    @operation
     def delete_queue(self, project: str, name: str) -> None:
         self._empty_queue(project, name, drop=True)
 
+    @operation
     def purge_queue(self, project: str, name: str) -> None:
         self._empty_queue(project, name, drop=False)
 
@@ -271,14 +280,17 @@ class Driver(base.Driver):
                 # A new queue may get the same id.
                 db.execute(sql.TALLIES_DELETE_QUEUE, (queue_id,))
 
+    @operation
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:
         rows = self._db().execute(sql.QUEUE_LIST, (project, marker or "", limit))
         return [(name, json.loads(metadata)) for name, metadata in rows]
 
+    @operation
     def count_queues(self, project: str) -> int:
         return self._db().execute(sql.QUEUE_COUNT, (project,)).fetchone()[0]
 
+    @operation
     def queue_stats(self, project: str, name: str) -> QueueStats:
         db = self._db()
         now = self.now()
@@ -296,6 +308,7 @@ class Driver(base.Driver):
         return QueueStats(free=free, claimed=claimed, delayed=delayed, oldest=oldest,
                           newest=newest)
 
+    @operation
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """From the tallies: O(log n), to the millisecond (a message due, or a claim
         ending, later in the current millisecond already counts as free)."""
@@ -311,6 +324,7 @@ class Driver(base.Driver):
 
     # Messages
 
+    @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
                       message_quota: int = 0) -> list[str]:
@@ -346,6 +360,7 @@ class Driver(base.Driver):
         if held + posted > quota:
             raise errors.QuotaExceeded.messages(queue, held, posted, quota)
 
+    @operation
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
                       include_delayed: bool) -> tuple[list[Message], str | None]:
@@ -363,6 +378,7 @@ class Driver(base.Driver):
         next_marker = str(rows[-1][0]) if rows else None
         return [self._message(row, now) for row in rows], next_marker
 
+    @operation
     def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         db = self._db()
         now = self.now()
@@ -372,6 +388,7 @@ class Driver(base.Driver):
         rows = db.execute(sql.MESSAGES_BY_ID, (queue_id, now, json.dumps(ids)))
         return [self._message(row, now) for row in rows]
 
+    @operation
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
         with self._write() as db:
@@ -390,6 +407,7 @@ class Driver(base.Driver):
                                         time=now, message_id=message_id,
                                         claim_id=claim_id, claim_count=claim_count)])
 
+    @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         with self._write() as db:
             queue_id = self._queue_id(db, project, queue)
@@ -406,6 +424,7 @@ class Driver(base.Driver):
                           message_id=id_, claim_count=count, expires=expires)
                 for id_, count, expires in deleted])
 
+    @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         with self._write() as db:
             now = self.now()
@@ -423,6 +442,7 @@ class Driver(base.Driver):
                               for m in popped])
             return popped
 
+    @operation
     def edit_message(self, project: str, queue: str, message_id: str, *,
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
                      ) -> Message:
@@ -447,6 +467,7 @@ class Driver(base.Driver):
                                         claim_count=message.claim_count)])
             return message
 
+    @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> int:
         with self._write() as db:
@@ -497,6 +518,7 @@ class Driver(base.Driver):
 
     # Claims
 
+    @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
               ) -> Claim | None:
@@ -545,6 +567,7 @@ class Driver(base.Driver):
             return Claim(id=claim_id, ttl=ttl, grace=grace, created=now, expires=expires,
                          as_of=now, messages=[self._message(row, now) for row in claimed])
 
+    @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         db = self._db()
         now = self.now()
@@ -559,6 +582,7 @@ class Driver(base.Driver):
         return Claim(id=id_, ttl=ttl, grace=grace, created=created, expires=expires,
                      as_of=now, messages=[self._message(r, now) for r in messages])
 
+    @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> None:
         with self._write() as db:
@@ -573,6 +597,7 @@ class Driver(base.Driver):
                                                   "claim_id": claim_id, "queue_id": queue_id,
                                                   "now": now})
 
+    @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         with self._write() as db:
             now = self.now()
@@ -582,8 +607,9 @@ class Driver(base.Driver):
             db.execute(sql.CLAIM_RELEASE_MESSAGES, (claim_id, queue_id, now))
             db.execute(sql.CLAIM_DELETE, (claim_id, queue_id))
 
-    # Waiting
+    # Long-poll claims
 
+    @operation
     def available_in(self, project: str, queue: str) -> float | None:
         row = self._db().execute(sql.NEXT_AVAILABLE, (project, queue)).fetchone()
         if row is None:

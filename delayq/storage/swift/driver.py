@@ -138,6 +138,7 @@ from delayq import errors, events, tallies
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
@@ -504,6 +505,7 @@ class Driver(base.Driver):
         headers = self._swift.head_object(container, name)
         return int(float(headers["x-timestamp"]) * 1000)
 
+    @operation
     def now(self) -> float:
         with unavailable_as_503():
             return self._now_us() / US
@@ -511,6 +513,7 @@ class Driver(base.Driver):
     def _now_us(self) -> int:
         return round(self._clock() * US)
 
+    @operation
     def ping(self) -> bool:
         try:
             with unavailable_as_503():
@@ -564,6 +567,7 @@ class Driver(base.Driver):
                 self._swift.put_container(container)  # the deployment's first lease
                 return self._bid(container, lay.REAPER, body, headers)
 
+    @operation
     def reap(self) -> None:
         """One pass: the expired messages of every queue container under this driver's
         prefix, each removed and reported by whoever wins its expire marker (so passes
@@ -1057,6 +1061,7 @@ class Driver(base.Driver):
             LOG.warning("Tally writer slot %d not freed, free once its lease expires: %s",
                         lease.slot, exc.description)
 
+    @operation
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """From the tallies: one listing per level (``tallies.reading``) and one GET per
         writer slot's object found (at most the processes alive at once), however many
@@ -1098,10 +1103,12 @@ class Driver(base.Driver):
         # interrupted before it is completed by the next one.
         return self._create(container, lay.META, lay.encode(metadata), {})
 
+    @operation
     def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
         with unavailable_as_503():
             return self._ensure_queue(project, name, metadata)
 
+    @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         container = self._container(project, name)
         with unavailable_as_503():
@@ -1139,6 +1146,7 @@ class Driver(base.Driver):
         if stray and self._get(container, lay.META) is None:
             self._delete_objects(container, stray)
 
+    @operation
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
         container = self._container(project, name)
         with unavailable_as_503():
@@ -1146,6 +1154,7 @@ class Driver(base.Driver):
                 raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
             self._swift.put_object(container, lay.META, lay.encode(metadata))
 
+    @operation
     def delete_queue(self, project: str, name: str) -> None:
         container = self._container(project, name)
         with unavailable_as_503():
@@ -1180,6 +1189,7 @@ class Driver(base.Driver):
         raise errors.StorageUnavailable(f"Queue {queue!r} keeps receiving messages while "
                                         "being deleted; retry.", store=NAME)
 
+    @operation
     def purge_queue(self, project: str, name: str) -> None:
         container = self._container(project, name)
         with unavailable_as_503():
@@ -1197,6 +1207,7 @@ class Driver(base.Driver):
     def _delete_objects(self, container: str, names: list[str]) -> None:
         self._parallel(lambda name: self._delete(container, name), names)
 
+    @operation
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:
         start = lay.queue_prefix(self._prefix, project)
@@ -1209,12 +1220,14 @@ class Driver(base.Driver):
         return [(name, json.loads(found[1])) for name, found in zip(names, metadata,
                                                                     strict=True) if found]
 
+    @operation
     def count_queues(self, project: str) -> int:
         start = lay.queue_prefix(self._prefix, project)
         with unavailable_as_503():
             _, listing = self._swift.get_account(prefix=start, full_listing=True)
         return len(listing)
 
+    @operation
     def queue_stats(self, project: str, name: str) -> QueueStats:
         container = self._container(project, name)
         with unavailable_as_503():
@@ -1252,6 +1265,7 @@ class Driver(base.Driver):
 
     # Messages
 
+    @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
                       message_quota: int = 0) -> list[str]:
@@ -1342,6 +1356,7 @@ class Driver(base.Driver):
                 live.append(self._message(message_id, *read, now))
         return live
 
+    @operation
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
                       exclude_client: str | None, include_claimed: bool,
                       include_delayed: bool) -> tuple[list[Message], str | None]:
@@ -1400,6 +1415,7 @@ class Driver(base.Driver):
             yield ids[start:start + limit]
 
 
+    @operation
     def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         with unavailable_as_503():
             now = self._now_us()
@@ -1413,6 +1429,7 @@ class Driver(base.Driver):
         self._delete(container, record.entry(message_id).name)
         return deleted
 
+    @operation
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
         container = self._container(project, queue)
@@ -1431,6 +1448,7 @@ class Driver(base.Driver):
                 self._record(project, queue, now, [
                     self._deleted(project, queue, now, message_id, record, holder)])
 
+    @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         container = self._container(project, queue)
         with unavailable_as_503():
@@ -1456,6 +1474,7 @@ class Driver(base.Driver):
             trail = self._parallel(forget, sorted(set(ids)))
             self._record(project, queue, now, [event for event in trail if event])
 
+    @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         container = self._container(project, queue)
         with unavailable_as_503():
@@ -1662,6 +1681,7 @@ class Driver(base.Driver):
 
     # Redrive
 
+    @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> int:
         container = self._container(project, queue)
@@ -1724,6 +1744,7 @@ class Driver(base.Driver):
 
     # Edits
 
+    @operation
     def edit_message(self, project: str, queue: str, message_id: str, *,
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
                      ) -> Message:
@@ -1939,6 +1960,7 @@ class Driver(base.Driver):
         self._move_entry(container, message_id, record.entry(message_id),
                          released.entry(message_id))
 
+    @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
               ) -> Claim | None:
@@ -1995,6 +2017,7 @@ class Driver(base.Driver):
                 if read is not None and read[0].claim == claim_id
                 and read[0].is_claimed(now) and read[0].expires > now]
 
+    @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         container = self._container(project, queue)
         with unavailable_as_503():
@@ -2006,6 +2029,7 @@ class Driver(base.Driver):
                      as_of=now / US,
                      messages=[self._message(i, r, b, now) for i, r, b in sorted(held)])
 
+    @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> None:
         container = self._container(project, queue)
@@ -2034,6 +2058,7 @@ class Driver(base.Driver):
             self._swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
                                    headers={"X-Delete-At": delete_at(expires)})
 
+    @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         container = self._container(project, queue)
         with unavailable_as_503():
@@ -2047,8 +2072,9 @@ class Driver(base.Driver):
                            self._held(container, claim_id, claim, now))
             self._delete(container, lay.claim_name(claim_id))
 
-    # Waiting
+    # Long-poll claims
 
+    @operation
     def available_in(self, project: str, queue: str) -> float | None:
         # The index's first entry: names sort by availability. A queue that does not
         # exist lists nothing.

@@ -5,7 +5,7 @@
 -- its messages ttl ('' = keep), nonce for a new dead-letter queue, work budget, source
 -- queue name, reap budget, the metadata the claim was decided under ('' = unchecked).
 -- Moves to a dead-letter queue in another slot go to the outbox ('o'); the driver
--- completes them (see docs/operator-guide.md, "Dead-letter moves across slots").
+-- completes them (see docs/redis.md, "Dead-letter moves across slots").
 -- Returns {nonce, now, claim number (0 = none), more, target unlisted, outbox size,
 -- seq, record, ...}, or {METADATA_CHANGED}.
 local P = string.sub(KEYS[1], 1, -2)

@@ -5,7 +5,7 @@ process the waiters of one queue share one watcher task on the event loop. The w
 asks the backend one cheap question, ``Broker.available_in`` (when may a claim next find
 a message?), and sleeps until that time or the poll interval, whichever is sooner: the
 interval bounds how late a message posted through another process or host is noticed. A
-post or a release served by this process wakes the watcher at once (``Waiting.notify``).
+post or a release served by this process wakes the watcher at once (``LongPoll.notify``).
 
 When a message may be claimable the watcher hands the turn to its waiters one at a time,
 oldest first. A waiter whose claim came back full passes the turn straight on (more may
@@ -22,7 +22,8 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
-from delayq.api.runner import Runner
+from delayq.api.execution import Execution
+from delayq.broker import Broker
 from delayq.claim import Claim
 
 LOG = logging.getLogger(__name__)
@@ -63,8 +64,8 @@ class _Waiter:
 class _Watch:
     """The waiters of one queue in this process, and the task watching it for them."""
 
-    def __init__(self, waiting: Waiting, project: str, queue: str) -> None:
-        self.waiting = waiting
+    def __init__(self, longpoll: LongPoll, project: str, queue: str) -> None:
+        self.longpoll = longpoll
         self.project = project
         self.queue = queue
         self.loop = asyncio.get_running_loop()
@@ -100,7 +101,7 @@ class _Watch:
     def stop(self) -> None:
         """End the watcher now; the next waiter of the queue starts a new one."""
         self.stopped = True
-        self.waiting.forget(self)
+        self.longpoll.forget(self)
         self.task.cancel()
 
     def wake(self) -> None:
@@ -116,7 +117,7 @@ class _Watch:
             self.loop.call_soon_threadsafe(self.changed.set)
 
     async def _run(self) -> None:
-        poll = self.waiting.poll_interval
+        poll = self.longpoll.poll_interval
         backoff = 0.0
         try:
             while self.waiters:
@@ -133,16 +134,17 @@ class _Watch:
                 else:
                     backoff = 0.0
         finally:
-            self.waiting.forget(self)
+            self.longpoll.forget(self)
 
     async def _available_in(self) -> float | None:
-        run = self.waiting.run
+        longpoll = self.longpoll
         try:
-            return await run(run.broker.available_in, self.project, self.queue)
+            return await longpoll.execute(longpoll.broker.available_in, self.project,
+                                          self.queue)
         except Exception:  # noqa: BLE001 - a backend outage must not end the wait early
             LOG.warning("Long-poll watch of queue %s failed; retrying in %s s", self.queue,
-                        self.waiting.poll_interval, exc_info=True)
-            return self.waiting.poll_interval
+                        longpoll.poll_interval, exc_info=True)
+            return longpoll.poll_interval
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -160,11 +162,13 @@ class _Watch:
         return Outcome.LEFT
 
 
-class Waiting:
+class LongPoll:
     """The long-poll claims of one worker process, by queue."""
 
-    def __init__(self, run: Runner, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
-        self.run = run
+    def __init__(self, broker: Broker, execute: Execution,
+                 poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+        self.broker = broker
+        self.execute = execute
         self.poll_interval = poll_interval
         self._watches: dict[tuple[str, str], _Watch] = {}
 

@@ -1,40 +1,37 @@
-"""Script calls on connections of delayq's own (single Redis server).
+"""The Redis wire: delayq's own connections to a single Redis server, and the
+exchanges (script calls, commands) made on them.
 
 Every transition of the driver is one ``EVALSHA``, and a request usually makes one. Sent
 through redis-py's command machinery (the pool's lock and bookkeeping, the retry
 wrapper, argument filtering, health checks, its parser's read loop), that call costs
-several times the CPU of the round trip itself, a large share of what a whole request
-costs the server. A ``ScriptLink`` keeps its own redis-py ``Connection``s (of the
-client's pool's class and settings, so host, password, TLS and database are the
-client's). redis-py connects each and makes the handshake; the link then writes each
-packed command to its socket and reads the reply with a ``hiredis.Reader`` of its own,
-whose error replies are redis-py's exception classes (``parse_error``), so callers see
-what redis-py would raise.
+several times the CPU of the round trip itself. A ``Wire`` keeps its own redis-py
+``Connection``s (of the client's pool's class and settings, so host, password, TLS and
+database are the client's): redis-py connects each and makes the handshake; the wire
+then writes each packed command to the socket and reads the reply with a
+``hiredis.Reader`` of its own, whose error replies are redis-py's exception classes
+(``parse_error``), so callers see what redis-py would raise.
 
-Where a call waits for its reply depends on who calls:
+An exchange is the rules of one call, written once as a generator that yields the
+commands to send and is sent their replies (``script_exchange``, ``command_exchange``):
+a connection that had served a call and turns out broken (Redis restarted, a firewall
+cut an idle connection) is tried once more on a new connection, and a script Redis no
+longer knows (``NOSCRIPT``: a restart without persistence, ``SCRIPT FLUSH``) is loaded
+and called again. A timeout is never sent again: the script may have run. Where an
+exchange waits depends on who runs it:
 
-- awaited by a coroutine of the event loop (``evalsha_on_loop``: the API's post,
-  claim and delete, as ``delayq.steps``), or under ``bridge.run`` (the API's other
-  requests): on the loop's *pipe*, one connection per loop, without blocking it: the
-  call's command is written at once, the loop serves other requests, and the reply
-  wakes the call (``_Pipe``);
-- anywhere else (a pool thread, the reaper, a test): on the calling thread's *line*,
-  blocking. The API's threads live as long as its worker, so lines are as many as the
-  threads that call scripts; one whose thread has ended is closed when another thread
-  makes its own.
+- ``Wire.call_on_loop``, awaited on an event loop (operations the API runs on its loop):
+  on the loop's *pipe*, one connection per loop, without blocking it: the command is
+  written at once, the loop serves other requests, and the reply wakes the call
+  (``Pipe``). Over TLS the call blocks on the thread's line instead: OpenSSL's
+  non-blocking reads and writes differ from a plain socket's;
+- ``Wire.call``, anywhere else (a pool thread, the reaper, a test): on the calling
+  thread's *line*, blocking (``Line``). One whose thread has ended is closed when another
+  thread makes its own.
 
-What the client's own path did is kept:
-
-- a timeout raises redis-py's ``TimeoutError`` and a failed read or write its
-  ``ConnectionError``; either closes the connection, so a late reply is never read as
-  the answer to another command;
-- a connection error on a connection that served a call before (Redis restarted, an
-  idle connection cut by a firewall) is retried once on a new connection, as the
-  client's ``Retry`` did; a timeout is not (the script may have run);
-- a script Redis no longer knows (``NOSCRIPT``, after a restart without persistence or
-  a ``SCRIPT FLUSH``) is loaded and called again.
-
-A Redis Cluster routes each call by its key's slot: its clients keep redis-py's path.
+A timeout raises redis-py's ``TimeoutError`` and a failed read or write its
+``ConnectionError``; either closes the connection, so a late reply is never read as the
+answer to another command. A Redis Cluster routes each call by its key's slot: its
+calls keep redis-py's path, blocking (``storage/redis/scripts.py``).
 """
 
 from __future__ import annotations
@@ -46,15 +43,12 @@ import struct
 import threading
 from asyncio import get_running_loop
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Generator
 from typing import Any
 
 import hiredis
-from greenlet import getcurrent
 from redis import exceptions
 from redis.connection import Connection, ConnectionPool, SSLConnection
-
-from delayq import bridge
 
 # How these connections show in CLIENT LIST (set once, as each connects).
 CLIENT_NAME = "delayq-scripts"
@@ -71,8 +65,14 @@ def _connection_error(used: bool, text: str) -> exceptions.ConnectionError:
     return (Broken if used else exceptions.ConnectionError)(text)
 
 
-class _Line:
-    """One thread's connection: each call writes its command and blocks for the reply."""
+# An exchange: yields the commands to send, is sent their replies (an error reply as an
+# exception value), returns the call's reply.
+Exchange = Generator[bytes, Any, Any]
+
+
+class Line:
+    """One thread's connection: each command is written and its reply waited for,
+    blocking."""
 
     __slots__ = ("conn", "sock", "reader", "buffer", "used")
 
@@ -99,9 +99,23 @@ class _Line:
         self.sock = self.reader = None
         self.conn.disconnect()
 
+    def run(self, exchange: Exchange) -> Any:
+        """Run *exchange* on this connection; its reply."""
+        try:
+            command = exchange.send(None)
+            while True:
+                try:
+                    reply = self.round_trip(command)
+                except BaseException as exc:
+                    command = exchange.throw(exc)
+                else:
+                    command = exchange.send(reply)
+        except StopIteration as done:
+            return done.value
+
     def round_trip(self, command: bytes) -> Any:
-        """Send *command* and return its reply; raise an error reply as redis-py would,
-        and close the connection on any failure of the socket."""
+        """Send *command* and return its reply, an error reply as an exception value;
+        close the connection on any failure of the socket."""
         sock = self.sock or self.open()
         reader = self.reader
         try:
@@ -123,17 +137,14 @@ class _Line:
             self.drop()
             raise
         self.used = True
-        if isinstance(reply, Exception):
-            raise reply
         return reply
 
 
-class _Pipe:
+class Pipe:
     """One event loop's connection, shared by the calls of every request it serves.
 
-    A call writes its command at once and waits for its reply (awaited, or
-    ``bridge.wait``), while
-    the loop goes on serving; Redis answers a connection's commands in the order it
+    A call writes its command at once and awaits its reply, while the loop goes on
+    serving; Redis answers a connection's commands in the order it
     received them, so the replies read settle the waiting calls first to last. When
     several requests call at once, their commands and replies share system calls, and
     no request waits for another's round trip.
@@ -179,20 +190,19 @@ class _Pipe:
         self.loop.add_reader(sock.fileno(), self._readable)
         return sock
 
-    def round_trip(self, command: bytes) -> Any:
-        """Send *command* and return its reply (see the class docstring); call only
-        under ``bridge.run``."""
-        reply = bridge.wait(self.send(command))
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
-
-    async def round_trip_on_loop(self, command: bytes) -> Any:
-        """``round_trip``, awaited by a coroutine of the loop."""
-        reply = await self.send(command)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+    async def run(self, exchange: Exchange) -> Any:
+        """Run *exchange* on this connection, awaiting each reply; its reply."""
+        try:
+            command = exchange.send(None)
+            while True:
+                try:
+                    reply = await self.send(command)
+                except BaseException as exc:  # cancellation too: the exchange sees it
+                    command = exchange.throw(exc)
+                else:
+                    command = exchange.send(reply)
+        except StopIteration as done:
+            return done.value
 
     def send(self, command: bytes) -> asyncio.Future:
         """Write *command* (or queue it behind what waits to be written); the future of
@@ -277,8 +287,8 @@ class _Pipe:
         self.drop()
         for future in waiting:
             if not future.done():
-                # One exception each: every call raises it in its own coroutine or
-                # greenlet, and a shared one would gather all their tracebacks.
+                # One exception each: every call raises it in its own coroutine, and
+                # a shared one would gather all their tracebacks.
                 future.set_exception(type(exc)(*exc.args))
 
     def drop(self) -> None:
@@ -294,27 +304,43 @@ class _Pipe:
         self.conn.disconnect()
 
 
-class ScriptLink:
-    """``EVALSHA`` calls over connections of *pool*: the event loop's when awaited
-    (``evalsha_on_loop``) or called under ``bridge.run``, else the calling thread's own."""
+class Wire:
+    """Exchanges over connections of *pool*: the running loop's when awaited
+    (``call_on_loop``), else the calling thread's own (``call``)."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._lines: dict[int, _Line] = {}  # by thread ident
-        self._pipes: dict[asyncio.AbstractEventLoop, _Pipe] = {}
-        # OpenSSL's non-blocking reads and writes differ from a plain socket's: a TLS
-        # connection waits on the thread's line, blocking, wherever it is called.
+        self._lines: dict[int, Line] = {}  # by thread ident
+        self._pipes: dict[asyncio.AbstractEventLoop, Pipe] = {}
         self._pipes_allowed = not issubclass(pool.connection_class, SSLConnection)
+
+    def call(self, exchange: Exchange) -> Any:
+        """The reply of *exchange*, run on this thread's line, blocking."""
+        return self._thread_line().run(exchange)
+
+    def call_on_loop(self, exchange: Exchange) -> Any:
+        """An awaitable of the reply of *exchange*, run on the running loop's pipe (over
+        TLS: on the thread's line, blocking)."""
+        if not self._pipes_allowed:
+            return _ready(self.call(exchange))
+        loop = get_running_loop()
+        return (self._pipes.get(loop) or self._new_pipe(loop)).run(exchange)
 
     def _connection(self) -> Connection:
         return self._pool.connection_class(
             **{**self._pool.connection_kwargs, "client_name": CLIENT_NAME})
 
-    def _new_line(self) -> _Line:
+    def _thread_line(self) -> Line:
+        try:
+            return self._local.line
+        except AttributeError:
+            return self._new_line()
+
+    def _new_line(self) -> Line:
         """This thread's line, made at its first call."""
-        line = _Line(self._connection())
+        line = Line(self._connection())
         with self._lock:
             alive = {thread.ident for thread in threading.enumerate()}
             for ident in [i for i in self._lines if i not in alive]:
@@ -327,74 +353,14 @@ class ScriptLink:
         self._local.line = line
         return line
 
-    def _new_pipe(self, loop: asyncio.AbstractEventLoop) -> _Pipe:
+    def _new_pipe(self, loop: asyncio.AbstractEventLoop) -> Pipe:
         """*loop*'s pipe, made at its first call."""
-        pipe = _Pipe(self._connection(), loop)
+        pipe = Pipe(self._connection(), loop)
         with self._lock:
             for closed in [other for other in self._pipes if other.is_closed()]:
                 self._pipes.pop(closed).drop()
             self._pipes[loop] = pipe
         return pipe
-
-    def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
-        """The reply of script *sha* (source *script*, loaded again if Redis lost it)."""
-        command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
-        if self._pipes_allowed and type(getcurrent()) is bridge.Bridge:  # bridged()
-            loop = get_running_loop()
-            line: _Line | _Pipe = self._pipes.get(loop) or self._new_pipe(loop)
-        else:
-            line = self._thread_line()
-        # call(line, command), written out: this is every script call's path.
-        try:
-            return line.round_trip(command)
-        except exceptions.NoScriptError:
-            pass
-        except Broken:
-            try:
-                return line.round_trip(command)  # on a new connection
-            except exceptions.NoScriptError:  # a restarted Redis may have lost it
-                pass
-        call(line, hiredis.pack_command(("SCRIPT", "LOAD", script)))
-        return call(line, command)
-
-    async def evalsha_on_loop(self, sha: str, script: str, keys: list[Any],
-                              args: list[Any], settle: Callable[[Any], Any]) -> Any:
-        """``settle(evalsha(...))`` awaited on the running loop's pipe, by a coroutine of
-        the loop (``delayq.steps.on_loop``); over TLS on the thread's line, blocking.
-        *settle* saves the caller a coroutine of its own around this one."""
-        if not self._pipes_allowed:
-            return settle(self.evalsha(sha, script, keys, args))
-        command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
-        loop = get_running_loop()
-        pipe = self._pipes.get(loop) or self._new_pipe(loop)
-        # The rules of evalsha, written for awaiting: a Broken connection is tried once
-        # more, a lost script is loaded and called again.
-        try:
-            reply = await pipe.send(command)
-        except Broken:
-            reply = await pipe.send(command)  # on a new connection
-        if isinstance(reply, exceptions.NoScriptError):
-            await call_on_loop(pipe, hiredis.pack_command(("SCRIPT", "LOAD", script)))
-            return settle(await call_on_loop(pipe, command))
-        if isinstance(reply, Exception):
-            raise reply
-        return settle(reply)
-
-    async def command_on_loop(self, parts: tuple) -> Any:
-        """The reply of the command *parts* (one whose repetition does no harm: it is
-        sent again on a Broken connection), awaited on the running loop's pipe; over TLS
-        on the thread's line, blocking."""
-        command = hiredis.pack_command(parts)
-        if not self._pipes_allowed:
-            return call(self._thread_line(), command)
-        loop = get_running_loop()
-        return await call_on_loop(self._pipes.get(loop) or self._new_pipe(loop), command)
-
-    def _thread_line(self) -> _Line:
-        try:
-            return self._local.line
-        except AttributeError:
-            return self._new_line()
 
     def close(self) -> None:
         """Disconnect every connection (each reconnects if used again)."""
@@ -402,32 +368,50 @@ class ScriptLink:
             for line in self._lines.values():
                 line.drop()
             for pipe in self._pipes.values():
-                pipe.fail(exceptions.ConnectionError("The script link was closed."))
+                pipe.fail(exceptions.ConnectionError("The Redis wire was closed."))
+
+
+async def _ready(value: Any) -> Any:
+    return value
+
+
+def script_exchange(sha: str, source: str, keys: list[Any], args: list[Any]) -> Exchange:
+    """``EVALSHA`` of script *sha* (source *source*, loaded again if Redis lost it)."""
+    command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
+    reply = yield from _sent(command)
+    if isinstance(reply, exceptions.NoScriptError):
+        loaded = yield from _sent(hiredis.pack_command(("SCRIPT", "LOAD", source)))
+        if isinstance(loaded, Exception):
+            raise loaded
+        reply = yield from _sent(command)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def command_exchange(parts: tuple) -> Exchange:
+    """A command whose repetition does no harm (it is sent again on a broken
+    connection)."""
+    reply = yield from _sent(hiredis.pack_command(parts))
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _sent(command: bytes) -> Exchange:
+    """*command*'s reply, sent once more on a new connection when the connection, which
+    had served a call before, turns out broken. redis-py's TimeoutError is not a
+    ConnectionError: a timed-out command may have run, so it is never sent again."""
+    try:
+        return (yield command)
+    except Broken:
+        return (yield command)  # on a new connection
 
 
 def new_reader(conn: Connection) -> Any:
     """A reader of replies whose error replies are redis-py's exceptions."""
     return hiredis.Reader(protocolError=exceptions.InvalidResponse,
                           replyError=conn._parser.parse_error)
-
-
-def call(line: _Line | _Pipe, command: bytes) -> Any:
-    """The reply to *command*, sent again on a new connection if the line's connection,
-    which had served a call before, turns out broken."""
-    try:
-        return line.round_trip(command)
-    except Broken:
-        # redis-py's TimeoutError is not a ConnectionError: a timed-out script may have
-        # run, so it is never sent again.
-        return line.round_trip(command)  # on a new connection
-
-
-async def call_on_loop(pipe: _Pipe, command: bytes) -> Any:
-    """``call``, awaited on *pipe*."""
-    try:
-        return await pipe.round_trip_on_loop(command)
-    except Broken:
-        return await pipe.round_trip_on_loop(command)  # on a new connection
 
 
 def kernel_timeouts(sock: socket.socket) -> socket.socket:

@@ -1,0 +1,326 @@
+"""Redis script calls on the event loop (the wire's ``Pipe``).
+
+The API awaits the Redis driver's operations on its loop (``delayq.operations.on_loop``):
+a script call writes its command on the loop's one connection and waits there while the
+loop serves other requests. These tests drive a real Redis from a real loop (asyncio's
+own and uvloop, which the server uses): replies reach the calls that made them however
+calls overlap, the loop keeps running while Redis is slow, and timeouts, restarts, lost
+scripts and cancelled calls behave as on the blocking path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+import uvloop
+
+from delayq import errors
+from delayq.api.execution import Execution
+from delayq.broker import Broker
+from delayq.message import NewMessage
+from delayq.operations import Steps, on_loop, operation
+from delayq.storage.redis.driver import Driver
+from delayq.storage.redis.wire import CLIENT_NAME
+from delayq.validation import Limits, PostedMessage
+from tests.redis_servers import SERVERS, free_ports
+
+PROJECT = "p"
+CLIENT = "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a"
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def run_loop(request):
+    """Run a coroutine to its end on a new loop of the parameter's kind."""
+    def run(coroutine):
+        loop = LOOPS[request.param]()
+        try:
+            return loop.run_until_complete(coroutine)
+        finally:
+            loop.close()
+    return run
+
+
+@pytest.fixture
+def server():
+    """A Redis of the test's own: tests pause and restart it."""
+    server = SERVERS.fresh()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def driver(server):
+    driver = Driver(server.uri, namespace=namespace())
+    yield driver
+    driver.close()
+
+
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+def post_one(driver: Driver, queue: str, body: object) -> str:
+    [message_id] = driver.post_messages(PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)])
+    return message_id
+
+
+async def post(driver: Driver, queue: str, body: object) -> str:
+    """One message posted on the loop; its id."""
+    [message_id] = await on_loop(driver.post_messages.steps(
+        PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)]))
+    return message_id
+
+
+async def claim(driver: Driver, queue: str):
+    return await on_loop(driver.claim.steps(PROJECT, queue, ttl=60, grace=60, limit=5,
+                                            dead_letter=None))
+
+
+async def warm(driver: Driver) -> None:
+    """Open the loop's connection: redis-py's handshake on a new one blocks (a paused
+    Redis would hold the loop in it, not in the call under test)."""
+    await on_loop(driver.queue_stats.steps(PROJECT, "warm"))
+
+
+def script_connections(port: int) -> int:
+    with redis.Redis(port=port) as observer:
+        return sum(1 for client in observer.client_list() if client["name"] == CLIENT_NAME)
+
+
+def test_overlapping_calls_share_the_loops_connection_and_get_their_own_replies(
+        server, driver, run_loop):
+    queues = [f"q{i}" for i in range(50)]
+
+    async def post_then_claim(queue: str) -> tuple[str, list[str], object]:
+        posted = await post(driver, queue, {"queue": queue})
+        taken = await claim(driver, queue)
+        return posted, [m.id for m in taken.messages], taken.messages[0].body
+
+    async def main() -> list:
+        connections = script_connections(server.port)
+        results = await asyncio.gather(*(post_then_claim(q) for q in queues))
+        # All 100 calls overlapped on the loop's one connection.
+        assert script_connections(server.port) == connections + 1
+        return results
+
+    for queue, (posted, claimed, body) in zip(queues, run_loop(main()), strict=True):
+        assert claimed == [posted]
+        assert body == {"queue": queue}
+
+
+def test_the_loop_serves_while_a_call_waits_for_redis(server, driver, run_loop):
+    ticks = []
+
+    async def ticker(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    async def main() -> float:
+        await warm(driver)
+        stop = asyncio.Event()
+        ticking = asyncio.ensure_future(ticker(stop))
+        await asyncio.sleep(0.05)
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(500)  # every client's command waits 0.5 s, then runs
+        started = time.monotonic()
+        await post(driver, "q", "after the pause")
+        waited = time.monotonic() - started
+        stop.set()
+        await ticking
+        return started, waited
+
+    started, waited = run_loop(main())
+    assert waited >= 0.4
+    # A blocking call would have stopped the ticker for the whole pause.
+    during = [t for t in ticks if started < t < started + waited]
+    assert len(during) >= 10, (len(during), waited)
+    assert driver.queue_stats(PROJECT, "q").total == 1
+
+
+def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(server,
+                                                                              run_loop):
+    driver = Driver(server.uri, namespace=namespace(), socket_timeout=0.5)
+    post_one(driver, "q", "first")
+
+    async def main() -> None:
+        await warm(driver)
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(800)
+        started = time.monotonic()
+        # Sent again after its 0.5 s timeout, the post would run when the pause ends.
+        with pytest.raises(errors.StorageUnavailable, match="Timeout"):
+            await post(driver, "q", "timed out")
+        assert 0.4 < time.monotonic() - started < 0.8
+        await asyncio.sleep(1.0)
+        # The timed-out post's connection was closed: Redis dropped it unrun.
+        stats = await on_loop(driver.queue_stats.steps(PROJECT, "q"))
+        assert stats.total == 1
+        await post(driver, "q", "on a new connection")
+        assert (await on_loop(driver.queue_stats.steps(PROJECT, "q"))).total == 2
+
+    try:
+        run_loop(main())
+    finally:
+        driver.close()
+
+
+def test_calls_survive_a_restart_and_a_flushed_script_cache(server, driver, run_loop):
+
+    async def main() -> None:
+        first = await post(driver, "q", 1)
+        server.stop()  # no persistence: the data and the loaded scripts are gone
+        server.start()
+        # The loop's connection served a call before and is dead now: the call is sent
+        # again once on a new one, finds its script unknown, loads it and runs.
+        again = [await post(driver, "q", 2)]
+        redis.Redis(port=server.port).script_flush()
+        again.append(await post(driver, "q", 3))
+        found = await on_loop(driver.get_messages.steps(PROJECT, "q", [first, *again]))
+        assert [m.id for m in found] == again
+
+    run_loop(main())
+
+
+def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(server, driver,
+                                                                      run_loop):
+    queues = [f"q{i}" for i in range(20)]
+
+    async def main() -> list[list[str]]:
+        await warm(driver)
+        server.stop()
+        server.start()
+        # All twenty are written to the dead connection, fail together when the loop
+        # reads its end, and are sent once more on the one new connection.
+        posted = await asyncio.gather(*(post(driver, q, q) for q in queues))
+        return [[m.id for m in await on_loop(driver.get_messages.steps(PROJECT, q, [i]))]
+                for q, i in zip(queues, posted, strict=True)]
+
+    found = run_loop(main())
+    assert all(len(ids) == 1 for ids in found)
+    assert [driver.queue_stats(PROJECT, q).total for q in queues] == [1] * len(queues)
+    assert script_connections(server.port) == 2  # the loop's new one, this thread's
+
+
+def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, driver,
+                                                                     run_loop):
+    other = post_one(driver, "other", "other")
+
+    async def main() -> None:
+        await warm(driver)
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(300)
+        waiting = asyncio.ensure_future(post(driver, "held", "held"))
+        await asyncio.sleep(0.05)  # its command is written; its reply is 0.25 s away
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        # The cancelled call's reply comes first on the connection and is dropped: this
+        # call gets its own.
+        [message] = await on_loop(driver.get_messages.steps(PROJECT, "other", [other]))
+        assert (message.id, message.body) == (other, "other")
+
+    run_loop(main())
+
+
+def test_called_operations_block_on_the_threads_own_connection(server, driver):
+    before = script_connections(server.port)
+    ids = [post_one(driver, "q", i) for i in range(3)]
+    thread = threading.Thread(target=post_one, args=(driver, "q", 3))
+    thread.start()
+    thread.join()
+    assert script_connections(server.port) == before + 2  # this thread's, the other's
+    assert driver.queue_stats(PROJECT, "q").total == 4
+    assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
+
+
+class Posting:
+    """A post through the broker, noting the thread each ran on."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.threads: list[bool] = []
+
+    @operation
+    def post(self, body: object) -> Steps[list[str]]:
+        self.threads.append(threading.current_thread() is threading.main_thread())
+        return (yield from self.broker.post.steps(PROJECT, "q", CLIENT, [posted(body)], 10))
+
+
+def test_the_execution_awaits_redis_on_the_loop_and_a_slow_call_keeps_it_there(
+        server, driver, run_loop):
+    broker = Broker(driver, Limits())
+    execute = Execution(driver)
+    posting = Posting(broker)
+
+    async def main() -> tuple[list[str], list[str]]:
+        ids = await execute(posting.post, 1)  # opens the loop's connection
+        with redis.Redis(port=server.port) as observer:
+            observer.client_pause(300)
+        ids += await execute(posting.post, 2)  # slow, but the loop went on: no hand-off
+        ids += await execute(posting.post, 3)
+        taken = await execute(broker.claim, PROJECT, "q", ttl=60, grace=60, limit=5)
+        for message in taken.messages:
+            await execute(broker.delete_message, PROJECT, "q", message.id, taken.id)
+        return [m.id for m in taken.messages], ids
+
+    claimed, ids = run_loop(main())
+    # Awaited by the request's own coroutine, on the loop's thread.
+    assert posting.threads == [True] * 3
+    assert claimed == ids
+    assert driver.queue_stats(PROJECT, "q").total == 0
+
+
+@pytest.fixture
+def unreachable():
+    """A driver of a Redis that cannot be reached."""
+    [port] = free_ports(1)  # nothing listens there
+    driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
+                    connect_timeout=0.2)
+    yield driver
+    driver.close()
+
+
+def test_the_execution_runs_operations_in_threads_while_redis_cannot_be_reached(
+        run_loop, unreachable):
+    execute = Execution(unreachable)
+    posting = Posting(Broker(unreachable, Limits()))
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(errors.StorageUnavailable):
+                await execute(posting.post, "unreachable")
+
+    run_loop(main())
+    # Connecting blocks the loop: after the first failure, operations run in the pool.
+    assert posting.threads == [True, False]
+
+
+def posted(body: object) -> PostedMessage:
+    return PostedMessage(body=body, ttl=600, delay=None, deliver_at=None)
+
+
+def test_on_a_cluster_awaited_operations_take_the_clients_blocking_path(run_loop):
+    driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
+
+    async def main() -> tuple[list[str], object]:
+        ids = await on_loop(driver.post_messages.steps(
+            PROJECT, "q", CLIENT, [NewMessage("on a cluster", 600, 0)]))
+        taken = await on_loop(driver.claim.steps(PROJECT, "q", ttl=60, grace=60,
+                                                 limit=5, dead_letter=None))
+        await on_loop(driver.delete_message.steps(PROJECT, "q", ids[0], taken.id))
+        return ids, taken
+
+    try:
+        ids, taken = run_loop(main())
+        assert not driver.waits_on_loop  # the execution runs a cluster's inline, blocking
+        assert [(m.id, m.body) for m in taken.messages] == [(ids[0], "on a cluster")]
+        assert driver.queue_stats(PROJECT, "q").total == 0
+    finally:
+        driver.close()
