@@ -2,8 +2,10 @@
 
 Option names, groups and defaults follow OpenStack Zaqar so that an operator's
 existing ``zaqar.conf`` knowledge (and much of the file itself) carries over.
-Every option of delayq is declared here; ``list_opts`` feeds
-``oslo-config-generator`` (see ``etc/delayq-config-generator.conf``).
+Every option of delayq is declared here, each default written once (the storage
+drivers' in their ``options.py``); ``list_opts`` feeds ``oslo-config-generator`` (see
+``etc/delayq-config-generator.conf``). This module imports no other part of delayq but
+those option lists and ``delayq.events``' retention default.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from oslo_config import cfg
 from oslo_policy import opts as policy_opts
 
 from delayq.events import DEFAULT_RETENTION, OFF, Settings
+from delayq.storage.mongo import options as mongo_options
+from delayq.storage.redis import options as redis_options
+from delayq.storage.sqlite import options as sqlite_options
+from delayq.storage.swift import options as swift_options
 
 DEFAULT_GROUP = "DEFAULT"
 SIGNED_URL_GROUP = "signed_url"
@@ -22,6 +28,11 @@ EVENTS_GROUP = "events"
 QUOTAS_GROUP = "quotas"
 
 KEYSTONE = "keystone"
+
+# ``[drivers] message_store`` name -> the driver's option group, and its options.
+DRIVER_OPTIONS = {"sqlite": sqlite_options, "redis": redis_options,
+                  "mongodb": mongo_options, "swift": swift_options}
+DRIVER_GROUPS = {name: module.GROUP for name, module in DRIVER_OPTIONS.items()}
 
 auth_opts = [
     cfg.StrOpt("auth_strategy", default="",
@@ -187,7 +198,7 @@ def events_settings(conf: cfg.ConfigOpts) -> Settings:
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    """Register every core option on *conf*; storage drivers register their own.
+    """Register every option of delayq on *conf*.
 
     oslo.policy's ``[oslo_policy]`` options are registered too, so that they can be set
     before the policy is built; keystonemiddleware registers ``[keystone_authtoken]``
@@ -201,12 +212,12 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(wsgi_opts, group=WSGI_GROUP)
     conf.register_opts(events_opts, group=EVENTS_GROUP)
     conf.register_opts(quotas_opts, group=QUOTAS_GROUP)
+    for module in DRIVER_OPTIONS.values():
+        conf.register_opts(module.OPTS, group=module.GROUP)
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
     """Every option, by group, for ``oslo-config-generator``."""
-    from delayq.storage import driver_opts
-
     return [
         (DEFAULT_GROUP, auth_opts),
         (SIGNED_URL_GROUP, signed_url_opts),
@@ -215,18 +226,15 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         (WSGI_GROUP, wsgi_opts),
         (EVENTS_GROUP, events_opts),
         (QUOTAS_GROUP, quotas_opts),
-        *driver_opts(),
+        *((module.GROUP, module.OPTS) for module in DRIVER_OPTIONS.values()),
     ]
 
 
 def load(argv: list[str] | None = None, config_files: list[str] | None = None
          ) -> cfg.ConfigOpts:
     """Build a fresh ``ConfigOpts`` with every delayq option registered and parsed."""
-    from delayq.storage import register_driver_opts
-
     conf = cfg.ConfigOpts()
     register_opts(conf)
-    register_driver_opts(conf)
     conf(args=argv or [], project="delayq", default_config_files=config_files or [],
          validate_default_values=True)
     return conf

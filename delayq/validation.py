@@ -20,7 +20,7 @@ from oslo_config import cfg
 
 from delayq import jsontext
 from delayq import queue as q
-from delayq.conf import QUOTAS_GROUP, TRANSPORT_GROUP
+from delayq.conf import QUOTAS_GROUP, TRANSPORT_GROUP, quotas_opts, transport_opts
 from delayq.errors import ValidationError
 from delayq.message import NO_CHANGE, Unchanged
 
@@ -38,23 +38,28 @@ DEFAULT_REDRIVE = 100
 MAX_CLAIM_WAIT = 20
 
 
+_TRANSPORT = {opt.dest: opt.default for opt in transport_opts}
+_QUOTAS = {opt.dest: opt.default for opt in quotas_opts}
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The operator's limits and defaults, read once from configuration."""
+    """The operator's limits and defaults, read once from configuration; the defaults
+    are the options' own (``delayq.conf.transport_opts``)."""
 
-    default_message_ttl: int = 3600
-    default_message_delay: int = 0
-    default_claim_ttl: int = 300
-    default_claim_grace: int = 60
-    max_queues_per_page: int = 20
-    max_messages_per_page: int = 20
-    max_messages_per_claim_or_pop: int = 20
-    max_queue_metadata: int = 65536
-    max_messages_post_size: int = 262144
-    max_message_ttl: int = 1209600
-    max_message_delay: int = 900
-    max_claim_ttl: int = 43200
-    max_claim_grace: int = 43200
+    default_message_ttl: int = _TRANSPORT["default_message_ttl"]
+    default_message_delay: int = _TRANSPORT["default_message_delay"]
+    default_claim_ttl: int = _TRANSPORT["default_claim_ttl"]
+    default_claim_grace: int = _TRANSPORT["default_claim_grace"]
+    max_queues_per_page: int = _TRANSPORT["max_queues_per_page"]
+    max_messages_per_page: int = _TRANSPORT["max_messages_per_page"]
+    max_messages_per_claim_or_pop: int = _TRANSPORT["max_messages_per_claim_or_pop"]
+    max_queue_metadata: int = _TRANSPORT["max_queue_metadata"]
+    max_messages_post_size: int = _TRANSPORT["max_messages_post_size"]
+    max_message_ttl: int = _TRANSPORT["max_message_ttl"]
+    max_message_delay: int = _TRANSPORT["max_message_delay"]
+    max_claim_ttl: int = _TRANSPORT["max_claim_ttl"]
+    max_claim_grace: int = _TRANSPORT["max_claim_grace"]
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Limits:
@@ -82,8 +87,8 @@ class Quotas:
     message quota inside the driver's post (``Driver.post_messages``' *message_quota*).
     """
 
-    max_queues_per_project: int = 0
-    max_messages_per_queue: int = 0
+    max_queues_per_project: int = _QUOTAS["max_queues_per_project"]
+    max_messages_per_queue: int = _QUOTAS["max_messages_per_queue"]
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Quotas:

@@ -16,8 +16,8 @@ from delayq.api.request import Request
 from delayq.broker import Broker
 from delayq.conf import SIGNED_URL_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
-from delayq.storage import load_driver
 from delayq.storage.base import Driver
+from delayq.storage.registry import load_driver
 from delayq.validation import Limits, Quotas
 
 

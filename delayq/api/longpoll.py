@@ -28,7 +28,6 @@ from delayq.claim import Claim
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_POLL_INTERVAL = 1.0
 # After a claim found nothing where the backend said a message was claimable (another
 # process took it, or it had expired), the watcher waits this long before asking again,
 # doubling up to the poll interval, so a stale hint never turns into a busy loop.
@@ -166,7 +165,7 @@ class LongPoll:
     """The long-poll claims of one worker process, by queue."""
 
     def __init__(self, broker: Broker, execute: Execution,
-                 poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+                 poll_interval: float) -> None:
         self.broker = broker
         self.execute = execute
         self.poll_interval = poll_interval

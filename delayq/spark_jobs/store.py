@@ -16,10 +16,10 @@ from oslo_config import cfg
 
 from delayq import conf as delayq_conf
 from delayq.conf import DRIVERS_GROUP
-from delayq.storage import conf_for_uri, load_driver
 from delayq.storage.base import Driver
 from delayq.storage.mongo.options import GROUP as MONGO_GROUP
 from delayq.storage.redis.options import GROUP as REDIS_GROUP
+from delayq.storage.registry import conf_for_uri, load_driver
 from delayq.storage.sqlite.options import GROUP as SQLITE_GROUP
 from delayq.storage.swift.options import GROUP as SWIFT_GROUP
 
