@@ -370,7 +370,7 @@ def redis_describe(sections: Sections) -> dict[str, Any]:
     group = sections[REDIS_GROUP]
     # The driver's own key layout, rather than a copy of it here.
     driver = Driver(group["uri"], namespace=group["namespace"])
-    prefix = driver.queue_key(PROJECT, BACKLOG_QUEUE)[:-1]  # without the final "s"
+    prefix = driver.keys.queue(PROJECT, BACKLOG_QUEUE)[:-1]  # without the final "s"
     driver.close()
     client = redis_client(sections)
     try:

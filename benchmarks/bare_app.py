@@ -34,7 +34,8 @@ import msgpack
 
 from delayq import conf, jsontext
 from delayq.server import Server
-from delayq.storage.redis.driver import CLAIM_BUDGET, US, WRITE_REAP_BUDGET, Driver, new_nonce
+from delayq.storage.redis.driver import CLAIM_BUDGET, WRITE_REAP_BUDGET, Driver
+from delayq.storage.redis.layout import US, new_nonce
 from delayq.storage.redis.wire import script_exchange
 
 PROJECT_HEADER = "X-Project-ID"
@@ -62,7 +63,7 @@ class Store:
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:
         """The queue's state key and metadata token, read once per queue."""
-        key = self.driver.queue_key(project, name)
+        key = self.driver.keys.queue(project, name)
         token = self.tokens.get(key)
         if token is None:
             token = self.tokens[key] = self.driver.queue_for_write(project, name)[1] or b""

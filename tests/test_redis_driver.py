@@ -64,7 +64,7 @@ def used_memory(client: redis.Redis) -> int:
 
 
 def queue_keys(client: redis.Redis, driver: Driver, queue: str) -> set[bytes]:
-    prefix = driver.queue_key(PROJECT, queue)[:-1]
+    prefix = driver.keys.queue(PROJECT, queue)[:-1]
     return set(client.scan_iter(match=prefix.replace("[", "\\[") + "*", count=1000))
 
 
@@ -170,7 +170,7 @@ def test_the_reaper_empties_a_queue_nobody_touches(own_server):
     while len(queue_keys(client, driver, "idle")) > 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     reaper.close()
-    assert queue_keys(client, driver, "idle") == {driver.queue_key(PROJECT, "idle").encode()}
+    assert queue_keys(client, driver, "idle") == {driver.keys.queue(PROJECT, "idle").encode()}
     driver.close()
 
 
@@ -214,7 +214,7 @@ def test_every_key_of_a_queue_shares_one_cluster_slot():
     by_queue: dict[bytes, set[int]] = {}
     for node in driver._client.get_primaries():
         client = driver._client.get_redis_connection(node)
-        for key in client.scan_iter(match=f"{driver._ns}:*", count=1000):
+        for key in client.scan_iter(match=f"{driver.keys.namespace}:*", count=1000):
             if b"}" in key:
                 tag = key[key.index(b"{"):key.index(b"}") + 1]
                 by_queue.setdefault(tag, set()).add(key_slot(key))
@@ -230,8 +230,8 @@ def cross_slot_names(driver: Driver) -> tuple[str, str]:
     source = "orders"
     for n in range(100):
         target = f"dead-{n}"
-        if not driver.same_slot(driver.queue_key(PROJECT, source),
-                                driver.queue_key(PROJECT, target)):
+        if not driver.same_slot(driver.keys.queue(PROJECT, source),
+                                driver.keys.queue(PROJECT, target)):
             return source, target
     raise AssertionError("no queue name in another slot")
 
@@ -261,7 +261,7 @@ def test_a_move_across_slots_survives_the_mover_dying_between_steps(kind):
     child.join(timeout=60)
     assert child.exitcode == -signal.SIGKILL
 
-    outbox = driver.outbox_key(PROJECT, source)
+    outbox = driver.keys.outbox(PROJECT, source)
     assert driver._client.hlen(outbox) == 5  # the crash left every move unfinished
     # Died after the first move-in: that message is in the dead-letter queue and still
     # in the outbox, the worst case for a repeat.
@@ -360,7 +360,7 @@ def test_purging_the_source_completes_moves_that_arrive_during_the_purge():
     late.purge_queue(PROJECT, source)
     assert late.skipped
     assert sorted(m.id for m in driver.get_messages(PROJECT, target, ids)) == sorted(ids)
-    assert driver._client.hlen(driver.outbox_key(PROJECT, source)) == 0
+    assert driver._client.hlen(driver.keys.outbox(PROJECT, source)) == 0
     late.close()
     driver.close()
 
@@ -387,7 +387,7 @@ def test_a_queue_whose_slot_is_migrating_answers_unavailable_not_an_error():
 
     driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
     post(driver, "moving", 1)
-    key = driver.queue_key(PROJECT, "moving")
+    key = driver.keys.queue(PROJECT, "moving")
     slot = key_slot(key.encode())
     cluster = driver._client
     owner = cluster.nodes_manager.get_node_from_slot(slot)
@@ -435,7 +435,7 @@ def test_the_trail_outlives_its_queue_and_then_goes_with_its_retention(own_serve
                     events_settings=events.Settings(retention=1))
     post(driver, "q", 3)
     driver.delete_queue(PROJECT, "q")
-    key = driver.trail_key(PROJECT, "q")
+    key = driver.keys.trail(PROJECT, "q")
     assert [e.kind for e in driver.read_events(PROJECT, "q")] == ["posted"] * 3 + ["purged"]
     assert (PROJECT, "q") in driver.trail_queues(PROJECT)
     assert 0 < client.pttl(key) <= 1000
@@ -451,7 +451,7 @@ def test_old_events_are_trimmed_as_new_ones_arrive(own_server):
     post(driver, "q", 1000)  # ten stream nodes of 100 entries: MINID ~ trims whole nodes
     time.sleep(1.1)
     post(driver, "q", 1)
-    assert client.xlen(driver.trail_key(PROJECT, "q")) <= 101
+    assert client.xlen(driver.keys.trail(PROJECT, "q")) <= 101
 
 
 def test_no_trail_is_written_when_it_is_off(own_server):
@@ -460,7 +460,7 @@ def test_no_trail_is_written_when_it_is_off(own_server):
     post(driver, "q", 5)
     driver.claim(PROJECT, "q", ttl=60, grace=60, limit=5, dead_letter=None)
     driver.purge_queue(PROJECT, "q")
-    assert not client.exists(driver.trail_key(PROJECT, "q"))
+    assert not client.exists(driver.keys.trail(PROJECT, "q"))
     assert list(driver.read_events(PROJECT, "q")) == []
 
 
@@ -658,7 +658,7 @@ def test_a_reply_larger_than_the_links_read_buffer_arrives_whole(own_server):
 def test_forked_workers_mint_different_nonces():
     # Nonces come from the random module, which reseeds in a forked child: gunicorn's
     # workers, forked from one master, must not mint the same queue incarnations.
-    from delayq.storage.redis.driver import new_nonce
+    from delayq.storage.redis.layout import new_nonce
 
     new_nonce()  # the parent's generator in use before the fork, as in the master
     read, write = os.pipe()

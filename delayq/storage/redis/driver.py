@@ -21,24 +21,18 @@ entry, which the next operation on the source queue (or the reaper) completes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
-import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import quote, unquote
 
 import msgpack
 import redis
 from oslo_config import cfg
-from redis.backoff import ExponentialBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.retry import Retry
 
 from delayq import errors, events, jsontext
 from delayq.claim import Claim, refuse_delete
@@ -48,20 +42,20 @@ from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
 from delayq.storage.reaper import Reaper
-from delayq.storage.redis import persistence
+from delayq.storage.redis import layout, persistence, trail
+from delayq.storage.redis.client import (
+    NAME,
+    connect,
+    parse_uri,
+    raise_unavailable,
+    unavailable_as_503,
+)
+from delayq.storage.redis.layout import US, Keys, client_bytes, new_nonce
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import METADATA_CHANGED, QUOTA_EXCEEDED, Scripts
 from delayq.storage.redis.wire import Wire
 
 LOG = logging.getLogger(__name__)
-
-NAME = "redis"  # the store a 503 names
-
-US = 1_000_000
-DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-SEQ_LENGTH = 8
-NONCE_LENGTH = 10
-NONCE_DIGITS = bytes(ord(DIGITS[b % len(DIGITS)]) for b in range(256))  # byte → digit
 
 # Work bounds per script call: Redis runs one script at a time, so no call may run long.
 CLAIM_BUDGET = 256  # expired or dead-lettered candidates a claim or pop skips per call
@@ -71,157 +65,6 @@ REDRIVE_SKIP_BUDGET = 10_000  # messages without a source a redrive steps over p
 READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
 CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
 METADATA_CACHE_SIZE = 10_000  # queues whose metadata a process keeps for writes
-KEY_CACHE_SIZE = 10_000  # queues whose state-hash key a process keeps made
-
-UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-               redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
-               redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError,
-               redis.exceptions.OutOfMemoryError, redis.exceptions.RedisClusterException)
-# Replies of a cluster whose slot is moving (resharding): the request may be retried.
-MIGRATING = ("TRYAGAIN", "ASK ", "MOVED ", "CROSSSLOT",
-             "Script attempted to access a non local key")
-
-# A record's fields, as lua/common.lua packs them (due and expires relative to created):
-# body, client, created, ttl, due, expires, claim, claim_expires, count, id, source,
-# moved. A record written before the last ones existed gets these defaults for them.
-RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
-
-
-@functools.lru_cache(maxsize=4096)  # a producer posts with the same Client-ID again
-def client_bytes(client_id: str) -> bytes:
-    """A Client-ID as stored: the 16 bytes of a UUID (the API admits no other), else text.
-
-    Text that is 16 bytes long gets a NUL appended, so that length means a UUID.
-    """
-    try:
-        return uuid.UUID(client_id).bytes
-    except ValueError:
-        raw = client_id.encode()
-        return raw + b"\0" if len(raw) == 16 else raw
-
-
-@functools.lru_cache(maxsize=4096)  # every key of a request names its project
-def project_part(project: str) -> str:
-    """A project id as it appears in keys: percent-encoded, so no ``/``, ``{`` or ``}``
-    of its own can be mistaken for the key's structure."""
-    return quote(project, safe="")
-
-
-@functools.lru_cache(maxsize=4096)  # a claim's messages often share their producer
-def client_text(raw: bytes) -> str:
-    if len(raw) == 16:
-        return str(uuid.UUID(bytes=raw))
-    return (raw[:-1] if len(raw) == 17 and raw.endswith(b"\0") else raw).decode()
-
-
-def new_nonce() -> str:
-    """A random prefix for the ids minted by one incarnation of a queue."""
-    # A post makes one (used only if the queue is new), so it must be cheap: bytes from
-    # the random module (no system call; it reseeds from the system after a fork, so
-    # gunicorn's workers draw apart), each mapped to a digit in C. The nonce is no
-    # secret (every message id shows it), only unique. 256 is not a multiple of 36, so
-    # the first 4 digits are a little likelier (8/256 against 7/256): 51 of the 51.7
-    # bits of a uniform nonce, plenty to keep incarnations apart.
-    # random.randbytes(n), written out: it is a Python method around these two calls.
-    return (random.getrandbits(NONCE_LENGTH * 8).to_bytes(NONCE_LENGTH, "little")
-            .translate(NONCE_DIGITS).decode())
-
-
-def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, int]], int]:
-    """``(tls, username, password, [(host, port), ...], db)`` from a redis:// URI."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep or scheme not in ("redis", "rediss"):
-        # The URI itself may hold a password: do not repeat it.
-        raise ValueError(f"[{GROUP}] uri must start with redis:// or rediss://")
-    location, _, db = rest.partition("/")
-    credentials, _, hosts = location.rpartition("@")
-    username, _, password = credentials.partition(":")
-    nodes = []
-    for host in hosts.split(","):
-        host = host.strip()
-        if host.startswith("["):  # IPv6: [::1]:6379
-            name, _, port = host[1:].partition("]")
-            port = port.lstrip(":") or "6379"
-        else:
-            name, _, port = host.rpartition(":")
-            if not name:
-                name, port = port, "6379"
-        if not name or not port.isdigit():
-            raise ValueError(f"[{GROUP}] uri has a malformed host:port")
-        nodes.append((name, int(port)))
-    return (scheme == "rediss", unquote(username) or None, unquote(password) or None, nodes,
-            int(db or 0))
-
-
-def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
-            max_connections: int) -> tuple[redis.Redis | RedisCluster, bool]:
-    """A client for *uri* and whether it talks to a cluster (several seeds, or detected)."""
-    tls, username, password, nodes, db = parse_uri(uri)
-    # One quick retry on a dropped connection (Redis restarted, a failover). None on a
-    # timeout: the command may have run, and a silent Redis would hold every request for
-    # several socket_timeouts instead of one.
-    retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), 1,
-                  supported_errors=(redis.exceptions.ConnectionError,))
-    common = dict(username=username, password=password, ssl=tls, retry=retry,
-                  socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
-    if len(nodes) == 1:
-        host, port = nodes[0]
-        single = redis.Redis(host=host, port=port, db=db, max_connections=max_connections,
-                             health_check_interval=30, **common)
-        try:
-            clustered = single.info("cluster").get("cluster_enabled") == 1
-        except BaseException:
-            single.close()
-            raise
-        if not clustered:
-            return single, False
-        single.close()
-    if db:
-        raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
-    cluster = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],
-                           max_connections=max_connections, **common)
-    return cluster, True
-
-
-def raise_unavailable(exc: BaseException) -> None:
-    """Raise a 503 (``StorageUnavailable``) from *exc* when it means Redis is unreachable
-    or a cluster slot is migrating; return when it means anything else."""
-    if isinstance(exc, UNAVAILABLE):
-        raise errors.StorageUnavailable(f"Redis is unavailable: {exc}", store=NAME) from exc
-    if isinstance(exc, redis.exceptions.ResponseError) and any(
-            mark in str(exc) for mark in MIGRATING):
-        raise errors.StorageUnavailable(
-            f"The queue's Redis Cluster slot is being migrated; retry: {exc}",
-            store=NAME) from exc
-
-
-class _UnavailableAs503:
-    """Turns Redis being unreachable, or a cluster slot migrating, into 503s.
-
-    A class rather than a ``contextmanager`` generator: it wraps every call, and entering
-    and leaving a generator costs a few microseconds more. The calls a post, a claim and
-    a delete make catch errors themselves (``except`` + ``raise_unavailable``): a
-    ``with`` statement costs three Python calls even when nothing is raised.
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 traceback: Any) -> bool:
-        if exc is not None:
-            raise_unavailable(exc)
-        return False
-
-
-_UNAVAILABLE_AS_503 = _UnavailableAs503()
-
-
-def unavailable_as_503() -> _UnavailableAs503:
-    """``with unavailable_as_503():`` around a call to Redis."""
-    return _UNAVAILABLE_AS_503
 
 
 class Driver(base.Driver):
@@ -244,7 +87,7 @@ class Driver(base.Driver):
         self._connect_options = dict(socket_timeout=socket_timeout,
                                      connect_timeout=connect_timeout,
                                      max_connections=max_connections)
-        self._ns = namespace
+        self.keys = Keys(namespace)
         self._marker_ttl = move_marker_ttl
         self._events = events_settings
         self._clock = clock
@@ -255,8 +98,6 @@ class Driver(base.Driver):
         # claims check the raw text in their script (queue_for_write), so a stale entry
         # costs a retry, never a rule.
         self._metadata: dict[str, tuple[dict[str, Any], bytes]] = {}
-        # (project, queue) → queue_key(): made once, the key's hash computed once too.
-        self._queue_keys: dict[tuple[str, str], str] = {}
         self._link: tuple[redis.Redis | RedisCluster, bool, Scripts] | None = None
         self._link_lock = threading.Lock()
         self._link_failed_at = 0.0
@@ -332,31 +173,7 @@ class Driver(base.Driver):
         link = self._link  # connected: no call to _connected()
         return (link if link is not None else self._connected())[2]
 
-    # Keys and arguments
-
-    def queue_key(self, project: str, name: str) -> str:
-        """The state hash of a queue; every other key of the queue extends its prefix."""
-        key = self._queue_keys.get((project, name))
-        if key is None:
-            if len(self._queue_keys) >= KEY_CACHE_SIZE:
-                self._queue_keys.clear()  # a miss costs only this line's formatting
-            key = self._queue_keys[(project, name)] = (
-                f"{self._ns}:{{{project_part(project)}/{name}}}:s")
-        return key
-
-    def outbox_key(self, project: str, name: str) -> str:
-        """The hash of a queue's dead-letter moves waiting to reach another slot."""
-        return self.queue_key(project, name)[:-1] + "o"
-
-    def trail_key(self, project: str, name: str) -> str:
-        """The stream of a queue's event trail (it outlives the queue)."""
-        return self.queue_key(project, name)[:-1] + "ev"
-
-    def _catalogue_key(self, project: str) -> str:
-        return f"{self._ns}:{{{project_part(project)}}}:queues"
-
-    def _projects_key(self) -> str:
-        return f"{self._ns}:projects"
+    # Arguments
 
     def _clock_arg(self) -> str:
         """ARGV[1] of every script with a clock given (tests): its time in microseconds."""
@@ -393,45 +210,14 @@ class Driver(base.Driver):
             self._link[0].close()
             self._link = None
 
-    # Records
-
-    @staticmethod
-    def _message(nonce: bytes, seq: bytes, raw: bytes, as_of: int) -> Message:
-        fields = msgpack.unpackb(raw, raw=True)
-        if len(fields) < len(RECORD_DEFAULTS):  # a record written with fewer fields
-            fields += RECORD_DEFAULTS[len(fields):]
-        (body, client, created, ttl, due, expires, claim, claim_expires, count, id_, source,
-         moved) = fields  # in the order of RECORD_DEFAULTS
-        # Positional, in Message's field order: by keyword, each of the 13 arguments
-        # costs a name match, and a claim builds a Message per message it takes.
-        return Message(
-            (id_ or nonce + seq).decode(),
-            jsontext.loads(body.decode("utf-8", "surrogatepass")),
-            ttl,
-            created / US,
-            (created + ttl * US + expires) / US,
-            (created + due) / US,
-            client_text(client),
-            f"{nonce.decode()}c{claim}" if claim else None,
-            claim_expires / US,
-            count,
-            as_of / US,
-            source.decode() or None,
-            moved / US if moved else None,
-        )
-
-    def _messages(self, nonce: bytes, pairs: list, as_of: int) -> list[Message]:
-        return [self._message(nonce, pairs[i], pairs[i + 1], as_of)
-                for i in range(0, len(pairs), 2)]
-
     # The project catalogue (one slot per project) lists its queues for GET /v2/queues.
 
     def _list_queue(self, project: str, name: str) -> Steps[None]:
         """Add a queue to its project's catalogue, then mark it listed."""
         scripts = self._scripts
-        yield scripts.commands.call("ZADD", self._catalogue_key(project), 0, name)
-        yield scripts.commands.call("SADD", self._projects_key(), project)
-        yield scripts.queue_update.call([self.queue_key(project, name)], ["listed", "1"])
+        yield scripts.commands.call("ZADD", self.keys.catalogue(project), 0, name)
+        yield scripts.commands.call("SADD", self.keys.projects(), project)
+        yield scripts.queue_update.call([self.keys.queue(project, name)], ["listed", "1"])
 
     # Queues
 
@@ -440,7 +226,7 @@ class Driver(base.Driver):
                      ) -> Steps[bool]:
         with unavailable_as_503():
             created, _listed = yield self._scripts.queue_create.call(
-                [self.queue_key(project, name)], [json.dumps(metadata), new_nonce()])
+                [self.keys.queue(project, name)], [json.dumps(metadata), new_nonce()])
             # Always: this also repairs a queue a crashed delete left out of the listing.
             yield from self._list_queue(project, name)
         return bool(created)
@@ -448,7 +234,7 @@ class Driver(base.Driver):
     @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         with unavailable_as_503():
-            raw = self._client.hget(self.queue_key(project, name), "meta")
+            raw = self._client.hget(self.keys.queue(project, name), "meta")
         return json.loads(raw) if raw is not None else None
 
     @operation
@@ -456,7 +242,7 @@ class Driver(base.Driver):
         """From this process's cache when it has the queue: the post or claim script
         compares the token (the metadata as read) with the stored metadata, so a post
         or claim costs one round trip instead of two."""
-        key = self.queue_key(project, name)
+        key = self.keys.queue(project, name)
         cached = self._metadata.get(key)
         if cached is None:
             with unavailable_as_503():
@@ -476,20 +262,20 @@ class Driver(base.Driver):
     @operation
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]
                            ) -> Steps[None]:
-        self._metadata.pop(self.queue_key(project, name), None)
+        self._metadata.pop(self.keys.queue(project, name), None)
         with unavailable_as_503():
-            done = yield self._scripts.queue_update.call([self.queue_key(project, name)],
+            done = yield self._scripts.queue_update.call([self.keys.queue(project, name)],
                                                          ["meta", json.dumps(metadata)])
         if not done:
             raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
 
     @operation
     def delete_queue(self, project: str, name: str) -> Steps[None]:
-        self._metadata.pop(self.queue_key(project, name), None)
+        self._metadata.pop(self.keys.queue(project, name), None)
         with unavailable_as_503():
             # Unlist first: a post racing the delete then either lands before the drop
             # (and goes with it) or re-creates and re-lists the queue.
-            self._client.zrem(self._catalogue_key(project), name)
+            self._client.zrem(self.keys.catalogue(project), name)
             yield from self._drop(project, name, "delete")
 
     @operation
@@ -500,7 +286,7 @@ class Driver(base.Driver):
     def _drop(self, project: str, name: str, how: str) -> Steps[None]:
         """Empty (or delete) a queue; dead-letter moves it started still complete."""
         yield from self._settle(project, name)
-        if (yield self._scripts.queue_drop.call([self.queue_key(project, name)],
+        if (yield self._scripts.queue_drop.call([self.keys.queue(project, name)],
                                                 [how, self._now_arg()])):
             yield from self._settle(project, name)  # a concurrent claim's moves
 
@@ -511,13 +297,13 @@ class Driver(base.Driver):
         start = f"({marker}" if marker else "-"
         with unavailable_as_503():
             while len(found) < limit:
-                names = self._client.zrangebylex(self._catalogue_key(project), start, "+",
+                names = self._client.zrangebylex(self.keys.catalogue(project), start, "+",
                                                  start=0, num=limit - len(found))
                 if not names:
                     break
                 pipe = self._client.pipeline(transaction=False)
                 for name in names:
-                    pipe.hget(self.queue_key(project, name.decode()), "meta")
+                    pipe.hget(self.keys.queue(project, name.decode()), "meta")
                 for name, raw in zip(names, pipe.execute(), strict=True):
                     # A queue whose delete crashed half-way is listed but gone: skip it.
                     if raw is not None:
@@ -528,11 +314,11 @@ class Driver(base.Driver):
     @operation
     def count_queues(self, project: str) -> int:
         with unavailable_as_503():
-            return self._client.zcard(self._catalogue_key(project))
+            return self._client.zcard(self.keys.catalogue(project))
 
     @operation
     def queue_stats(self, project: str, name: str) -> Steps[QueueStats]:
-        key = self.queue_key(project, name)
+        key = self.keys.queue(project, name)
         with unavailable_as_503():
             while True:
                 reply = yield self._scripts.stats.call([key],
@@ -544,7 +330,7 @@ class Driver(base.Driver):
                     yield from self._settle(project, name)
                     continue
                 break
-        edges = self._messages(nonce, reply[7:], as_of)
+        edges = layout.messages(nonce, reply[7:], as_of)
         return QueueStats(free=free, claimed=claimed, delayed=delayed,
                           oldest=edges[0] if edges else None,
                           newest=edges[-1] if edges else None)
@@ -559,7 +345,7 @@ class Driver(base.Driver):
         sets hold each of its messages once, and the script reaps the expired ones
         before it refuses (``_quota_refusal``)."""
         client = client_bytes(client_id)
-        key = self.queue_key(project, queue)
+        key = self.keys.queue(project, queue)
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
                            metadata_token or "", message_quota]
         for m in messages:
@@ -598,10 +384,10 @@ class Driver(base.Driver):
                       exclude_client: str | None, include_claimed: bool,
                       include_delayed: bool) -> Steps[tuple[list[Message], str | None]]:
         after = marker or ""
-        if after and (len(after) != SEQ_LENGTH or after.strip(DIGITS)):
+        if after and not layout.is_sequence_name(after):
             raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
         exclude = client_bytes(exclude_client) if exclude_client else b""
-        key = self.queue_key(project, queue)
+        key = self.keys.queue(project, queue)
         page: list[Message] = []
         next_marker = None
         with unavailable_as_503():
@@ -613,7 +399,7 @@ class Driver(base.Driver):
                 if outbox:
                     yield from self._settle(project, queue)
                 if len(reply) > 5:
-                    page += self._messages(nonce, reply[5:], as_of)
+                    page += layout.messages(nonce, reply[5:], as_of)
                     # The marker is a position in this queue, not an id: a moved message
                     # keeps the id its first queue minted.
                     next_marker = reply[-2].decode()
@@ -624,19 +410,19 @@ class Driver(base.Driver):
 
     @operation
     def get_messages(self, project: str, queue: str, ids: list[str]) -> Steps[list[Message]]:
-        key = self.queue_key(project, queue)
+        key = self.keys.queue(project, queue)
         with unavailable_as_503():
             reply = yield self._scripts.get.call([key], [self._now_arg(), *ids])
             if reply[2]:
                 yield from self._settle(project, queue)
                 reply = yield self._scripts.get.call([key], [self._now_arg(), *ids])
-        return self._messages(reply[0], reply[3:], reply[1])
+        return layout.messages(reply[0], reply[3:], reply[1])
 
     @operation
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> Steps[None]:
         try:  # unavailable_as_503(), without its calls on the path of every delete
-            code = yield self._scripts.delete.call([self.queue_key(project, queue)],
+            code = yield self._scripts.delete.call([self.keys.queue(project, queue)],
                                                    [self._now_arg(), message_id,
                                                     claim_id or ""])
         except Exception as exc:
@@ -647,19 +433,19 @@ class Driver(base.Driver):
     @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> Steps[None]:
         with unavailable_as_503():
-            yield self._scripts.delete_many.call([self.queue_key(project, queue)],
+            yield self._scripts.delete_many.call([self.keys.queue(project, queue)],
                                                  [self._now_arg(), *ids])
 
     @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> Steps[list[Message]]:
-        key = self.queue_key(project, queue)
+        key = self.keys.queue(project, queue)
         with unavailable_as_503():
             while True:
                 reply = yield self._scripts.pop.call([key],
                                                      [self._now_arg(), limit, CLAIM_BUDGET])
                 nonce, as_of, more = reply[:3]
                 if len(reply) > 3 or not more:
-                    return self._messages(nonce, reply[3:], as_of)
+                    return layout.messages(nonce, reply[3:], as_of)
 
     @operation
     def edit_message(self, project: str, queue: str, message_id: str, *,
@@ -669,21 +455,21 @@ class Driver(base.Driver):
         text = "" if body is NO_CHANGE else jsontext.dumps_compact(body)
         with unavailable_as_503():
             reply = yield self._scripts.edit.call(
-                [self.queue_key(project, queue)],
+                [self.keys.queue(project, queue)],
                 [self._now_arg(), message_id, text, "" if delay is None else repr(delay)])
         if reply[0] == 1:
             raise errors.MessageNotFound(f"Message {message_id} does not exist.")
         if reply[0] == 2:
             raise errors.MessageHeld.editing(message_id)
         nonce, as_of, seq, raw = reply[1:]
-        return self._message(nonce, seq, raw, as_of)
+        return layout.message(nonce, seq, raw, as_of)
 
     @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> Steps[int]:
         with unavailable_as_503():
             moved, outbox = yield self._scripts.redrive.call(
-                [self.queue_key(project, queue)],
+                [self.keys.queue(project, queue)],
                 [self._now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
                  WRITE_REAP_BUDGET])
             if outbox:
@@ -696,13 +482,13 @@ class Driver(base.Driver):
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
               ) -> Steps[Claim | None]:
-        key = self.queue_key(project, queue)
+        key = self.keys.queue(project, queue)
         keys = [key]
         policy = ["", "", ""]
         target_nonce = ""  # only a dead-letter queue in this slot can be created here
         try:  # unavailable_as_503(), without its calls on the path of every claim
             if dead_letter is not None:
-                target = self.queue_key(project, dead_letter.queue)
+                target = self.keys.queue(project, dead_letter.queue)
                 if self.same_slot(key, target):
                     keys.append(target)
                     target_nonce = new_nonce()
@@ -728,25 +514,25 @@ class Driver(base.Driver):
             return None
         return Claim(id=f"{nonce.decode()}c{number}", ttl=ttl, grace=grace,
                      created=as_of / US, expires=(as_of + ttl * US) / US, as_of=as_of / US,
-                     messages=self._messages(nonce, reply[6:], as_of))
+                     messages=layout.messages(nonce, reply[6:], as_of))
 
     @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Steps[Claim]:
         with unavailable_as_503():
-            reply = yield self._scripts.claim_get.call([self.queue_key(project, queue)],
+            reply = yield self._scripts.claim_get.call([self.keys.queue(project, queue)],
                                                        [self._now_arg(), claim_id])
         if len(reply) == 2:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
         nonce, as_of, ttl, grace, created, expires = reply[:6]
         return Claim(id=claim_id, ttl=ttl, grace=grace, created=created / US,
                      expires=expires / US, as_of=as_of / US,
-                     messages=self._messages(nonce, reply[6:], as_of))
+                     messages=layout.messages(nonce, reply[6:], as_of))
 
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> Steps[None]:
         with unavailable_as_503():
-            missing = yield self._scripts.renew.call([self.queue_key(project, queue)],
+            missing = yield self._scripts.renew.call([self.keys.queue(project, queue)],
                                                      [self._now_arg(), claim_id, ttl, grace])
         if missing:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
@@ -754,7 +540,7 @@ class Driver(base.Driver):
     @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> Steps[None]:
         with unavailable_as_503():
-            yield self._scripts.release.call([self.queue_key(project, queue)],
+            yield self._scripts.release.call([self.keys.queue(project, queue)],
                                              [self._now_arg(), claim_id])
 
     # Long-poll claims
@@ -762,7 +548,7 @@ class Driver(base.Driver):
     @operation
     def available_in(self, project: str, queue: str) -> Steps[float | None]:
         with unavailable_as_503():
-            reply = yield self._scripts.available_in.call([self.queue_key(project, queue)],
+            reply = yield self._scripts.available_in.call([self.keys.queue(project, queue)],
                                                           [self._now_arg()])
         return reply[0] / US if reply else None
 
@@ -774,7 +560,7 @@ class Driver(base.Driver):
         Each move is copied into its dead-letter queue once (``move_in`` remembers the
         token), then deleted from the outbox; any process may do it, any number of times.
         """
-        outbox = self.outbox_key(project, queue)
+        outbox = self.keys.outbox(project, queue)
         for token, payload in self._client.hgetall(outbox).items():
             target, record = msgpack.unpackb(payload, raw=True)
             yield from self._move_in(project, target.decode(), token, record)
@@ -784,7 +570,7 @@ class Driver(base.Driver):
                  ) -> Steps[None]:
         """Step 2 of a move across slots: the dead-letter queue receives the message."""
         _received, listed = yield self._scripts.move_in.call(
-            [self.queue_key(project, target)],
+            [self.keys.queue(project, target)],
             [self._now_arg(), token, new_nonce(), record, self._marker_ttl])
         if not listed:
             yield from self._list_queue(project, target)
@@ -796,7 +582,7 @@ class Driver(base.Driver):
     @operation
     def reap_queue(self, project: str, queue: str, rounds: int = 16) -> Steps[bool]:
         """Remove a queue's expired messages (bounded); True when none is left."""
-        key = self.queue_key(project, queue)
+        key = self.keys.queue(project, queue)
         for _ in range(rounds):
             finished, outbox = yield self._scripts.reap.call(
                 [key], [self._now_arg(), READ_REAP_BUDGET, self._marker_ttl])
@@ -807,16 +593,16 @@ class Driver(base.Driver):
         return False
 
     def _reaper_lease(self, seconds: float) -> bool:
-        return bool(self._client.set(f"{self._ns}:reaper", str(time.time()), nx=True,
+        return bool(self._client.set(self.keys.reaper(), str(time.time()), nx=True,
                                      px=int(seconds * 1000)))
 
     @operation
     def reap(self) -> None:
         """One pass over every queue of every project (the reaper's work)."""
-        projects_key = self._projects_key()
+        projects_key = self.keys.projects()
         for raw_project in self._client.sscan_iter(projects_key):
             project = raw_project.decode()
-            catalogue = self._catalogue_key(project)
+            catalogue = self.keys.catalogue(project)
             for name, _score in self._client.zscan_iter(catalogue):
                 self.reap_queue(project, name.decode())
             if self._client.zcard(catalogue) == 0:
@@ -830,41 +616,14 @@ class Driver(base.Driver):
     # ragged at its edges, which audits of history can afford.
 
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
-        found: set[tuple[str, str]] = set()
         with unavailable_as_503():
-            projects = ([project] if project is not None else
-                        [p.decode() for p in self._client.smembers(self._projects_key())])
-            for name in projects:
-                found.update((name, queue.decode()) for queue in
-                             self._client.zrange(self._catalogue_key(name), 0, -1))
-            # Streams of deleted queues (and of projects no longer catalogued) are found
-            # by name: an offline audit can afford a SCAN.
-            scope = quote(project, safe="") if project is not None else "*"
-            pattern = f"{self._ns}:{{{scope}/*}}:ev"
-            for key in self._client.scan_iter(match=pattern, count=1000):
-                found.add(self._trail_owner(key.decode()))
-        return sorted(found)
-
-    def _trail_owner(self, key: str) -> tuple[str, str]:
-        """``(project, queue)`` of a trail key made by ``trail_key``."""
-        inside = key[len(self._ns) + 2:-len("}:ev")]
-        project, _, queue = inside.partition("/")
-        return unquote(project), queue
+            return trail.queues(self._client, self.keys, project)
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
-        key = self.trail_key(project, queue)
-        start = "-"
-        while True:
-            with unavailable_as_503():
-                entries = self._client.xrange(key, start, "+", count=1000)
-            for _entry_id, fields in entries:
-                yield trail_event(project, queue, fields)
-            if len(entries) < 1000:
-                return
-            start = "(" + entries[-1][0].decode()
+        return trail.events_of(self._client, self.keys, project, queue)
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
-        key = self.queue_key(project, queue)
+        key = self.keys.queue(project, queue)
         prefix = key[:-1]
         with unavailable_as_503():
             nonce = self._client.hget(key, "nonce") or b""
@@ -879,31 +638,9 @@ class Driver(base.Driver):
                     pipe.zscore(prefix + "c", seq)
                 claim_expiries = pipe.execute()
             for seq, claim_expires in zip(seqs, claim_expiries, strict=True):
-                message = self._message(nonce, seq, records[seq], as_of)
+                message = layout.message(nonce, seq, records[seq], as_of)
                 if message.expires * US <= as_of:
                     continue
                 if claim_expires is not None and message.claim_id is not None:
                     message = dataclasses.replace(message, claim_expires=claim_expires / US)
                 yield message
-
-
-# Stream entry fields (lua/common.lua, "Event trail") and how each becomes an Event field.
-TRAIL_FIELDS = {
-    b"m": ("message_id", bytes.decode),
-    b"cl": ("claim_id", bytes.decode),
-    b"c": ("claim_count", int),
-    b"d": ("due", lambda raw: int(raw) / US),
-    b"ttl": ("ttl", int),
-    b"e": ("expires", lambda raw: int(raw) / US),
-    b"src": ("source", bytes.decode),
-    b"dst": ("target", bytes.decode),
-    b"b": ("body", bytes.decode),
-}
-
-
-def trail_event(project: str, queue: str, fields: dict[bytes, bytes]) -> events.Event:
-    """The Event of one stream entry of a queue's trail."""
-    values = {name: convert(fields[raw]) for raw, (name, convert) in TRAIL_FIELDS.items()
-              if raw in fields}
-    return events.Event(project=project, queue=queue, kind=fields[b"k"].decode(),
-                        time=int(fields[b"t"]) / US, **values)

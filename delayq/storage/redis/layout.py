@@ -1,0 +1,166 @@
+"""The Redis keyspace and record format, on the Python side.
+
+``lua/common.lua`` documents each queue's keys for the scripts, which build them from the
+queue's state key; here are the names the driver makes itself and how it reads what the
+scripts store:
+
+- ``NS:{PROJECT/QUEUE}:s`` — a queue's state hash (``Keys.queue``); every other key of the
+  queue extends its prefix ``NS:{PROJECT/QUEUE}:``, among them ``o`` (the outbox of moves
+  waiting to reach another cluster slot) and ``ev`` (the event trail, a stream that
+  outlives the queue). The hash tag ``{PROJECT/QUEUE}`` keeps a queue in one slot.
+- ``NS:{PROJECT}:queues`` — a project's catalogue, a sorted set of its queue names.
+- ``NS:projects`` — the set of projects with a catalogue, for the reaper and audits.
+- ``NS:reaper`` — the reaper's lease.
+
+``PROJECT`` is percent-encoded (``project_part``), so no ``/``, ``{`` or ``}`` of its
+own is mistaken for the key's structure. A message id is the queue's nonce (minted when
+the queue is made, ``new_nonce``) followed by the message's sequence name; a record is a
+MessagePack array (``message`` decodes it).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import uuid
+from urllib.parse import quote, unquote
+
+import msgpack
+
+from delayq import jsontext
+from delayq.message import Message
+
+US = 1_000_000
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+SEQ_LENGTH = 8
+NONCE_LENGTH = 10
+NONCE_DIGITS = bytes(ord(DIGITS[b % len(DIGITS)]) for b in range(256))  # byte → digit
+KEY_CACHE_SIZE = 10_000  # queues whose state-hash key a process keeps made
+
+# A record's fields, as lua/common.lua packs them (due and expires relative to created):
+# body, client, created, ttl, due, expires, claim, claim_expires, count, id, source,
+# moved. A record written before the last ones existed gets these defaults for them.
+RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
+
+
+class Keys:
+    """The key names of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        # (project, queue) → the queue's state key: made once, its hash computed once too.
+        self._queues: dict[tuple[str, str], str] = {}
+
+    def queue(self, project: str, name: str) -> str:
+        """The state hash of a queue; every other key of the queue extends its prefix."""
+        key = self._queues.get((project, name))
+        if key is None:
+            if len(self._queues) >= KEY_CACHE_SIZE:
+                self._queues.clear()  # a miss costs only this line's formatting
+            key = self._queues[(project, name)] = (
+                f"{self.namespace}:{{{project_part(project)}/{name}}}:s")
+        return key
+
+    def outbox(self, project: str, name: str) -> str:
+        """The hash of a queue's dead-letter moves waiting to reach another slot."""
+        return self.queue(project, name)[:-1] + "o"
+
+    def trail(self, project: str, name: str) -> str:
+        """The stream of a queue's event trail (it outlives the queue)."""
+        return self.queue(project, name)[:-1] + "ev"
+
+    def catalogue(self, project: str) -> str:
+        return f"{self.namespace}:{{{project_part(project)}}}:queues"
+
+    def projects(self) -> str:
+        return f"{self.namespace}:projects"
+
+    def reaper(self) -> str:
+        return f"{self.namespace}:reaper"
+
+    def trail_pattern(self, project: str | None) -> str:
+        """A SCAN pattern of the trails of *project*'s queues (every project's: None)."""
+        scope = project_part(project) if project is not None else "*"
+        return f"{self.namespace}:{{{scope}/*}}:ev"
+
+    def trail_owner(self, key: str) -> tuple[str, str]:
+        """``(project, queue)`` of a key ``trail`` made."""
+        inside = key[len(self.namespace) + 2:-len("}:ev")]
+        project, _, queue = inside.partition("/")
+        return unquote(project), queue
+
+
+@functools.lru_cache(maxsize=4096)  # every key of a request names its project
+def project_part(project: str) -> str:
+    """A project id as it appears in keys: percent-encoded."""
+    return quote(project, safe="")
+
+
+@functools.lru_cache(maxsize=4096)  # a producer posts with the same Client-ID again
+def client_bytes(client_id: str) -> bytes:
+    """A Client-ID as stored: the 16 bytes of a UUID (the API admits no other), else text.
+
+    Text that is 16 bytes long gets a NUL appended, so that length means a UUID.
+    """
+    try:
+        return uuid.UUID(client_id).bytes
+    except ValueError:
+        raw = client_id.encode()
+        return raw + b"\0" if len(raw) == 16 else raw
+
+
+@functools.lru_cache(maxsize=4096)  # a claim's messages often share their producer
+def client_text(raw: bytes) -> str:
+    if len(raw) == 16:
+        return str(uuid.UUID(bytes=raw))
+    return (raw[:-1] if len(raw) == 17 and raw.endswith(b"\0") else raw).decode()
+
+
+def new_nonce() -> str:
+    """A random prefix for the ids minted by one incarnation of a queue.
+
+    A post makes one (used only if the queue is new), so it must be cheap: bytes from the
+    random module (no system call; it reseeds from the system after a fork, so gunicorn's
+    workers draw apart), each mapped to a digit in C. The nonce is no secret (every
+    message id shows it), only unique. 256 is not a multiple of 36, so the first 4 digits
+    are a little likelier (8/256 against 7/256): 51 of the 51.7 bits of a uniform nonce,
+    plenty to keep incarnations apart.
+    """
+    return (random.getrandbits(NONCE_LENGTH * 8).to_bytes(NONCE_LENGTH, "little")
+            .translate(NONCE_DIGITS).decode())
+
+
+def is_sequence_name(marker: str) -> bool:
+    """Whether *marker* is a message's sequence name (a listing's marker)."""
+    return len(marker) == SEQ_LENGTH and not marker.strip(DIGITS)
+
+
+def message(nonce: bytes, seq: bytes, raw: bytes, as_of: int) -> Message:
+    """The message a stored record holds, read at *as_of* (microseconds)."""
+    fields = msgpack.unpackb(raw, raw=True)
+    if len(fields) < len(RECORD_DEFAULTS):  # a record written with fewer fields
+        fields += RECORD_DEFAULTS[len(fields):]
+    (body, client, created, ttl, due, expires, claim, claim_expires, count, id_, source,
+     moved) = fields  # in the order of RECORD_DEFAULTS
+    # Positional, in Message's field order: by keyword, each of the 13 arguments costs a
+    # name match, and a claim builds a Message per message it takes.
+    return Message(
+        (id_ or nonce + seq).decode(),
+        jsontext.loads(body.decode("utf-8", "surrogatepass")),
+        ttl,
+        created / US,
+        (created + ttl * US + expires) / US,
+        (created + due) / US,
+        client_text(client),
+        f"{nonce.decode()}c{claim}" if claim else None,
+        claim_expires / US,
+        count,
+        as_of / US,
+        source.decode() or None,
+        moved / US if moved else None,
+    )
+
+
+def messages(nonce: bytes, pairs: list, as_of: int) -> list[Message]:
+    """The messages of a reply's ``seq, record, seq, record, ...``."""
+    return [message(nonce, pairs[i], pairs[i + 1], as_of) for i in range(0, len(pairs), 2)]
