@@ -4,7 +4,7 @@ MongoDB updates one document atomically and re-checks an update's filter against
 document it writes, so every transition here is a set of single-document updates whose
 filters pin the state the driver read:
 
-- A claim reads the head of the queue's claimable range (``schema.CLAIMABLE_INDEX``),
+- A claim reads the head of the queue's claimable range (``layout.CLAIMABLE_INDEX``),
   then writes one ``UpdateOne`` per candidate — in one ``bulk_write`` — filtered on the
   candidate's queue, availability and claim count as read. Of two concurrent claimers the
   second finds the document changed and updates nothing; the claim then reads the head
@@ -36,7 +36,7 @@ process dying, or MongoDB failing, between the change and the insert loses those
 it never records a change that did not happen, because events are built only from writes
 MongoDB acknowledged (a claim's or a bulk delete's lost races are left out). A failed
 insert is logged, not answered with 503: the change is done, and a client retrying it
-would post or claim again. ``[events] retention`` is the TTL of each event (``schema.py``).
+would post or claim again. ``[events] retention`` is the TTL of each event (``layout.py``).
 
 Expiry: every query compares ``e`` with now, so an expired message is gone for every
 read, count and change from the millisecond it expires. It stays stored until a request
@@ -50,7 +50,7 @@ cost each a round trip. The TTL index on ``e`` is only a backstop, ``expired_ret
 after the expiry; what it drops, it drops unseen (no count, no event), and the audits then
 infer the expiry from the trail.
 
-The /metrics gauges (``queue_counts``) read the ``tallies`` collection (``tallying``),
+The /metrics gauges (``queue_counts``) read the ``tallies`` collection (``tallies.py``),
 not the messages. Every transition adds its messages' change of instants
 (``delayq.tallies``) there right after the messages' write, computed from the state that
 write pinned or returned, so concurrent requests keep it exact; expiry needs no write
@@ -93,8 +93,8 @@ from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats, dead_lettered_ttl
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
-from delayq.storage.mongo import schema as s
-from delayq.storage.mongo import tallying
+from delayq.storage.mongo import layout as lay
+from delayq.storage.mongo import tallies
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.reaper import Reaper
 
@@ -262,7 +262,7 @@ class Driver(base.Driver):
 
         *reap_interval* seconds apart, a background thread reaps every queue (0: none;
         tests call ``reap`` themselves); *expired_retention* is how long MongoDB keeps
-        an expired message before its TTL monitor drops it unseen (``schema.py``).
+        an expired message before its TTL monitor drops it unseen (``layout.py``).
         """
         self._client = client
         self._events = events_settings
@@ -273,15 +273,15 @@ class Driver(base.Driver):
         db = client.get_database(database, write_concern=concern,
                                  read_preference=ReadPreference.PRIMARY)
         self._db = db
-        self._queues: Collection = db[s.QUEUES]
-        self._messages: Collection = db[s.MESSAGES]
-        self._claims: Collection = db[s.CLAIMS]
-        self._trail: Collection = db[s.EVENTS]
-        self._tallies: Collection = db[s.TALLIES]
-        self._locks: Collection = db[s.LOCKS]
+        self._queues: Collection = db[lay.QUEUES]
+        self._messages: Collection = db[lay.MESSAGES]
+        self._claims: Collection = db[lay.CLAIMS]
+        self._trail: Collection = db[lay.EVENTS]
+        self._tallies: Collection = db[lay.TALLIES]
+        self._locks: Collection = db[lay.LOCKS]
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         # The clock's write needs no replication: waiting for it would skew the reading.
-        self._clock_collection = db.get_collection(s.CLOCK, write_concern=WriteConcern(w=1))
+        self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
         self._indexed = False
         self._index_lock = threading.Lock()
@@ -323,9 +323,9 @@ class Driver(base.Driver):
                                             store=NAME)
         try:
             if not self._indexed:
-                for name, indexes in s.indexes(self._expired_retention).items():
+                for name, indexes in lay.indexes(self._expired_retention).items():
                     # With the trail off, the events collection is never created.
-                    if name != s.EVENTS or self._events.enabled:
+                    if name != lay.EVENTS or self._events.enabled:
                         self._create_indexes(name, indexes)
                 self._indexed = True
         finally:
@@ -346,10 +346,10 @@ class Driver(base.Driver):
             collection.create_indexes(indexes)
             return
         except pymongo.errors.OperationFailure as exc:
-            if name != s.MESSAGES or exc.code != INDEX_OPTIONS_CONFLICT:
+            if name != lay.MESSAGES or exc.code != INDEX_OPTIONS_CONFLICT:
                 raise
-        change = {"collMod": s.MESSAGES,
-                  "index": {"keyPattern": s.EXPIRY_KEY,
+        change = {"collMod": lay.MESSAGES,
+                  "index": {"keyPattern": lay.EXPIRY_KEY,
                             "expireAfterSeconds": self._expired_retention}}
         try:
             self._db.command(change)
@@ -359,31 +359,31 @@ class Driver(base.Driver):
             LOG.error("Could not set the TTL of the messages' %r index to expired_retention "
                       "(%d s): %s. Expired messages are dropped unseen at the old TTL "
                       "(uncounted, no expired event) until a user with the collMod "
-                      "privilege runs db.runCommand(%s) in database %r.", s.EXPIRY_INDEX,
+                      "privilege runs db.runCommand(%s) in database %r.", lay.EXPIRY_INDEX,
                       self._expired_retention, exc, json.dumps(change), self._db.name)
             # The others may not have been created: the failed command created none.
             indexes = [model for model in indexes
-                       if model.document["name"] != s.EXPIRY_INDEX]
+                       if model.document["name"] != lay.EXPIRY_INDEX]
         else:
             LOG.info("The messages' %r index now drops expired messages %d s after their "
-                     "expiry (expired_retention).", s.EXPIRY_INDEX, self._expired_retention)
+                     "expiry (expired_retention).", lay.EXPIRY_INDEX, self._expired_retention)
         collection.create_indexes(indexes)
 
     # Time
 
     def _server_time_ms(self) -> int:
         doc = self._clock_collection.find_one_and_update(
-            {s.ID: s.CLOCK}, {"$currentDate": {s.CLOCK_TIME: True}}, upsert=True,
+            {lay.ID: lay.CLOCK}, {"$currentDate": {lay.CLOCK_TIME: True}}, upsert=True,
             return_document=ReturnDocument.AFTER)
-        return s.ms(doc[s.CLOCK_TIME])
+        return lay.ms(doc[lay.CLOCK_TIME])
 
     @operation
     def now(self) -> float:
         with unavailable_as_503():
-            return s.to_ms(self._clock()) / 1000
+            return lay.to_ms(self._clock()) / 1000
 
     def _now_ms(self) -> int:
-        return s.to_ms(self._clock())
+        return lay.to_ms(self._clock())
 
     @operation
     def ping(self) -> bool:
@@ -404,8 +404,8 @@ class Driver(base.Driver):
 
     def _event(self, project: str, queue: str, kind: str, now: int, **fields: Any
                ) -> dict[str, Any]:
-        """An event document (``schema.new_event``) kept for ``[events] retention``."""
-        return s.new_event(project, queue, kind, now, self._events.retention, **fields)
+        """An event document (``layout.new_event``) kept for ``[events] retention``."""
+        return lay.new_event(project, queue, kind, now, self._events.retention, **fields)
 
     def _record(self, docs: list[dict[str, Any]]) -> None:
         """Append a request's events in one insert, once the change they record is done;
@@ -414,7 +414,7 @@ class Driver(base.Driver):
         MongoDB failing now loses these events, and only them: the change stands, so the
         request must not fail (a client would repeat it).
         """
-        ended = [doc[s.EVENT_KIND] for doc in docs if doc[s.EVENT_KIND] in events.ENDINGS]
+        ended = [doc[lay.EVENT_KIND] for doc in docs if doc[lay.EVENT_KIND] in events.ENDINGS]
         if ended:
             self.endings(ended)
         if not docs or not self._events.enabled:
@@ -427,9 +427,9 @@ class Driver(base.Driver):
             LOG.warning("%d event(s) of the trail lost: MongoDB failed after the change "
                         "they record was made: %s", len(docs), exc)
 
-    def _tally(self, project: str, changes: tallying.Changes) -> None:
+    def _tally(self, project: str, changes: tallies.Changes) -> None:
         """Apply a request's tally changes, once the messages' writes they follow are
-        done (``tallying``).
+        done (``tallies.py``).
 
         MongoDB failing now loses these deltas, and only them (the error leaves the
         counts when those messages would have expired): the change stands, so the
@@ -471,15 +471,15 @@ class Driver(base.Driver):
     def _deleted(self, project: str, queue: str, now: int, doc: dict[str, Any],
                  claim_id: ObjectId | None = None) -> dict[str, Any]:
         """The deleted event of the message document *doc* as it was deleted."""
-        return self._event(project, queue, events.DELETED, now, message_id=doc[s.ID],
-                           claim_id=claim_id, claim_count=doc.get(s.CLAIM_COUNT, 0))
+        return self._event(project, queue, events.DELETED, now, message_id=doc[lay.ID],
+                           claim_id=claim_id, claim_count=doc.get(lay.CLAIM_COUNT, 0))
 
     def _expired(self, project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
         """The expired event of the message document *doc*, removed after its expiry:
         stamped with the instant it expired, however late it was removed."""
-        expires = s.ms(doc[s.EXPIRES])
-        return self._event(project, queue, events.EXPIRED, expires, message_id=doc[s.ID],
-                           claim_count=doc.get(s.CLAIM_COUNT, 0), expires=expires)
+        expires = lay.ms(doc[lay.EXPIRES])
+        return self._event(project, queue, events.EXPIRED, expires, message_id=doc[lay.ID],
+                           claim_count=doc.get(lay.CLAIM_COUNT, 0), expires=expires)
 
     # Expiry: expired messages are invisible at once; the reaper removes and reports them
 
@@ -497,10 +497,10 @@ class Driver(base.Driver):
             now = self._now_ms()
             try:
                 self._locks.find_one_and_update(
-                    {s.ID: s.REAPER_LEASE, s.EXPIRES: {"$lte": s.date(now)}},
-                    {"$set": {s.EXPIRES: s.date(now + round(seconds * 1000)),
-                              s.HOLDER: self._holder}},
-                    {s.ID: 1}, upsert=True)
+                    {lay.ID: lay.REAPER_LEASE, lay.EXPIRES: {"$lte": lay.date(now)}},
+                    {"$set": {lay.EXPIRES: lay.date(now + round(seconds * 1000)),
+                              lay.HOLDER: self._holder}},
+                    {lay.ID: 1}, upsert=True)
             except pymongo.errors.DuplicateKeyError:
                 return False
         return True
@@ -514,16 +514,16 @@ class Driver(base.Driver):
         each is still reported once in all."""
         while True:
             now = self._now_ms()
-            found = list(self._messages.find({s.EXPIRES: {"$lte": s.date(now)}},
-                                             {s.ID: 1, s.PROJECT: 1})
-                         .sort(s.EXPIRY_ORDER).limit(REAP_BATCH).hint(s.EXPIRY_INDEX))
+            found = list(self._messages.find({lay.EXPIRES: {"$lte": lay.date(now)}},
+                                             {lay.ID: 1, lay.PROJECT: 1})
+                         .sort(lay.EXPIRY_ORDER).limit(REAP_BATCH).hint(lay.EXPIRY_INDEX))
             gone = self._reap_each(found, now)
-            changes: defaultdict[str, tallying.Changes] = defaultdict(tallying.Changes)
+            changes: defaultdict[str, tallies.Changes] = defaultdict(tallies.Changes)
             for doc in gone:
-                changes[doc[s.PROJECT]].add(doc[s.QUEUE], doc, None)
+                changes[doc[lay.PROJECT]].add(doc[lay.QUEUE], doc, None)
             for project, change in changes.items():
                 self._tally(project, change)
-            self._record([self._expired(doc[s.PROJECT], doc[s.QUEUE], doc) for doc in gone])
+            self._record([self._expired(doc[lay.PROJECT], doc[lay.QUEUE], doc) for doc in gone])
             if len(found) < REAP_BATCH:
                 return
 
@@ -536,8 +536,8 @@ class Driver(base.Driver):
         it gets it back, and reports it.
         """
         return self._delete_each(
-            [{s.ID: doc[s.ID], s.PROJECT: doc[s.PROJECT], s.EXPIRES: {"$lte": s.date(now)}}
-             for doc in docs], s.PROJECT, s.QUEUE)
+            [{lay.ID: doc[lay.ID], lay.PROJECT: doc[lay.PROJECT],
+              lay.EXPIRES: {"$lte": lay.date(now)}} for doc in docs], lay.PROJECT, lay.QUEUE)
 
     # Queues
 
@@ -546,8 +546,8 @@ class Driver(base.Driver):
     def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
         try:
             self._queues.insert_one({
-                s.PROJECT: project, s.QUEUE: name, s.METADATA: s.encode_json(metadata),
-                s.SEQ: 0, s.CREATED: s.date(self._now_ms())})
+                lay.PROJECT: project, lay.QUEUE: name, lay.METADATA: lay.encode_json(metadata),
+                lay.SEQ: 0, lay.CREATED: lay.date(self._now_ms())})
         except pymongo.errors.DuplicateKeyError:
             return False
         return True
@@ -555,15 +555,15 @@ class Driver(base.Driver):
     @operation
     @backend_call
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
-        doc = self._queues.find_one({s.PROJECT: project, s.QUEUE: name},
-                                    {s.METADATA: 1, s.ID: 0})
-        return json.loads(doc[s.METADATA]) if doc else None
+        doc = self._queues.find_one({lay.PROJECT: project, lay.QUEUE: name},
+                                    {lay.METADATA: 1, lay.ID: 0})
+        return json.loads(doc[lay.METADATA]) if doc else None
 
     @operation
     @backend_call
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
-        result = self._queues.update_one({s.PROJECT: project, s.QUEUE: name},
-                                         {"$set": {s.METADATA: s.encode_json(metadata)}})
+        result = self._queues.update_one({lay.PROJECT: project, lay.QUEUE: name},
+                                         {"$set": {lay.METADATA: lay.encode_json(metadata)}})
         if result.matched_count == 0:
             raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
 
@@ -571,7 +571,7 @@ class Driver(base.Driver):
     @backend_call
     def delete_queue(self, project: str, name: str) -> None:
         now = self._now_ms()
-        where = {s.PROJECT: project, s.QUEUE: name}
+        where = {lay.PROJECT: project, lay.QUEUE: name}
         # Messages first: a crash part way leaves the queue, and deleting it again
         # finishes the job. The second sweep takes what a post racing the delete stored.
         gone = self._messages.delete_many(where).deleted_count
@@ -586,13 +586,13 @@ class Driver(base.Driver):
     @backend_call
     def purge_queue(self, project: str, name: str) -> None:
         now = self._now_ms()
-        where = {s.PROJECT: project, s.QUEUE: name}
+        where = {lay.PROJECT: project, lay.QUEUE: name}
         gone = self._messages.delete_many(where).deleted_count
         self._claims.delete_many(where)
         self._tallies.delete_many(where)
         # An empty queue is purged too, an absent one not: the queue is looked up only
         # when the trail needs to know.
-        if self._events.enabled and (gone or self._queues.find_one(where, {s.ID: 1})):
+        if self._events.enabled and (gone or self._queues.find_one(where, {lay.ID: 1})):
             self._purged(project, name, now)
 
     @operation
@@ -600,44 +600,45 @@ class Driver(base.Driver):
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:
         cursor = self._queues.find(
-            {s.PROJECT: project, s.QUEUE: {"$gt": marker or ""}},
-            {s.QUEUE: 1, s.METADATA: 1, s.ID: 0}).sort(s.QUEUE, pymongo.ASCENDING).limit(limit)
-        return [(doc[s.QUEUE], json.loads(doc[s.METADATA])) for doc in cursor]
+            {lay.PROJECT: project, lay.QUEUE: {"$gt": marker or ""}},
+            {lay.QUEUE: 1, lay.METADATA: 1, lay.ID: 0}
+        ).sort(lay.QUEUE, pymongo.ASCENDING).limit(limit)
+        return [(doc[lay.QUEUE], json.loads(doc[lay.METADATA])) for doc in cursor]
 
     @operation
     @backend_call
     def count_queues(self, project: str) -> int:
-        return self._queues.count_documents({s.PROJECT: project})
+        return self._queues.count_documents({lay.PROJECT: project})
 
     @operation
     @backend_call
     def queue_stats(self, project: str, name: str) -> QueueStats:
         now = self._now_ms()
-        live = {s.PROJECT: project, s.QUEUE: name, s.EXPIRES: {"$gt": s.date(now)}}
+        live = {lay.PROJECT: project, lay.QUEUE: name, lay.EXPIRES: {"$gt": lay.date(now)}}
         total = self._messages.count_documents(live)
         if not total:
             return QueueStats(0, 0, 0, None, None)
-        delayed = self._messages.count_documents({**live, s.DUE: {"$gt": s.date(now)}})
+        delayed = self._messages.count_documents({**live, lay.DUE: {"$gt": lay.date(now)}})
         claimed = self._messages.count_documents(
-            {**live, s.CLAIM_EXPIRES: {"$gt": s.date(now)}})
+            {**live, lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}})
         ends = []
         for direction in (pymongo.ASCENDING, pymongo.DESCENDING):
-            doc = self._messages.find_one(live, sort=[(s.SEQ, direction)])
-            ends.append(s.message(doc, now) if doc else None)
+            doc = self._messages.find_one(live, sort=[(lay.SEQ, direction)])
+            ends.append(lay.message(doc, now) if doc else None)
         return QueueStats(free=max(0, total - delayed - claimed), claimed=claimed,
                           delayed=delayed, oldest=ends[0], newest=ends[1])
 
     @operation
     @backend_call
     def queue_counts(self, project: str, name: str) -> QueueCounts:
-        """From the tallies (``tallying``): one read of at most ``tallies.LEVELS``
+        """From the tallies (``tallies.py``): one read of at most ``delayq.tallies.LEVELS``
         documents, however many messages the queue holds."""
         return self._counts(project, name, self._now_ms())
 
     def _counts(self, project: str, name: str, now: int) -> QueueCounts:
-        return tallying.counts(
-            self._tallies.find(tallying.reading(project, name, now),
-                               {s.LEVEL: 1, s.PAGE: 1, s.TALLY: 1}).hint(s.PAGE_INDEX),
+        return tallies.counts(
+            self._tallies.find(tallies.reading(project, name, now),
+                               {lay.LEVEL: 1, lay.PAGE: 1, lay.TALLY: 1}).hint(lay.PAGE_INDEX),
             now)
 
     def _allocate(self, project: str, queue: str, count: int, now: int) -> int:
@@ -646,14 +647,14 @@ class Driver(base.Driver):
         Two first posts to a new queue may both try to insert it; MongoDB retries such an
         upsert itself, and so does this for servers that don't.
         """
-        update = {"$inc": {s.SEQ: count},
-                  "$setOnInsert": {s.METADATA: "{}", s.CREATED: s.date(now)}}
+        update = {"$inc": {lay.SEQ: count},
+                  "$setOnInsert": {lay.METADATA: "{}", lay.CREATED: lay.date(now)}}
         for attempt in (1, 2):
             try:
                 doc = self._queues.find_one_and_update(
-                    {s.PROJECT: project, s.QUEUE: queue}, update, {s.SEQ: 1}, upsert=True,
+                    {lay.PROJECT: project, lay.QUEUE: queue}, update, {lay.SEQ: 1}, upsert=True,
                     return_document=ReturnDocument.AFTER)
-                return doc[s.SEQ] - count + 1
+                return doc[lay.SEQ] - count + 1
             except pymongo.errors.DuplicateKeyError:
                 if attempt == 2:
                     raise
@@ -670,10 +671,10 @@ class Driver(base.Driver):
         if message_quota:
             self._check_message_quota(project, queue, len(messages), message_quota, now)
         first = self._allocate(project, queue, len(messages), now)
-        docs = [s.new_message(project, queue, first + i, m.body, m.ttl, m.delay, client_id,
-                              now)
+        docs = [lay.new_message(project, queue, first + i, m.body, m.ttl, m.delay, client_id,
+                                now)
                 for i, m in enumerate(messages)]
-        changes = tallying.Changes()
+        changes = tallies.Changes()
         try:
             self._messages.insert_many(docs, ordered=True)
         except pymongo.errors.BulkWriteError as exc:
@@ -686,10 +687,10 @@ class Driver(base.Driver):
             changes.add(queue, None, doc)
         self._tally(project, changes)
         self._record([
-            self._event(project, queue, events.POSTED, now, message_id=doc[s.ID],
-                        due=s.due_ms(doc), ttl=doc[s.TTL], expires=s.ms(doc[s.EXPIRES]))
+            self._event(project, queue, events.POSTED, now, message_id=doc[lay.ID],
+                        due=lay.due_ms(doc), ttl=doc[lay.TTL], expires=lay.ms(doc[lay.EXPIRES]))
             for doc in docs])
-        return [str(doc[s.ID]) for doc in docs]
+        return [str(doc[lay.ID]) for doc in docs]
 
     def _check_message_quota(self, project: str, queue: str, posted: int, quota: int,
                              now: int) -> None:
@@ -700,7 +701,7 @@ class Driver(base.Driver):
         of a transaction): posts running at the same time each count the queue before
         the others' tallies are written, so together they may pass the quota by up to
         the messages of all of them but one; and a tally change lost to a failure
-        (``tallying``) miscounts its messages until they would have expired.
+        (``tallies.py``) miscounts its messages until they would have expired.
         """
         held = self._counts(project, queue, now)
         if held.total + posted > quota:
@@ -713,58 +714,58 @@ class Driver(base.Driver):
                       include_delayed: bool) -> tuple[list[Message], str | None]:
         after = validation.sequence_marker(marker)
         now = self._now_ms()
-        query: dict[str, Any] = {s.PROJECT: project, s.QUEUE: queue, s.SEQ: {"$gt": after},
-                                 s.EXPIRES: {"$gt": s.date(now)}}
+        query: dict[str, Any] = {lay.PROJECT: project, lay.QUEUE: queue, lay.SEQ: {"$gt": after},
+                                 lay.EXPIRES: {"$gt": lay.date(now)}}
         if exclude_client is not None:
-            query[s.CLIENT] = {"$ne": exclude_client}
+            query[lay.CLIENT] = {"$ne": exclude_client}
         if not include_claimed:
-            query.update(s.not_held(now))
+            query.update(lay.not_held(now))
         if not include_delayed:
-            query[s.DUE] = {"$not": {"$gt": s.date(now)}}
-        docs = list(self._messages.find(query).sort(s.POST_ORDER).limit(limit)
-                    .hint(s.LISTING_INDEX))
-        next_marker = str(docs[-1][s.SEQ]) if docs else None
-        return [s.message(doc, now) for doc in docs], next_marker
+            query[lay.DUE] = {"$not": {"$gt": lay.date(now)}}
+        docs = list(self._messages.find(query).sort(lay.POST_ORDER).limit(limit)
+                    .hint(lay.LISTING_INDEX))
+        next_marker = str(docs[-1][lay.SEQ]) if docs else None
+        return [lay.message(doc, now) for doc in docs], next_marker
 
     @operation
     @backend_call
     def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         now = self._now_ms()
         docs = self._messages.find(
-            {s.ID: {"$in": [s.object_id(i) for i in ids]}, s.PROJECT: project,
-             s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)}}).sort(s.POST_ORDER)
-        return [s.message(doc, now) for doc in docs]
+            {lay.ID: {"$in": [lay.object_id(i) for i in ids]}, lay.PROJECT: project,
+             lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}}).sort(lay.POST_ORDER)
+        return [lay.message(doc, now) for doc in docs]
 
     @operation
     @backend_call
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
-        where = {s.ID: s.object_id(message_id), s.PROJECT: project, s.QUEUE: queue}
+        where = {lay.ID: lay.object_id(message_id), lay.PROJECT: project, lay.QUEUE: queue}
         while True:
             now = self._now_ms()
             if claim_id is not None:
-                held = {**self._held(project, queue, s.object_id(claim_id), now), **where}
+                held = {**self._held(project, queue, lay.object_id(claim_id), now), **where}
                 deleted = self._messages.find_one_and_delete(
-                    held, {s.CLAIM: 1, s.CLAIM_COUNT: 1, **s.TALLY_FIELDS})
+                    held, {lay.CLAIM: 1, lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
                     self._tally_deleted(project, queue, [deleted])
                     self._record([self._deleted(project, queue, now, deleted,
-                                                deleted[s.CLAIM])])
+                                                deleted[lay.CLAIM])])
                     return
-            doc = self._messages.find_one({**where, s.EXPIRES: {"$gt": s.date(now)}},
-                                          {s.CLAIM: 1, s.CLAIM_EXPIRES: 1, s.AVAILABLE: 1})
+            doc = self._messages.find_one({**where, lay.EXPIRES: {"$gt": lay.date(now)}},
+                                          {lay.CLAIM: 1, lay.CLAIM_EXPIRES: 1, lay.AVAILABLE: 1})
             if doc is None:
                 return
-            holder = doc.get(s.CLAIM)
-            live = holder is not None and s.ms(doc[s.CLAIM_EXPIRES]) > now
+            holder = doc.get(lay.CLAIM)
+            live = holder is not None and lay.ms(doc[lay.CLAIM_EXPIRES]) > now
             refuse_delete(delete_refusal(claim_id, str(holder) if live else None),
                           message_id, claim_id)
             # Unclaimed as read: delete it unless a claim took it meanwhile (a claim
             # always moves its availability), else look again.
             if claim_id is None:
                 deleted = self._messages.find_one_and_delete(
-                    {**where, s.AVAILABLE: doc[s.AVAILABLE]},
-                    {s.CLAIM_COUNT: 1, **s.TALLY_FIELDS})
+                    {**where, lay.AVAILABLE: doc[lay.AVAILABLE]},
+                    {lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
                     self._tally_deleted(project, queue, [deleted])
                     self._record([self._deleted(project, queue, now, deleted)])
@@ -775,12 +776,12 @@ class Driver(base.Driver):
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         now = self._now_ms()
         deleted = self._delete_each(
-            [{s.ID: message_id, s.PROJECT: project, s.QUEUE: queue}
-             for message_id in dict.fromkeys(s.object_id(i) for i in ids)])
+            [{lay.ID: message_id, lay.PROJECT: project, lay.QUEUE: queue}
+             for message_id in dict.fromkeys(lay.object_id(i) for i in ids)])
         self._tally_deleted(project, queue, deleted)
         # One that had expired already (not reaped yet) ended with its expiry: reported
         # as that, by this request, which removed it (as the reaper would have).
-        self._record([self._deleted(project, queue, now, doc) if s.ms(doc[s.EXPIRES]) > now
+        self._record([self._deleted(project, queue, now, doc) if lay.ms(doc[lay.EXPIRES]) > now
                       else self._expired(project, queue, doc) for doc in deleted])
 
     def _delete_each(self, filters: list[dict[str, Any]], *fields: str
@@ -793,12 +794,12 @@ class Driver(base.Driver):
         instants of the tallies). A pinned bulk delete would save round trips but not
         tell, when some vanished under a concurrent delete, which of them it deleted.
         """
-        kept = {s.CLAIM_COUNT: 1, **s.TALLY_FIELDS, **dict.fromkeys(fields, 1)}
+        kept = {lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS, **dict.fromkeys(fields, 1)}
         found = (self._messages.find_one_and_delete(where, kept) for where in filters)
         return [doc for doc in found if doc is not None]
 
     def _tally_deleted(self, project: str, queue: str, docs: list[dict[str, Any]]) -> None:
-        changes = tallying.Changes()
+        changes = tallies.Changes()
         for doc in docs:
             changes.add(queue, doc, None)
         self._tally(project, changes)
@@ -813,58 +814,58 @@ class Driver(base.Driver):
         changes = self._taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
-        gone = {doc[s.ID]: doc for doc in self._delete_each(
-            [{s.ID: doc[s.ID], s.PROJECT: project, s.CLAIM: pop_id} for doc in taken])}
+        gone = {doc[lay.ID]: doc for doc in self._delete_each(
+            [{lay.ID: doc[lay.ID], lay.PROJECT: project, lay.CLAIM: pop_id} for doc in taken])}
         for doc in gone.values():
             changes.add(queue, doc, None)
         self._tally(project, changes)
         self._record([self._expired(project, queue, doc) for doc in took.reaped] + [
-            self._event(project, queue, events.POPPED, now, message_id=doc[s.ID],
-                        claim_count=doc.get(s.CLAIM_COUNT, 0))
-            for doc in taken if doc[s.ID] in gone])
-        return [s.message(doc, now) for doc in taken]
+            self._event(project, queue, events.POPPED, now, message_id=doc[lay.ID],
+                        claim_count=doc.get(lay.CLAIM_COUNT, 0))
+            for doc in taken if doc[lay.ID] in gone])
+        return [lay.message(doc, now) for doc in taken]
 
     @operation
     @backend_call
     def edit_message(self, project: str, queue: str, message_id: str, *,
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
                      ) -> Message:
-        where = {s.ID: s.object_id(message_id), s.PROJECT: project, s.QUEUE: queue}
+        where = {lay.ID: lay.object_id(message_id), lay.PROJECT: project, lay.QUEUE: queue}
         while True:
             now = self._now_ms()
-            live = {**where, s.EXPIRES: {"$gt": s.date(now)}}
+            live = {**where, lay.EXPIRES: {"$gt": lay.date(now)}}
             # The filter is the rule: no live claim holds it. A claim sets the claim
             # expiry ahead of now, so a concurrent claim and this edit exclude each other.
-            free = {**live, **s.not_held(now)}
+            free = {**live, **lay.not_held(now)}
             changes: dict[str, Any] = {}
             if body is not NO_CHANGE:
-                changes[s.BODY] = s.encode_json(body)
+                changes[lay.BODY] = lay.encode_json(body)
             if delay is not None:
                 # Free, so available when due (an expired claim's expiry is behind now).
-                due = s.date(now + round(delay * 1000))
-                changes.update({s.DUE: due, s.AVAILABLE: due})
+                due = lay.date(now + round(delay * 1000))
+                changes.update({lay.DUE: due, lay.AVAILABLE: due})
             if changes:
                 # The document as written over, for the tallies; the edit is its $set.
                 before = self._messages.find_one_and_update(
-                    free, {"$set": changes, "$inc": {s.EDITS: 1}},
+                    free, {"$set": changes, "$inc": {lay.EDITS: 1}},
                     return_document=ReturnDocument.BEFORE)
                 doc = None if before is None else {
-                    **before, **changes, s.EDITS: before.get(s.EDITS, 0) + 1}
+                    **before, **changes, lay.EDITS: before.get(lay.EDITS, 0) + 1}
                 if before is not None:
-                    tally = tallying.Changes()
+                    tally = tallies.Changes()
                     tally.add(queue, before, doc)
                     self._tally(project, tally)
             else:
                 doc = self._messages.find_one(free)
             if doc is not None:
                 self._record([self._event(project, queue, events.EDITED, now,
-                                          message_id=doc[s.ID], due=s.due_ms(doc),
-                                          claim_count=doc.get(s.CLAIM_COUNT, 0))])
-                return s.message(doc, now)
-            state = self._messages.find_one(live, {s.CLAIM_EXPIRES: 1})
+                                          message_id=doc[lay.ID], due=lay.due_ms(doc),
+                                          claim_count=doc.get(lay.CLAIM_COUNT, 0))])
+                return lay.message(doc, now)
+            state = self._messages.find_one(live, {lay.CLAIM_EXPIRES: 1})
             if state is None:
                 raise errors.MessageNotFound(f"Message {message_id} does not exist.")
-            if s.ms(state.get(s.CLAIM_EXPIRES) or s.EPOCH) > now:
+            if lay.ms(state.get(lay.CLAIM_EXPIRES) or lay.EPOCH) > now:
                 raise errors.MessageHeld.editing(message_id)
             # Its claim expired between the two reads: edit it now.
 
@@ -874,17 +875,17 @@ class Driver(base.Driver):
                 limit: int) -> int:
         now = self._now_ms()
         where: dict[str, Any] = {
-            s.PROJECT: project, s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)},
-            **s.not_held(now)}
+            lay.PROJECT: project, lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)},
+            **lay.not_held(now)}
         if destination is None:
-            where[s.SOURCE] = {"$exists": True}
-        docs = list(self._messages.find(where).sort(s.CLAIMABLE_ORDER).limit(limit)
-                    .hint(s.CLAIMABLE_INDEX))
+            where[lay.SOURCE] = {"$exists": True}
+        docs = list(self._messages.find(where).sort(lay.CLAIMABLE_ORDER).limit(limit)
+                    .hint(lay.CLAIMABLE_INDEX))
         moves = []
-        for target in sorted({destination or doc[s.SOURCE] for doc in docs}):
-            group = [doc for doc in docs if (destination or doc[s.SOURCE]) == target]
+        for target in sorted({destination or doc[lay.SOURCE] for doc in docs}):
+            group = [doc for doc in docs if (destination or doc[lay.SOURCE]) == target]
             first = self._allocate(project, target, len(group), now)
-            moves += [Move(doc, target, position, doc[s.TTL], s.ms(doc[s.EXPIRES]))
+            moves += [Move(doc, target, position, doc[lay.TTL], lay.ms(doc[lay.EXPIRES]))
                       for position, doc in enumerate(group, start=first)]
         if not moves:
             return 0
@@ -893,14 +894,14 @@ class Driver(base.Driver):
         if result.modified_count != len(moves):
             # A concurrent claim, move or delete took some first.
             moves = self._won(project, ObjectId(), [], moves, result.modified_count).moved
-        changes = tallying.Changes()
+        changes = tallies.Changes()
         for move in moves:
             changes.add(queue, move.doc, None)
-            changes.add(move.target, None, s.unclaimed(move.doc, **self._due_at_once(move, now)))
+            changes.add(move.target, None, lay.unclaimed(move.doc, **self._due_at_once(move, now)))
         self._tally(project, changes)
         self._record([self._event(project, queue, events.REDRIVEN, now,
-                                  message_id=move.doc[s.ID],
-                                  claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
+                                  message_id=move.doc[lay.ID],
+                                  claim_count=move.doc.get(lay.CLAIM_COUNT, 0), source=queue,
                                   target=move.target, expires=move.expires)
                       for move in moves])
         return len(moves)
@@ -909,16 +910,16 @@ class Driver(base.Driver):
         """The single-document update of a redrive, pinned like a claim: a fresh
         message of the target queue, due at once."""
         return UpdateOne(self._pinned(project, queue, move.doc), {
-            "$set": {s.QUEUE: move.target, s.SEQ: move.position, s.AVAILABLE: s.date(now),
+            "$set": {lay.QUEUE: move.target, lay.SEQ: move.position, lay.AVAILABLE: lay.date(now),
                      **self._due_at_once(move, now)},
-            "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: "", s.CLAIM_COUNT: "", s.SOURCE: "",
-                       s.MOVED: ""}})
+            "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: "", lay.CLAIM_COUNT: "", lay.SOURCE: "",
+                       lay.MOVED: ""}})
 
     @staticmethod
     def _due_at_once(move: Move, now: int) -> dict[str, Any]:
         """What a redrive sets of the due time: *now*, if the message is not due yet."""
         doc = move.doc
-        return {s.DUE: s.date(now)} if s.DUE in doc and s.ms(doc[s.DUE]) > now else {}
+        return {lay.DUE: lay.date(now)} if lay.DUE in doc and lay.ms(doc[lay.DUE]) > now else {}
 
     # Claims
 
@@ -933,16 +934,16 @@ class Driver(base.Driver):
         while len(took.claimed) < limit:
             need = limit - len(took.claimed)
             candidates = list(
-                self._messages.find({s.PROJECT: project, s.QUEUE: queue,
-                                     s.AVAILABLE: {"$lte": s.date(now)}})
-                .sort(s.CLAIMABLE_ORDER).limit(need).hint(s.CLAIMABLE_INDEX))
+                self._messages.find({lay.PROJECT: project, lay.QUEUE: queue,
+                                     lay.AVAILABLE: {"$lte": lay.date(now)}})
+                .sort(lay.CLAIMABLE_ORDER).limit(need).hint(lay.CLAIMABLE_INDEX))
             if not candidates:
                 break
             expired, worn_out, fresh = [], [], []
             for doc in candidates:
-                if s.ms(doc[s.EXPIRES]) <= now:
+                if lay.ms(doc[lay.EXPIRES]) <= now:
                     expired.append(doc)
-                elif dead_letter and doc.get(s.CLAIM_COUNT, 0) >= dead_letter.max_claim_count:
+                elif dead_letter and doc.get(lay.CLAIM_COUNT, 0) >= dead_letter.max_claim_count:
                     worn_out.append(doc)
                 else:
                     fresh.append(doc)
@@ -952,10 +953,10 @@ class Driver(base.Driver):
             moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
             ops = [self._move_op(project, queue, move, now) for move in moves]
             claim_update = {
-                "$set": {s.CLAIM: claim_id, s.CLAIM_EXPIRES: s.date(claim_expires),
-                         s.AVAILABLE: s.date(claim_expires)},
-                "$inc": {s.CLAIM_COUNT: 1},
-                "$max": {s.EXPIRES: s.date(claim_expires + grace * 1000)}}
+                "$set": {lay.CLAIM: claim_id, lay.CLAIM_EXPIRES: lay.date(claim_expires),
+                         lay.AVAILABLE: lay.date(claim_expires)},
+                "$inc": {lay.CLAIM_COUNT: 1},
+                "$max": {lay.EXPIRES: lay.date(claim_expires + grace * 1000)}}
             ops += [UpdateOne(self._pinned(project, queue, doc), claim_update)
                     for doc in fresh]
             if not ops:
@@ -974,17 +975,17 @@ class Driver(base.Driver):
 
     @staticmethod
     def _taking(queue: str, took: Taken, claim_id: ObjectId, claim_expires: int,
-                grace: int) -> tallying.Changes:
+                grace: int) -> tallies.Changes:
         """The tally changes of what ``_take`` did (as read: pinned)."""
-        changes = tallying.Changes()
+        changes = tallies.Changes()
         for doc in took.reaped:
             changes.add(queue, doc, None)
         for doc in took.claimed + took.vanished:
-            changes.add(queue, doc, s.claimed(doc, claim_id, claim_expires, grace))
+            changes.add(queue, doc, lay.claimed(doc, claim_id, claim_expires, grace))
         for move in took.moved:
             changes.add(queue, move.doc, None)
             changes.add(move.target, None,
-                        s.unclaimed(move.doc, **{s.EXPIRES: s.date(move.expires)}))
+                        lay.unclaimed(move.doc, **{lay.EXPIRES: lay.date(move.expires)}))
         return changes
 
     def _won(self, project: str, claim_id: ObjectId, fresh: list[dict[str, Any]],
@@ -998,17 +999,17 @@ class Driver(base.Driver):
         count of writes applied tells. Such a claim is in ``vanished``, such a move in
         ``moved`` (it was made, and the dead-letter queue's delete reports the end).
         """
-        ids = [doc[s.ID] for doc in fresh] + [move.doc[s.ID] for move in moves]
-        now_in = {doc[s.ID]: doc for doc in self._messages.find(
-            {s.ID: {"$in": ids}, s.PROJECT: project}, {s.QUEUE: 1, s.CLAIM: 1, s.SEQ: 1})}
+        ids = [doc[lay.ID] for doc in fresh] + [move.doc[lay.ID] for move in moves]
+        now_in = {doc[lay.ID]: doc for doc in self._messages.find(
+            {lay.ID: {"$in": ids}, lay.PROJECT: project}, {lay.QUEUE: 1, lay.CLAIM: 1, lay.SEQ: 1})}
 
         def landed(move: Move) -> bool:
-            state = now_in.get(move.doc[s.ID], {})
-            return (state.get(s.QUEUE), state.get(s.SEQ)) == (move.target, move.position)
+            state = now_in.get(move.doc[lay.ID], {})
+            return (state.get(lay.QUEUE), state.get(lay.SEQ)) == (move.target, move.position)
 
         won = Taken(
             claimed=[doc for doc in fresh
-                     if now_in.get(doc[s.ID], {}).get(s.CLAIM) == claim_id],
+                     if now_in.get(doc[lay.ID], {}).get(lay.CLAIM) == claim_id],
             moved=[move for move in moves if landed(move)])
         unseen = max(0, applied - len(won.claimed) - len(won.moved))
         # When some of two or more were deleted before the write and some after, the
@@ -1016,9 +1017,9 @@ class Driver(base.Driver):
         # claims alone the counts stay right now (each was free and due) and may be off
         # by those messages until their expiry, as after a crash between a write and its
         # tally.
-        won.vanished = [doc for doc in fresh if doc[s.ID] not in now_in][:unseen]
+        won.vanished = [doc for doc in fresh if doc[lay.ID] not in now_in][:unseen]
         won.moved += [move for move in moves
-                      if move.doc[s.ID] not in now_in][:unseen - len(won.vanished)]
+                      if move.doc[lay.ID] not in now_in][:unseen - len(won.vanished)]
         return won
 
     @staticmethod
@@ -1032,10 +1033,10 @@ class Driver(base.Driver):
         written over. The due time is not (a claim's reads and writes name no delay): an
         edit of it changes the edit count anyway.
         """
-        return {s.ID: doc[s.ID], s.PROJECT: project, s.QUEUE: queue,
-                s.AVAILABLE: doc[s.AVAILABLE], s.CLAIM_COUNT: doc.get(s.CLAIM_COUNT),
-                s.EXPIRES: doc[s.EXPIRES], s.CLAIM_EXPIRES: doc.get(s.CLAIM_EXPIRES),
-                s.EDITS: doc.get(s.EDITS)}
+        return {lay.ID: doc[lay.ID], lay.PROJECT: project, lay.QUEUE: queue,
+                lay.AVAILABLE: doc[lay.AVAILABLE], lay.CLAIM_COUNT: doc.get(lay.CLAIM_COUNT),
+                lay.EXPIRES: doc[lay.EXPIRES], lay.CLAIM_EXPIRES: doc.get(lay.CLAIM_EXPIRES),
+                lay.EDITS: doc.get(lay.EDITS)}
 
     def _moves(self, project: str, docs: list[dict[str, Any]], policy: DeadLetterPolicy,
                now: int) -> list[Move]:
@@ -1048,18 +1049,18 @@ class Driver(base.Driver):
         first = self._allocate(project, policy.queue, len(docs), now)
         moves = []
         for position, doc in enumerate(docs, start=first):
-            ttl, expires = dead_lettered_ttl(policy.messages_ttl, doc[s.TTL],
-                                             s.ms(doc[s.CREATED]), now, 1000)
+            ttl, expires = dead_lettered_ttl(policy.messages_ttl, doc[lay.TTL],
+                                             lay.ms(doc[lay.CREATED]), now, 1000)
             moves.append(Move(doc, policy.queue, position, ttl, expires))
         return moves
 
     def _move_op(self, project: str, queue: str, move: Move, now: int) -> UpdateOne:
         """The single-document update of a move, pinned like a claim."""
         return UpdateOne(self._pinned(project, queue, move.doc), {
-            "$set": {s.QUEUE: move.target, s.SEQ: move.position, s.AVAILABLE: s.date(now),
-                     s.SOURCE: queue, s.MOVED: s.date(now), s.TTL: move.ttl,
-                     s.EXPIRES: s.date(move.expires)},
-            "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}})
+            "$set": {lay.QUEUE: move.target, lay.SEQ: move.position, lay.AVAILABLE: lay.date(now),
+                     lay.SOURCE: queue, lay.MOVED: lay.date(now), lay.TTL: move.ttl,
+                     lay.EXPIRES: lay.date(move.expires)},
+            "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}})
 
     @operation
     @backend_call
@@ -1074,33 +1075,33 @@ class Driver(base.Driver):
         trail = [self._expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._event(project, queue, events.DEAD_LETTERED, now,
-                              message_id=move.doc[s.ID],
-                              claim_count=move.doc.get(s.CLAIM_COUNT, 0), source=queue,
+                              message_id=move.doc[lay.ID],
+                              claim_count=move.doc.get(lay.CLAIM_COUNT, 0), source=queue,
                               target=move.target, ttl=move.ttl, expires=move.expires,
-                              body=move.doc[s.BODY])
+                              body=move.doc[lay.BODY])
                   for move in took.moved]
         if not took.claimed:
             self._record(trail)
             return None
-        self._claims.insert_one({s.ID: claim_id, s.PROJECT: project, s.QUEUE: queue,
-                                 s.TTL: ttl, s.GRACE: grace, s.CREATED: s.date(now),
-                                 s.EXPIRES: s.date(expires)})
+        self._claims.insert_one({lay.ID: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
+                                 lay.TTL: ttl, lay.GRACE: grace, lay.CREATED: lay.date(now),
+                                 lay.EXPIRES: lay.date(expires)})
         claimed = []
         for doc in took.claimed:
-            doc = s.claimed(doc, claim_id, expires, grace)
-            claimed.append(s.message(doc, now))
+            doc = lay.claimed(doc, claim_id, expires, grace)
+            claimed.append(lay.message(doc, now))
             trail.append(self._event(project, queue, events.CLAIMED, now,
-                                     message_id=doc[s.ID], claim_id=claim_id,
-                                     claim_count=doc[s.CLAIM_COUNT],
-                                     expires=s.ms(doc[s.EXPIRES])))
+                                     message_id=doc[lay.ID], claim_id=claim_id,
+                                     claim_count=doc[lay.CLAIM_COUNT],
+                                     expires=lay.ms(doc[lay.EXPIRES])))
         self._record(trail)
         return Claim(id=str(claim_id), ttl=ttl, grace=grace, created=now / 1000,
                      expires=expires / 1000, as_of=now / 1000, messages=claimed)
 
     def _live_claim(self, project: str, queue: str, claim_id: str, now: int
                     ) -> dict[str, Any]:
-        doc = self._claims.find_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
-                                     s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)}})
+        doc = self._claims.find_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
+                                     lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}})
         if doc is None:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
         return doc
@@ -1112,19 +1113,20 @@ class Driver(base.Driver):
         A held message cannot have expired (a claim pushes the expiry past its own),
         but saying so keeps an expired one, reaped or not, out of every use of it.
         """
-        return {s.CLAIM: claim_id, s.PROJECT: project, s.QUEUE: queue,
-                s.CLAIM_EXPIRES: {"$gt": s.date(now)}, s.EXPIRES: {"$gt": s.date(now)}}
+        return {lay.CLAIM: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
+                lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}, lay.EXPIRES: {"$gt": lay.date(now)}}
 
     @operation
     @backend_call
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         now = self._now_ms()
         doc = self._live_claim(project, queue, claim_id, now)
-        messages = self._messages.find(self._held(project, queue, doc[s.ID], now)
-                                       ).sort(s.POST_ORDER).hint(s.CLAIM_INDEX)
-        return Claim(id=str(doc[s.ID]), ttl=doc[s.TTL], grace=doc[s.GRACE],
-                     created=s.ms(doc[s.CREATED]) / 1000, expires=s.ms(doc[s.EXPIRES]) / 1000,
-                     as_of=now / 1000, messages=[s.message(m, now) for m in messages])
+        messages = self._messages.find(self._held(project, queue, doc[lay.ID], now)
+                                       ).sort(lay.POST_ORDER).hint(lay.CLAIM_INDEX)
+        return Claim(id=str(doc[lay.ID]), ttl=doc[lay.TTL], grace=doc[lay.GRACE],
+                     created=lay.ms(doc[lay.CREATED]) / 1000,
+                     expires=lay.ms(doc[lay.EXPIRES]) / 1000,
+                     as_of=now / 1000, messages=[lay.message(m, now) for m in messages])
 
     @operation
     @backend_call
@@ -1133,21 +1135,21 @@ class Driver(base.Driver):
         now = self._now_ms()
         expires = now + ttl * 1000
         doc = self._claims.find_one_and_update(
-            {s.ID: s.object_id(claim_id), s.PROJECT: project, s.QUEUE: queue,
-             s.EXPIRES: {"$gt": s.date(now)}},
-            {"$set": {s.TTL: ttl, s.GRACE: grace, s.EXPIRES: s.date(expires)}},
-            {s.ID: 1})
+            {lay.ID: lay.object_id(claim_id), lay.PROJECT: project, lay.QUEUE: queue,
+             lay.EXPIRES: {"$gt": lay.date(now)}},
+            {"$set": {lay.TTL: ttl, lay.GRACE: grace, lay.EXPIRES: lay.date(expires)}},
+            {lay.ID: 1})
         if doc is None:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
-        held = self._held(project, queue, doc[s.ID], now)
-        lives = s.date(expires + grace * 1000)
-        renewal = {"$set": {s.CLAIM_EXPIRES: s.date(expires), s.AVAILABLE: s.date(expires)},
-                   "$max": {s.EXPIRES: lives}}
-        ids = [m[s.ID] for m in self._messages.find(held, {s.ID: 1}).hint(s.CLAIM_INDEX)]
-        changes = tallying.Changes()
-        for before in self._update_each([({**held, s.ID: i}, renewal) for i in ids]):
-            changes.add(queue, before, {**before, s.CLAIM_EXPIRES: s.date(expires),
-                                        s.EXPIRES: max(before[s.EXPIRES], lives)})
+        held = self._held(project, queue, doc[lay.ID], now)
+        lives = lay.date(expires + grace * 1000)
+        renewal = {"$set": {lay.CLAIM_EXPIRES: lay.date(expires), lay.AVAILABLE: lay.date(expires)},
+                   "$max": {lay.EXPIRES: lives}}
+        ids = [m[lay.ID] for m in self._messages.find(held, {lay.ID: 1}).hint(lay.CLAIM_INDEX)]
+        changes = tallies.Changes()
+        for before in self._update_each([({**held, lay.ID: i}, renewal) for i in ids]):
+            changes.add(queue, before, {**before, lay.CLAIM_EXPIRES: lay.date(expires),
+                                        lay.EXPIRES: max(before[lay.EXPIRES], lives)})
         self._tally(project, changes)
 
     def _update_each(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]
@@ -1158,7 +1160,7 @@ class Driver(base.Driver):
         One ``find_one_and_update`` each, for the reason of ``_delete_each``: only it
         tells the state each update changed.
         """
-        found = (self._messages.find_one_and_update(where, update, s.TALLY_FIELDS,
+        found = (self._messages.find_one_and_update(where, update, lay.TALLY_FIELDS,
                                                     return_document=ReturnDocument.BEFORE)
                  for where, update in updates)
         return [doc for doc in found if doc is not None]
@@ -1167,21 +1169,21 @@ class Driver(base.Driver):
     @backend_call
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         now = self._now_ms()
-        held = self._held(project, queue, s.object_id(claim_id), now)
+        held = self._held(project, queue, lay.object_id(claim_id), now)
         # Each message goes back to its place in the queue: available from its due time.
         releases = [
-            ({s.ID: doc[s.ID], s.PROJECT: project, s.CLAIM: doc[s.CLAIM],
-              s.CLAIM_EXPIRES: doc[s.CLAIM_EXPIRES]},
-             {"$set": {s.AVAILABLE: s.date(s.due_ms(doc))},
-              "$unset": {s.CLAIM: "", s.CLAIM_EXPIRES: ""}})
-            for doc in self._messages.find(held, {s.CREATED: 1, s.DUE: 1, s.CLAIM: 1,
-                                                  s.CLAIM_EXPIRES: 1}).hint(s.CLAIM_INDEX)]
-        changes = tallying.Changes()
+            ({lay.ID: doc[lay.ID], lay.PROJECT: project, lay.CLAIM: doc[lay.CLAIM],
+              lay.CLAIM_EXPIRES: doc[lay.CLAIM_EXPIRES]},
+             {"$set": {lay.AVAILABLE: lay.date(lay.due_ms(doc))},
+              "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}})
+            for doc in self._messages.find(held, {lay.CREATED: 1, lay.DUE: 1, lay.CLAIM: 1,
+                                                  lay.CLAIM_EXPIRES: 1}).hint(lay.CLAIM_INDEX)]
+        changes = tallies.Changes()
         for before in self._update_each(releases):
-            changes.add(queue, before, s.unclaimed(before))
+            changes.add(queue, before, lay.unclaimed(before))
         self._tally(project, changes)
-        self._claims.delete_one({s.ID: s.object_id(claim_id), s.PROJECT: project,
-                                 s.QUEUE: queue})
+        self._claims.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
+                                 lay.QUEUE: queue})
 
     # Long-poll claims
 
@@ -1189,39 +1191,39 @@ class Driver(base.Driver):
     @backend_call
     def available_in(self, project: str, queue: str) -> float | None:
         # Covered by the claimable index: its first key of the queue, no document read.
-        head = list(self._messages.find({s.PROJECT: project, s.QUEUE: queue},
-                                        {s.AVAILABLE: 1, s.ID: 0})
-                    .sort(s.CLAIMABLE_ORDER).limit(1).hint(s.CLAIMABLE_INDEX))
+        head = list(self._messages.find({lay.PROJECT: project, lay.QUEUE: queue},
+                                        {lay.AVAILABLE: 1, lay.ID: 0})
+                    .sort(lay.CLAIMABLE_ORDER).limit(1).hint(lay.CLAIMABLE_INDEX))
         if not head:
             return None
-        return max(0, s.ms(head[0][s.AVAILABLE]) - self._now_ms()) / 1000
+        return max(0, lay.ms(head[0][lay.AVAILABLE]) - self._now_ms()) / 1000
 
     # Audit reads: whole queues, for delayq.spark_jobs
 
     @backend_call
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
-        where = {} if project is None else {s.PROJECT: project}
-        found = {(doc[s.PROJECT], doc[s.QUEUE])
-                 for doc in self._queues.find(where, {s.PROJECT: 1, s.QUEUE: 1, s.ID: 0})}
+        where = {} if project is None else {lay.PROJECT: project}
+        found = {(doc[lay.PROJECT], doc[lay.QUEUE])
+                 for doc in self._queues.find(where, {lay.PROJECT: 1, lay.QUEUE: 1, lay.ID: 0})}
         # Events name their queue themselves: a deleted queue's trail is found too.
-        projects = [project] if project is not None else self._trail.distinct(s.PROJECT)
+        projects = [project] if project is not None else self._trail.distinct(lay.PROJECT)
         for name in projects:
             found.update((name, queue)
-                         for queue in self._trail.distinct(s.QUEUE, {s.PROJECT: name}))
+                         for queue in self._trail.distinct(lay.QUEUE, {lay.PROJECT: name}))
         return sorted(found)
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
         with unavailable_as_503():
-            cursor = self._trail.find({s.PROJECT: project, s.QUEUE: queue}).sort(
-                s.TRAIL_ORDER)
+            cursor = self._trail.find({lay.PROJECT: project, lay.QUEUE: queue}).sort(
+                lay.TRAIL_ORDER)
             for doc in cursor:
-                yield s.event(doc)
+                yield lay.event(doc)
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
         with unavailable_as_503():
             now = self._now_ms()
             cursor = self._messages.find(
-                {s.PROJECT: project, s.QUEUE: queue, s.EXPIRES: {"$gt": s.date(now)}}
-            ).sort(s.POST_ORDER)
+                {lay.PROJECT: project, lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}}
+            ).sort(lay.POST_ORDER)
             for doc in cursor:
-                yield s.message(doc, now)
+                yield lay.message(doc, now)

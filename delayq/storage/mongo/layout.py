@@ -32,7 +32,7 @@ These collections hold everything, for every project:
 
 ``tallies``
     The counts behind the /metrics gauges (``delayq.tallies``, kept by
-    ``storage/mongo/tallying.py``): one document per page of a queue's tally, named by
+    ``storage/mongo/tallies.py``): one document per page of a queue's tally, named by
     project, queue, level ``l`` and page ``g``; ``n`` maps ``"<kind>_<block in the
     page>"`` to the number of that kind's instants in that block. ``x`` is when the page
     is no longer read (its end plus ``tallies.HINDSIGHT``): a TTL index on it drops old
@@ -102,7 +102,7 @@ TALLY = "n"
 HOLDER = "h"  # locks: who holds the lease (its end is EXPIRES)
 # The locks document of the background reaper's lease (delayq.storage.reaper).
 REAPER_LEASE = "reaper"
-# What a message's tally instants depend on (``tallying.marks``).
+# What a message's tally instants depend on (``tallies.marks``).
 TALLY_FIELDS = {CREATED: 1, DUE: 1, EXPIRES: 1, CLAIM_EXPIRES: 1}
 
 # Event fields: kind and time, when the TTL monitor removes the event (or a tally page),

@@ -1,6 +1,6 @@
 """The MongoDB driver's tallies: ``delayq.tallies`` kept in the ``tallies`` collection
-(``schema.py``), so the /metrics gauges read at most ``tallies.LEVELS`` small documents
-whatever a queue holds.
+(``layout.py``), so the /metrics gauges read at most ``delayq.tallies.LEVELS`` small
+documents whatever a queue holds.
 
 The driver gives each transition it made the message's documents before and after
 (``Changes.add``), as it knows them atomically: the state a pinned filter matched, or what
@@ -22,7 +22,7 @@ from pymongo import UpdateOne
 
 from delayq import tallies
 from delayq.queue import QueueCounts
-from delayq.storage.mongo import schema as s
+from delayq.storage.mongo import layout as lay
 
 PAGE_BLOCKS = 1 << tallies.BITS
 # The last level's page 0 runs to 2^48 ms (year 10895), past what a BSON date written by
@@ -41,16 +41,16 @@ def seconds(ms: int) -> float:
 
 
 def marks(doc: dict[str, Any]) -> tallies.Marks:
-    """The tally marks of a message document (``schema.TALLY_FIELDS`` at least)."""
-    claim_expires = doc.get(s.CLAIM_EXPIRES)
+    """The tally marks of a message document (``layout.TALLY_FIELDS`` at least)."""
+    claim_expires = doc.get(lay.CLAIM_EXPIRES)
     return tallies.Marks(
-        created=seconds(s.ms(doc[s.CREATED])), due=seconds(s.due_ms(doc)),
-        expires=seconds(s.ms(doc[s.EXPIRES])),
-        claim_expires=seconds(s.ms(claim_expires)) if claim_expires is not None else 0.0)
+        created=seconds(lay.ms(doc[lay.CREATED])), due=seconds(lay.due_ms(doc)),
+        expires=seconds(lay.ms(doc[lay.EXPIRES])),
+        claim_expires=seconds(lay.ms(claim_expires)) if claim_expires is not None else 0.0)
 
 
 def key(kind: int, block: int) -> str:
-    """The field of ``schema.TALLY`` counting *kind* in *block* (within its page)."""
+    """The field of ``layout.TALLY`` counting *kind* in *block* (within its page)."""
     return f"{kind}_{block % PAGE_BLOCKS}"
 
 
@@ -73,26 +73,26 @@ class Changes:
         for queue, changes in self._queues.items():
             pages: defaultdict[tuple[int, int], dict[str, int]] = defaultdict(dict)
             for (kind, level, block), n in tallies.total(changes).items():
-                pages[(level, tallies.page(level, block))][f"{s.TALLY}.{key(kind, block)}"] = n
+                pages[(level, tallies.page(level, block))][f"{lay.TALLY}.{key(kind, block)}"] = n
             for (level, number), deltas in pages.items():
                 update: dict[str, Any] = {"$inc": deltas}
                 if level != LAST_LEVEL:
                     forget = tallies.page_end(level, number) + tallies.HINDSIGHT
-                    update["$setOnInsert"] = {s.FORGET_AT: s.date(s.to_ms(forget))}
+                    update["$setOnInsert"] = {lay.FORGET_AT: lay.date(lay.to_ms(forget))}
                 found.append(UpdateOne(page_id(project, queue, level, number), update,
                                        upsert=True))
         return found
 
 
 def page_id(project: str, queue: str, level: int, number: int) -> dict[str, Any]:
-    """The filter of one page of a queue's tally (unique: ``schema.PAGE_INDEX``)."""
-    return {s.PROJECT: project, s.QUEUE: queue, s.LEVEL: level, s.PAGE: number}
+    """The filter of one page of a queue's tally (unique: ``layout.PAGE_INDEX``)."""
+    return {lay.PROJECT: project, lay.QUEUE: queue, lay.LEVEL: level, lay.PAGE: number}
 
 
 def reading(project: str, queue: str, now: int) -> dict[str, Any]:
     """The filter of the pages a count at *now* (ms) reads: one per level."""
-    return {s.PROJECT: project, s.QUEUE: queue,
-            "$or": [{s.LEVEL: level, s.PAGE: number}
+    return {lay.PROJECT: project, lay.QUEUE: queue,
+            "$or": [{lay.LEVEL: level, lay.PAGE: number}
                     for level, number in tallies.reading(seconds(now))]}
 
 
@@ -100,8 +100,8 @@ def counts(docs: Iterable[dict[str, Any]], now: int) -> QueueCounts:
     """The queue's counts at *now* (ms) from the page documents ``reading`` found."""
     tally: Counter[tallies.Block] = Counter()
     for doc in docs:
-        level, first = doc[s.LEVEL], doc[s.PAGE] * PAGE_BLOCKS
-        for name, n in doc.get(s.TALLY, {}).items():
+        level, first = doc[lay.LEVEL], doc[lay.PAGE] * PAGE_BLOCKS
+        for name, n in doc.get(lay.TALLY, {}).items():
             kind, _, block = name.partition("_")
             tally[(int(kind), level, first + int(block))] += n
     return tallies.counts(tally, seconds(now))
