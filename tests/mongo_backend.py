@@ -90,7 +90,7 @@ class MongoBackends:
 
     def real_client(self) -> pymongo.MongoClient:
         if self._real is None:
-            from delayq.storage.mongo.driver import make_client
+            from delayq.storage.mongo.client import make_client
 
             self._real = make_client(self.real_uri())
         return self._real

@@ -62,7 +62,8 @@ from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy, QueueCounts
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo import driver as mongo_driver
-from delayq.storage.mongo.driver import Driver, make_client, parse_write_concern
+from delayq.storage.mongo.client import make_client, parse_write_concern
+from delayq.storage.mongo.driver import Driver
 from tests.contract.drivers import FakeClock
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.trail_history import replayed_trail, sqlite_trail
@@ -1357,7 +1358,7 @@ def test_a_refused_ttl_change_leaves_the_old_ttl_and_says_how_to_change_it(
         raise pymongo.errors.OperationFailure("not authorized to execute collMod", code=13)
 
     monkeypatch.setattr(type(backend.db), "command", unauthorized)
-    with caplog.at_level(logging.ERROR, logger="delayq.storage.mongo.driver"):
+    with caplog.at_level(logging.ERROR, logger="delayq.storage.mongo.indexes"):
         driver = backend.driver(clock=None, expired_retention=3600)
         [mid] = post(driver, "q")
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]

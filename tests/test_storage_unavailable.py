@@ -21,8 +21,8 @@ from swiftclient.client import Connection
 
 from delayq.api.app import create_app
 from delayq.conf import WSGI_GROUP
+from delayq.storage.mongo.client import make_client
 from delayq.storage.mongo.driver import Driver as MongoDriver
-from delayq.storage.mongo.driver import make_client
 from delayq.storage.swift.driver import Driver as SwiftDriver
 from tests.redis_servers import SERVERS
 from tests.server import free_port

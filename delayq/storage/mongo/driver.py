@@ -1,4 +1,4 @@
-"""The MongoDB driver.
+"""The MongoDB driver: the storage interface (``delayq.storage.base``) on MongoDB.
 
 MongoDB updates one document atomically and re-checks an update's filter against the
 document it writes, so every transition here is a set of single-document updates whose
@@ -60,6 +60,10 @@ request's change: the error is confined to those messages' own instants, so it i
 from the counts at the latest when those messages would have expired. A purge or queue
 deletion drops the queue's tallies after its messages; a write to the queue racing it
 can leave its messages miscounted in the same bounded way.
+
+Each other concern has a module of its own: ``layout.py`` (documents, fields, index
+definitions), ``tallies.py`` (the /metrics gauges' counts), ``indexes.py`` (creating the
+indexes) and ``client.py`` (the pymongo client, and which failures are a 503).
 """
 
 from __future__ import annotations
@@ -69,10 +73,8 @@ import json
 import logging
 import os
 import socket
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -95,37 +97,21 @@ from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo import tallies
+from delayq.storage.mongo.client import (
+    NAME,
+    is_missing_index,
+    is_unavailable,
+    make_client,
+    parse_write_concern,
+    unavailable_as_503,
+)
+from delayq.storage.mongo.indexes import Indexes
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.reaper import Reaper
 
 LOG = logging.getLogger(__name__)
 
-NAME = "mongodb"  # the store a 503 names
-
-# Server error codes that mean "not now" (elections, shutdowns, timeouts), not a bug.
-UNAVAILABLE_CODES = frozenset({
-    6,  # HostUnreachable
-    7,  # HostNotFound
-    89,  # NetworkTimeout
-    91,  # ShutdownInProgress
-    189,  # PrimarySteppedDown
-    262,  # ExceededTimeLimit
-    9001,  # SocketException
-    10107,  # NotWritablePrimary
-    11600,  # InterruptedAtShutdown
-    11602,  # InterruptedDueToReplStateChange
-    13435,  # NotPrimaryNoSecondaryOk
-    13436,  # NotPrimaryOrSecondary
-    50,  # MaxTimeMSExpired
-    64,  # WriteConcernFailed
-    18,  # AuthenticationFailed: a changed password is an outage for clients, not a bug
-})
-UNAVAILABLE = (pymongo.errors.ConnectionFailure, pymongo.errors.WriteConcernError,
-               pymongo.errors.ExecutionTimeout, pymongo.errors.WTimeoutError)
-
 DUPLICATE_KEY = 11000
-# createIndexes: an index of that name and key exists with other options (its TTL).
-INDEX_OPTIONS_CONFLICT = 85
 
 # Expired messages a reaper pass reads (and then deletes, one by one) at a time.
 REAP_BATCH = 500
@@ -161,86 +147,24 @@ class Taken:
     vanished: list[dict[str, Any]] = field(default_factory=list)
 
 
-def is_unavailable(exc: pymongo.errors.PyMongoError) -> bool:
-    """True when *exc* says MongoDB cannot serve now (as opposed to a bad request)."""
-    if isinstance(exc, UNAVAILABLE) or exc.has_error_label("RetryableWriteError"):
-        return True
-    if isinstance(exc, pymongo.errors.BulkWriteError):
-        details = exc.details or {}
-        return bool(details.get("writeConcernErrors")) or any(
-            err.get("code") in UNAVAILABLE_CODES for err in details.get("writeErrors", ()))
-    return isinstance(exc, pymongo.errors.OperationFailure) and exc.code in UNAVAILABLE_CODES
-
-
-def is_missing_index(exc: pymongo.errors.PyMongoError) -> bool:
-    """True when a query's hint names an index that is not there (dropped by hand)."""
-    return (isinstance(exc, pymongo.errors.OperationFailure) and exc.code == 2
-            and "hint" in str(exc))
-
-
-@contextmanager
-def unavailable_as_503() -> Iterator[None]:
-    try:
-        yield
-    except pymongo.errors.PyMongoError as exc:
-        if not is_unavailable(exc):
-            raise
-        raise errors.StorageUnavailable(f"MongoDB is unavailable: {exc}", store=NAME) from exc
-
-
 def backend_call(method: Callable[..., T]) -> Callable[..., T]:
     """Run a driver method with its indexes in place and MongoDB outages as 503."""
 
     @functools.wraps(method)
     def call(self: Driver, *args: Any, **kwargs: Any) -> T:
         with unavailable_as_503():
-            self._ensure_indexes()
+            self._indexes.ensure()
             try:
                 return method(self, *args, **kwargs)
             except pymongo.errors.OperationFailure as exc:
                 if not is_missing_index(exc):
                     raise
-                self._indexed = False  # the next request creates it again
+                self._indexes.missing()
                 raise errors.StorageUnavailable(
                     f"A MongoDB index of delayq is missing; creating it again: {exc}",
                     store=NAME) from exc
 
     return call
-
-
-def parse_write_concern(value: str) -> int | str:
-    """``w`` from the option text: a member count or a tag set name like 'majority'.
-
-    0 (unacknowledged writes) is refused: a claim must know what it wrote.
-    """
-    if value.isdigit():
-        if int(value) == 0:
-            raise ValueError(f"[{GROUP}] write_concern = 0 (unacknowledged writes) cannot "
-                             "work: claims need to know which updates applied. Use "
-                             "majority or a member count.")
-        return int(value)
-    return value
-
-
-def make_client(uri: str, *, server_selection_timeout: float = 5.0,
-                connect_timeout: float = 5.0, socket_timeout: float = 10.0,
-                max_pool_size: int = 100) -> pymongo.MongoClient:
-    """A pymongo client for *uri*; raises ValueError (without the password) when the
-    connection string is malformed. It connects in the background: nothing here waits
-    for MongoDB."""
-    try:
-        return pymongo.MongoClient(
-            uri, serverSelectionTimeoutMS=int(server_selection_timeout * 1000),
-            connectTimeoutMS=int(connect_timeout * 1000),
-            socketTimeoutMS=int(socket_timeout * 1000), maxPoolSize=max_pool_size,
-            retryWrites=True, retryReads=True, tz_aware=False, appname="delayq")
-    except (pymongo.errors.ConfigurationError, ValueError, TypeError) as exc:
-        detail = str(exc)
-        userinfo = uri.partition("://")[2].rpartition("@")[0]
-        if userinfo:
-            detail = detail.replace(userinfo, "***")
-        raise ValueError(f"[{GROUP}] uri is not a valid MongoDB connection string: "
-                         f"{detail}") from None
 
 
 class Driver(base.Driver):
@@ -267,12 +191,10 @@ class Driver(base.Driver):
         self._client = client
         self._events = events_settings
         self._owns_client = owns_client
-        self._expired_retention = expired_retention
         concern = WriteConcern(w=write_concern, j=journal,
                                wtimeout=int(write_timeout * 1000) or None)
         db = client.get_database(database, write_concern=concern,
                                  read_preference=ReadPreference.PRIMARY)
-        self._db = db
         self._queues: Collection = db[lay.QUEUES]
         self._messages: Collection = db[lay.MESSAGES]
         self._claims: Collection = db[lay.CLAIMS]
@@ -283,11 +205,10 @@ class Driver(base.Driver):
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
-        self._indexed = False
-        self._index_lock = threading.Lock()
+        self._indexes = Indexes(db, expired_retention, self._events.enabled)
         try:
             with unavailable_as_503():
-                self._ensure_indexes()
+                self._indexes.ensure()
         except errors.StorageUnavailable as exc:
             LOG.warning("%s; creating the indexes at the next request.", exc.description)
         self._reaper: Reaper | None = None
@@ -309,65 +230,6 @@ class Driver(base.Driver):
                    reap_interval=group.reap_interval,
                    expired_retention=group.expired_retention, owns_client=True,
                    events_settings=events_settings(conf))
-
-    def _ensure_indexes(self) -> None:
-        """Create the indexes once per process; creating existing ones is a no-op.
-
-        One request at a time tries; the others fail at once with 503 rather than queue
-        behind it while MongoDB is unreachable.
-        """
-        if self._indexed:
-            return
-        if not self._index_lock.acquire(blocking=False):
-            raise errors.StorageUnavailable("Creating delayq's MongoDB indexes; retry.",
-                                            store=NAME)
-        try:
-            if not self._indexed:
-                for name, indexes in lay.indexes(self._expired_retention).items():
-                    # With the trail off, the events collection is never created.
-                    if name != lay.EVENTS or self._events.enabled:
-                        self._create_indexes(name, indexes)
-                self._indexed = True
-        finally:
-            self._index_lock.release()
-
-    def _create_indexes(self, name: str, indexes: list[pymongo.IndexModel]) -> None:
-        """Create *indexes* of collection *name*, changing the TTL of the messages'
-        expiry index in place when it differs from ``expired_retention``.
-
-        A database made before the option (TTL 0), or by workers with another value,
-        has the index with other options: MongoDB refuses to create it again
-        (IndexOptionsConflict) but ``collMod`` changes its TTL without a rebuild.
-        ``collMod`` needs more than ``readWrite`` (``dbAdmin``): refused, the worker
-        works on with the old TTL and says how to change it by hand.
-        """
-        collection = self._db[name]
-        try:
-            collection.create_indexes(indexes)
-            return
-        except pymongo.errors.OperationFailure as exc:
-            if name != lay.MESSAGES or exc.code != INDEX_OPTIONS_CONFLICT:
-                raise
-        change = {"collMod": lay.MESSAGES,
-                  "index": {"keyPattern": lay.EXPIRY_KEY,
-                            "expireAfterSeconds": self._expired_retention}}
-        try:
-            self._db.command(change)
-        except pymongo.errors.OperationFailure as exc:
-            if is_unavailable(exc):
-                raise
-            LOG.error("Could not set the TTL of the messages' %r index to expired_retention "
-                      "(%d s): %s. Expired messages are dropped unseen at the old TTL "
-                      "(uncounted, no expired event) until a user with the collMod "
-                      "privilege runs db.runCommand(%s) in database %r.", lay.EXPIRY_INDEX,
-                      self._expired_retention, exc, json.dumps(change), self._db.name)
-            # The others may not have been created: the failed command created none.
-            indexes = [model for model in indexes
-                       if model.document["name"] != lay.EXPIRY_INDEX]
-        else:
-            LOG.info("The messages' %r index now drops expired messages %d s after their "
-                     "expiry (expired_retention).", lay.EXPIRY_INDEX, self._expired_retention)
-        collection.create_indexes(indexes)
 
     # Time
 
