@@ -28,16 +28,6 @@ filters pin the state the driver read:
 Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own clocks are
 skewed agree on when a message is due.
 
-The event trail (``delayq.events``) goes to the ``events`` collection: one ``insert_many``
-per request, of that request's events, sent right *after* the change they record
-succeeded. No transaction can hold both (a standalone server has none, and a
-multi-document transaction would cost every claim far more than the insert), so a
-process dying, or MongoDB failing, between the change and the insert loses those events;
-it never records a change that did not happen, because events are built only from writes
-MongoDB acknowledged (a claim's or a bulk delete's lost races are left out). A failed
-insert is logged, not answered with 503: the change is done, and a client retrying it
-would post or claim again. ``[events] retention`` is the TTL of each event (``layout.py``).
-
 Expiry: every query compares ``e`` with now, so an expired message is gone for every
 read, count and change from the millisecond it expires. It stays stored until a request
 removes it and reports it ``expired`` (to ``endings``, and to the trail stamped with the
@@ -50,20 +40,10 @@ cost each a round trip. The TTL index on ``e`` is only a backstop, ``expired_ret
 after the expiry; what it drops, it drops unseen (no count, no event), and the audits then
 infer the expiry from the trail.
 
-The /metrics gauges (``queue_counts``) read the ``tallies`` collection (``tallies.py``),
-not the messages. Every transition adds its messages' change of instants
-(``delayq.tallies``) there right after the messages' write, computed from the state that
-write pinned or returned, so concurrent requests keep it exact; expiry needs no write
-(an instant passing leaves the count by itself). The same lack of a transaction as for
-the trail means a process dying, or MongoDB failing, between the two writes loses that
-request's change: the error is confined to those messages' own instants, so it is gone
-from the counts at the latest when those messages would have expired. A purge or queue
-deletion drops the queue's tallies after its messages; a write to the queue racing it
-can leave its messages miscounted in the same bounded way.
-
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
-definitions), ``tallies.py`` (the /metrics gauges' counts), ``indexes.py`` (creating the
-indexes) and ``client.py`` (the pymongo client, and which failures are a 503).
+definitions), ``tallies.py`` (the /metrics gauges' counts), ``trail.py`` (the event
+trail), ``indexes.py`` (creating the indexes) and ``client.py`` (the pymongo client, and
+which failures are a 503).
 """
 
 from __future__ import annotations
@@ -100,18 +80,16 @@ from delayq.storage.mongo import tallies
 from delayq.storage.mongo.client import (
     NAME,
     is_missing_index,
-    is_unavailable,
     make_client,
     parse_write_concern,
     unavailable_as_503,
 )
 from delayq.storage.mongo.indexes import Indexes
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.mongo.trail import Trail
 from delayq.storage.reaper import Reaper
 
 LOG = logging.getLogger(__name__)
-
-DUPLICATE_KEY = 11000
 
 # Expired messages a reaper pass reads (and then deletes, one by one) at a time.
 REAP_BATCH = 500
@@ -189,7 +167,6 @@ class Driver(base.Driver):
         an expired message before its TTL monitor drops it unseen (``layout.py``).
         """
         self._client = client
-        self._events = events_settings
         self._owns_client = owns_client
         concern = WriteConcern(w=write_concern, j=journal,
                                wtimeout=int(write_timeout * 1000) or None)
@@ -198,14 +175,15 @@ class Driver(base.Driver):
         self._queues: Collection = db[lay.QUEUES]
         self._messages: Collection = db[lay.MESSAGES]
         self._claims: Collection = db[lay.CLAIMS]
-        self._trail: Collection = db[lay.EVENTS]
-        self._tallies: Collection = db[lay.TALLIES]
         self._locks: Collection = db[lay.LOCKS]
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
-        self._indexes = Indexes(db, expired_retention, self._events.enabled)
+        self._tallies = tallies.Tallies(db[lay.TALLIES])
+        # ``endings`` is looked up at each call: the broker sets it on the driver made.
+        self._trail = Trail(db[lay.EVENTS], events_settings, lambda kinds: self.endings(kinds))
+        self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable_as_503():
                 self._indexes.ensure()
@@ -262,87 +240,6 @@ class Driver(base.Driver):
         if self._owns_client:
             self._client.close()
 
-    # The event trail
-
-    def _event(self, project: str, queue: str, kind: str, now: int, **fields: Any
-               ) -> dict[str, Any]:
-        """An event document (``layout.new_event``) kept for ``[events] retention``."""
-        return lay.new_event(project, queue, kind, now, self._events.retention, **fields)
-
-    def _record(self, docs: list[dict[str, Any]]) -> None:
-        """Append a request's events in one insert, once the change they record is done;
-        report the messages they end to ``endings`` whether the trail is on or not.
-
-        MongoDB failing now loses these events, and only them: the change stands, so the
-        request must not fail (a client would repeat it).
-        """
-        ended = [doc[lay.EVENT_KIND] for doc in docs if doc[lay.EVENT_KIND] in events.ENDINGS]
-        if ended:
-            self.endings(ended)
-        if not docs or not self._events.enabled:
-            return
-        try:
-            self._trail.insert_many(docs, ordered=True)
-        except pymongo.errors.PyMongoError as exc:
-            if not is_unavailable(exc):
-                raise
-            LOG.warning("%d event(s) of the trail lost: MongoDB failed after the change "
-                        "they record was made: %s", len(docs), exc)
-
-    def _tally(self, project: str, changes: tallies.Changes) -> None:
-        """Apply a request's tally changes, once the messages' writes they follow are
-        done (``tallies.py``).
-
-        MongoDB failing now loses these deltas, and only them (the error leaves the
-        counts when those messages would have expired): the change stands, so the
-        request must not fail.
-        """
-        ops = changes.ops(project)
-        for attempt in (1, 2):
-            if not ops:
-                return
-            try:
-                self._tallies.bulk_write(ops, ordered=False)
-                return
-            except pymongo.errors.BulkWriteError as exc:
-                # Two first upserts of one page: the loser did not apply, and finds the
-                # page there the second time (servers from 4.2 retry this themselves).
-                failed = (exc.details or {}).get("writeErrors", ())
-                if attempt == 2 or not failed or any(
-                        err.get("code") != DUPLICATE_KEY for err in failed):
-                    if not is_unavailable(exc):
-                        raise
-                    self._tally_lost(exc)
-                    return
-                ops = [ops[err["index"]] for err in failed]
-            except pymongo.errors.PyMongoError as exc:
-                if not is_unavailable(exc):
-                    raise
-                self._tally_lost(exc)
-                return
-
-    @staticmethod
-    def _tally_lost(exc: pymongo.errors.PyMongoError) -> None:
-        LOG.warning("A change of the /metrics gauges' tallies is lost: MongoDB failed "
-                    "after the messages' write it follows (the gauges are off until "
-                    "those messages expire): %s", exc)
-
-    def _purged(self, project: str, name: str, now: int) -> None:
-        self._record([self._event(project, name, events.PURGED, now)])
-
-    def _deleted(self, project: str, queue: str, now: int, doc: dict[str, Any],
-                 claim_id: ObjectId | None = None) -> dict[str, Any]:
-        """The deleted event of the message document *doc* as it was deleted."""
-        return self._event(project, queue, events.DELETED, now, message_id=doc[lay.ID],
-                           claim_id=claim_id, claim_count=doc.get(lay.CLAIM_COUNT, 0))
-
-    def _expired(self, project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
-        """The expired event of the message document *doc*, removed after its expiry:
-        stamped with the instant it expired, however late it was removed."""
-        expires = lay.ms(doc[lay.EXPIRES])
-        return self._event(project, queue, events.EXPIRED, expires, message_id=doc[lay.ID],
-                           claim_count=doc.get(lay.CLAIM_COUNT, 0), expires=expires)
-
     # Expiry: expired messages are invisible at once; the reaper removes and reports them
 
     def _reaper_lease(self, seconds: float) -> bool:
@@ -384,8 +281,9 @@ class Driver(base.Driver):
             for doc in gone:
                 changes[doc[lay.PROJECT]].add(doc[lay.QUEUE], doc, None)
             for project, change in changes.items():
-                self._tally(project, change)
-            self._record([self._expired(doc[lay.PROJECT], doc[lay.QUEUE], doc) for doc in gone])
+                self._tallies.write(project, change)
+            self._trail.record([self._trail.expired(doc[lay.PROJECT], doc[lay.QUEUE], doc)
+                                for doc in gone])
             if len(found) < REAP_BATCH:
                 return
 
@@ -440,9 +338,9 @@ class Driver(base.Driver):
         self._claims.delete_many(where)
         existed = self._queues.delete_one(where).deleted_count
         gone += self._messages.delete_many(where).deleted_count
-        self._tallies.delete_many(where)
+        self._tallies.drop(project, name)
         if existed or gone:  # deleting an absent queue changes nothing
-            self._purged(project, name, now)
+            self._trail.purged(project, name, now)
 
     @operation
     @backend_call
@@ -451,11 +349,11 @@ class Driver(base.Driver):
         where = {lay.PROJECT: project, lay.QUEUE: name}
         gone = self._messages.delete_many(where).deleted_count
         self._claims.delete_many(where)
-        self._tallies.delete_many(where)
+        self._tallies.drop(project, name)
         # An empty queue is purged too, an absent one not: the queue is looked up only
         # when the trail needs to know.
-        if self._events.enabled and (gone or self._queues.find_one(where, {lay.ID: 1})):
-            self._purged(project, name, now)
+        if self._trail.enabled and (gone or self._queues.find_one(where, {lay.ID: 1})):
+            self._trail.purged(project, name, now)
 
     @operation
     @backend_call
@@ -495,13 +393,7 @@ class Driver(base.Driver):
     def queue_counts(self, project: str, name: str) -> QueueCounts:
         """From the tallies (``tallies.py``): one read of at most ``delayq.tallies.LEVELS``
         documents, however many messages the queue holds."""
-        return self._counts(project, name, self._now_ms())
-
-    def _counts(self, project: str, name: str, now: int) -> QueueCounts:
-        return tallies.counts(
-            self._tallies.find(tallies.reading(project, name, now),
-                               {lay.LEVEL: 1, lay.PAGE: 1, lay.TALLY: 1}).hint(lay.PAGE_INDEX),
-            now)
+        return self._tallies.read(project, name, self._now_ms())
 
     def _allocate(self, project: str, queue: str, count: int, now: int) -> int:
         """Reserve *count* sequence numbers of the queue, creating it if needed; the first.
@@ -543,14 +435,15 @@ class Driver(base.Driver):
             # In order: the first nInserted are stored, and count, though the post fails.
             for doc in docs[:(exc.details or {}).get("nInserted", 0)]:
                 changes.add(queue, None, doc)
-            self._tally(project, changes)
+            self._tallies.write(project, changes)
             raise
         for doc in docs:
             changes.add(queue, None, doc)
-        self._tally(project, changes)
-        self._record([
-            self._event(project, queue, events.POSTED, now, message_id=doc[lay.ID],
-                        due=lay.due_ms(doc), ttl=doc[lay.TTL], expires=lay.ms(doc[lay.EXPIRES]))
+        self._tallies.write(project, changes)
+        self._trail.record([
+            self._trail.event(project, queue, events.POSTED, now, message_id=doc[lay.ID],
+                              due=lay.due_ms(doc), ttl=doc[lay.TTL],
+                              expires=lay.ms(doc[lay.EXPIRES]))
             for doc in docs])
         return [str(doc[lay.ID]) for doc in docs]
 
@@ -565,7 +458,7 @@ class Driver(base.Driver):
         the messages of all of them but one; and a tally change lost to a failure
         (``tallies.py``) miscounts its messages until they would have expired.
         """
-        held = self._counts(project, queue, now)
+        held = self._tallies.read(project, queue, now)
         if held.total + posted > quota:
             raise errors.QuotaExceeded.messages(queue, held.total, posted, quota)
 
@@ -610,9 +503,9 @@ class Driver(base.Driver):
                 deleted = self._messages.find_one_and_delete(
                     held, {lay.CLAIM: 1, lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
-                    self._tally_deleted(project, queue, [deleted])
-                    self._record([self._deleted(project, queue, now, deleted,
-                                                deleted[lay.CLAIM])])
+                    self._tallies.removed(project, queue, [deleted])
+                    self._trail.record([self._trail.deleted(project, queue, now, deleted,
+                                                            deleted[lay.CLAIM])])
                     return
             doc = self._messages.find_one({**where, lay.EXPIRES: {"$gt": lay.date(now)}},
                                           {lay.CLAIM: 1, lay.CLAIM_EXPIRES: 1, lay.AVAILABLE: 1})
@@ -629,8 +522,8 @@ class Driver(base.Driver):
                     {**where, lay.AVAILABLE: doc[lay.AVAILABLE]},
                     {lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
-                    self._tally_deleted(project, queue, [deleted])
-                    self._record([self._deleted(project, queue, now, deleted)])
+                    self._tallies.removed(project, queue, [deleted])
+                    self._trail.record([self._trail.deleted(project, queue, now, deleted)])
                     return
 
     @operation
@@ -640,11 +533,12 @@ class Driver(base.Driver):
         deleted = self._delete_each(
             [{lay.ID: message_id, lay.PROJECT: project, lay.QUEUE: queue}
              for message_id in dict.fromkeys(lay.object_id(i) for i in ids)])
-        self._tally_deleted(project, queue, deleted)
+        self._tallies.removed(project, queue, deleted)
         # One that had expired already (not reaped yet) ended with its expiry: reported
         # as that, by this request, which removed it (as the reaper would have).
-        self._record([self._deleted(project, queue, now, doc) if lay.ms(doc[lay.EXPIRES]) > now
-                      else self._expired(project, queue, doc) for doc in deleted])
+        self._trail.record([self._trail.deleted(project, queue, now, doc)
+                            if lay.ms(doc[lay.EXPIRES]) > now
+                            else self._trail.expired(project, queue, doc) for doc in deleted])
 
     def _delete_each(self, filters: list[dict[str, Any]], *fields: str
                      ) -> list[dict[str, Any]]:
@@ -660,12 +554,6 @@ class Driver(base.Driver):
         found = (self._messages.find_one_and_delete(where, kept) for where in filters)
         return [doc for doc in found if doc is not None]
 
-    def _tally_deleted(self, project: str, queue: str, docs: list[dict[str, Any]]) -> None:
-        changes = tallies.Changes()
-        for doc in docs:
-            changes.add(queue, doc, None)
-        self._tally(project, changes)
-
     @operation
     @backend_call
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
@@ -680,10 +568,10 @@ class Driver(base.Driver):
             [{lay.ID: doc[lay.ID], lay.PROJECT: project, lay.CLAIM: pop_id} for doc in taken])}
         for doc in gone.values():
             changes.add(queue, doc, None)
-        self._tally(project, changes)
-        self._record([self._expired(project, queue, doc) for doc in took.reaped] + [
-            self._event(project, queue, events.POPPED, now, message_id=doc[lay.ID],
-                        claim_count=doc.get(lay.CLAIM_COUNT, 0))
+        self._tallies.write(project, changes)
+        self._trail.record([self._trail.expired(project, queue, doc) for doc in took.reaped] + [
+            self._trail.event(project, queue, events.POPPED, now, message_id=doc[lay.ID],
+                              claim_count=doc.get(lay.CLAIM_COUNT, 0))
             for doc in taken if doc[lay.ID] in gone])
         return [lay.message(doc, now) for doc in taken]
 
@@ -716,13 +604,13 @@ class Driver(base.Driver):
                 if before is not None:
                     tally = tallies.Changes()
                     tally.add(queue, before, doc)
-                    self._tally(project, tally)
+                    self._tallies.write(project, tally)
             else:
                 doc = self._messages.find_one(free)
             if doc is not None:
-                self._record([self._event(project, queue, events.EDITED, now,
-                                          message_id=doc[lay.ID], due=lay.due_ms(doc),
-                                          claim_count=doc.get(lay.CLAIM_COUNT, 0))])
+                self._trail.record([self._trail.event(
+                    project, queue, events.EDITED, now, message_id=doc[lay.ID],
+                    due=lay.due_ms(doc), claim_count=doc.get(lay.CLAIM_COUNT, 0))])
                 return lay.message(doc, now)
             state = self._messages.find_one(live, {lay.CLAIM_EXPIRES: 1})
             if state is None:
@@ -760,12 +648,13 @@ class Driver(base.Driver):
         for move in moves:
             changes.add(queue, move.doc, None)
             changes.add(move.target, None, lay.unclaimed(move.doc, **self._due_at_once(move, now)))
-        self._tally(project, changes)
-        self._record([self._event(project, queue, events.REDRIVEN, now,
-                                  message_id=move.doc[lay.ID],
-                                  claim_count=move.doc.get(lay.CLAIM_COUNT, 0), source=queue,
-                                  target=move.target, expires=move.expires)
-                      for move in moves])
+        self._tallies.write(project, changes)
+        self._trail.record([self._trail.event(project, queue, events.REDRIVEN, now,
+                                              message_id=move.doc[lay.ID],
+                                              claim_count=move.doc.get(lay.CLAIM_COUNT, 0),
+                                              source=queue, target=move.target,
+                                              expires=move.expires)
+                            for move in moves])
         return len(moves)
 
     def _redrive_op(self, project: str, queue: str, move: Move, now: int) -> UpdateOne:
@@ -933,17 +822,17 @@ class Driver(base.Driver):
         claim_id = ObjectId()
         expires = now + ttl * 1000
         took = self._take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
-        self._tally(project, self._taking(queue, took, claim_id, expires, grace))
-        trail = [self._expired(project, queue, doc) for doc in took.reaped]
+        self._tallies.write(project, self._taking(queue, took, claim_id, expires, grace))
+        trail = [self._trail.expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
-        trail += [self._event(project, queue, events.DEAD_LETTERED, now,
-                              message_id=move.doc[lay.ID],
-                              claim_count=move.doc.get(lay.CLAIM_COUNT, 0), source=queue,
-                              target=move.target, ttl=move.ttl, expires=move.expires,
-                              body=move.doc[lay.BODY])
+        trail += [self._trail.event(project, queue, events.DEAD_LETTERED, now,
+                                    message_id=move.doc[lay.ID],
+                                    claim_count=move.doc.get(lay.CLAIM_COUNT, 0), source=queue,
+                                    target=move.target, ttl=move.ttl, expires=move.expires,
+                                    body=move.doc[lay.BODY])
                   for move in took.moved]
         if not took.claimed:
-            self._record(trail)
+            self._trail.record(trail)
             return None
         self._claims.insert_one({lay.ID: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
                                  lay.TTL: ttl, lay.GRACE: grace, lay.CREATED: lay.date(now),
@@ -952,11 +841,11 @@ class Driver(base.Driver):
         for doc in took.claimed:
             doc = lay.claimed(doc, claim_id, expires, grace)
             claimed.append(lay.message(doc, now))
-            trail.append(self._event(project, queue, events.CLAIMED, now,
-                                     message_id=doc[lay.ID], claim_id=claim_id,
-                                     claim_count=doc[lay.CLAIM_COUNT],
-                                     expires=lay.ms(doc[lay.EXPIRES])))
-        self._record(trail)
+            trail.append(self._trail.event(project, queue, events.CLAIMED, now,
+                                           message_id=doc[lay.ID], claim_id=claim_id,
+                                           claim_count=doc[lay.CLAIM_COUNT],
+                                           expires=lay.ms(doc[lay.EXPIRES])))
+        self._trail.record(trail)
         return Claim(id=str(claim_id), ttl=ttl, grace=grace, created=now / 1000,
                      expires=expires / 1000, as_of=now / 1000, messages=claimed)
 
@@ -1012,7 +901,7 @@ class Driver(base.Driver):
         for before in self._update_each([({**held, lay.ID: i}, renewal) for i in ids]):
             changes.add(queue, before, {**before, lay.CLAIM_EXPIRES: lay.date(expires),
                                         lay.EXPIRES: max(before[lay.EXPIRES], lives)})
-        self._tally(project, changes)
+        self._tallies.write(project, changes)
 
     def _update_each(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]
                      ) -> list[dict[str, Any]]:
@@ -1043,7 +932,7 @@ class Driver(base.Driver):
         changes = tallies.Changes()
         for before in self._update_each(releases):
             changes.add(queue, before, lay.unclaimed(before))
-        self._tally(project, changes)
+        self._tallies.write(project, changes)
         self._claims.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
                                  lay.QUEUE: queue})
 
@@ -1067,19 +956,11 @@ class Driver(base.Driver):
         where = {} if project is None else {lay.PROJECT: project}
         found = {(doc[lay.PROJECT], doc[lay.QUEUE])
                  for doc in self._queues.find(where, {lay.PROJECT: 1, lay.QUEUE: 1, lay.ID: 0})}
-        # Events name their queue themselves: a deleted queue's trail is found too.
-        projects = [project] if project is not None else self._trail.distinct(lay.PROJECT)
-        for name in projects:
-            found.update((name, queue)
-                         for queue in self._trail.distinct(lay.QUEUE, {lay.PROJECT: name}))
-        return sorted(found)
+        return sorted(found | self._trail.queues(project))
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
         with unavailable_as_503():
-            cursor = self._trail.find({lay.PROJECT: project, lay.QUEUE: queue}).sort(
-                lay.TRAIL_ORDER)
-            for doc in cursor:
-                yield lay.event(doc)
+            yield from self._trail.read(project, queue)
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
         with unavailable_as_503():

@@ -23,7 +23,7 @@ These collections hold everything, for every project:
 
 ``events``
     The event trail (``delayq.events``): one document per event, every queue of every
-    project together, written right after the change it records (see the driver). It
+    project together, written right after the change it records (``trail.py``). It
     names its project and queue itself (``p``, ``q``), so the trail of a deleted queue is
     still found and read. Fields other than project, queue, kind ``ev`` and time ``at``
     appear only when the event has them (``EVENT_FIELDS``). ``x`` is when the event is
