@@ -61,9 +61,10 @@ from delayq.api.app import create_app
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy, QueueCounts
 from delayq.storage.clock import ServerClock
-from delayq.storage.mongo import driver as mongo_driver
+from delayq.storage.mongo import expiry
 from delayq.storage.mongo.client import make_client, parse_write_concern
 from delayq.storage.mongo.driver import Driver
+from delayq.storage.mongo.expiry import Expiry
 from tests.contract.drivers import FakeClock
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.trail_history import replayed_trail, sqlite_trail
@@ -1432,7 +1433,7 @@ def test_two_reapers_at_once_report_each_expired_message_once(backend, clock,
                                                              monkeypatch):
     # Small batches, so that the reapers race through several (mongomock scans the
     # whole collection for each statement: a server's batch would be slow here).
-    monkeypatch.setattr(mongo_driver, "REAP_BATCH", 16)
+    monkeypatch.setattr(expiry, "REAP_BATCH", 16)
     drivers = [backend.driver(clock) for _ in range(3)]
     ended: list[list[str]] = [[] for _ in drivers]
     for driver, mine in zip(drivers, ended, strict=True):
@@ -1503,19 +1504,19 @@ def test_a_driver_reaps_in_the_background_only_when_told_to(backend, clock):
 
 def test_the_lease_grants_one_pass_at_a_time_across_processes(backend, clock):
     first, second = backend.driver(clock), backend.driver(clock)
-    assert first._reaper_lease(0.9)
-    assert not second._reaper_lease(0.9)
-    assert not first._reaper_lease(0.9)  # its own pass is under way too
+    assert first._expiry.lease(0.9)
+    assert not second._expiry.lease(0.9)
+    assert not first._expiry.lease(0.9)  # its own pass is under way too
     clock.advance(0.9)
-    assert second._reaper_lease(0.9)
-    assert not first._reaper_lease(0.9)
+    assert second._expiry.lease(0.9)
+    assert not first._expiry.lease(0.9)
     # Processes racing for a lapsed lease: one gets it.
     clock.advance(1)
     start = threading.Barrier(8)
 
     def bid(driver: Driver) -> bool:
         start.wait()
-        return driver._reaper_lease(0.9)
+        return driver._expiry.lease(0.9)
 
     with ThreadPoolExecutor(8) as pool:
         granted = list(pool.map(bid, [first, second] * 4))
@@ -1525,10 +1526,10 @@ def test_the_lease_grants_one_pass_at_a_time_across_processes(backend, clock):
 def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch):
     passes: list[float] = []
     bids: list[bool] = []
-    lease, reap = Driver._reaper_lease, Driver.reap
+    lease, reap = Expiry.lease, Driver.reap
 
-    def bidding(driver: Driver, seconds: float) -> bool:
-        granted = lease(driver, seconds)
+    def bidding(bidder: Expiry, seconds: float) -> bool:
+        granted = lease(bidder, seconds)
         bids.append(granted)
         return granted
 
@@ -1536,7 +1537,7 @@ def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch
         passes.append(clock.now)
         reap(driver)
 
-    monkeypatch.setattr(Driver, "_reaper_lease", bidding)
+    monkeypatch.setattr(Expiry, "lease", bidding)
     monkeypatch.setattr(Driver, "reap", reaping)
     ended: list[str] = []
     for driver in (backend.driver(clock, reap_interval=1),

@@ -28,22 +28,11 @@ filters pin the state the driver read:
 Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own clocks are
 skewed agree on when a message is due.
 
-Expiry: every query compares ``e`` with now, so an expired message is gone for every
-read, count and change from the millisecond it expires. It stays stored until a request
-removes it and reports it ``expired`` (to ``endings``, and to the trail stamped with the
-instant it expired): the background reaper (``reap``, every ``reap_interval`` seconds, in
-the one process holding the lease in ``locks``), a claim or pop meeting it at the head of
-its queue, or a delete by ids. Each removal is a ``find_one_and_delete`` pinned on the
-expiry, which returns the document to the one request that deleted it: however they race,
-each expired message is reported once. Posts do not reap (``reaps_on_write``): it would
-cost each a round trip. The TTL index on ``e`` is only a backstop, ``expired_retention``
-after the expiry; what it drops, it drops unseen (no count, no event), and the audits then
-infer the expiry from the trail.
-
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
 definitions), ``tallies.py`` (the /metrics gauges' counts), ``trail.py`` (the event
-trail), ``indexes.py`` (creating the indexes) and ``client.py`` (the pymongo client, and
-which failures are a 503).
+trail), ``expiry.py`` (removing expired messages, the reaper's lease), ``indexes.py``
+(creating the indexes) and ``client.py`` (the pymongo client, and which failures are a
+503).
 """
 
 from __future__ import annotations
@@ -51,9 +40,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import socket
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -84,15 +70,13 @@ from delayq.storage.mongo.client import (
     parse_write_concern,
     unavailable_as_503,
 )
+from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.mongo.trail import Trail
 from delayq.storage.reaper import Reaper
 
 LOG = logging.getLogger(__name__)
-
-# Expired messages a reaper pass reads (and then deletes, one by one) at a time.
-REAP_BATCH = 500
 
 # A pop marks its messages with a claim of this many milliseconds before deleting them: a
 # process dying in between leaves them claimable again after it, not lost.
@@ -175,14 +159,14 @@ class Driver(base.Driver):
         self._queues: Collection = db[lay.QUEUES]
         self._messages: Collection = db[lay.MESSAGES]
         self._claims: Collection = db[lay.CLAIMS]
-        self._locks: Collection = db[lay.LOCKS]
-        self._holder = f"{socket.gethostname()}:{os.getpid()}"
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
         self._tallies = tallies.Tallies(db[lay.TALLIES])
         # ``endings`` is looked up at each call: the broker sets it on the driver made.
         self._trail = Trail(db[lay.EVENTS], events_settings, lambda kinds: self.endings(kinds))
+        self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
+                              self._tallies, self._trail)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable_as_503():
@@ -191,7 +175,7 @@ class Driver(base.Driver):
             LOG.warning("%s; creating the indexes at the next request.", exc.description)
         self._reaper: Reaper | None = None
         if reap_interval > 0:
-            self._reaper = Reaper("delayq-mongodb-reaper", self.reap, self._reaper_lease,
+            self._reaper = Reaper("delayq-mongodb-reaper", self.reap, self._expiry.lease,
                                   reap_interval)
             self._reaper.start()
 
@@ -242,62 +226,11 @@ class Driver(base.Driver):
 
     # Expiry: expired messages are invisible at once; the reaper removes and reports them
 
-    def _reaper_lease(self, seconds: float) -> bool:
-        """True when this process may reap for the next *seconds*: it took the lease
-        from a holder whose own had ended (or there was none).
-
-        The update matches only a lapsed lease; when it matches nothing, the upsert
-        tries to insert the lease's document, which exists: the duplicate key is the
-        answer "held". Of processes racing for a lapsed lease, one updates it and the
-        others' filters no longer match. A lease needs no clock of its own: every
-        process keeps the primary's (``ServerClock``).
-        """
-        with unavailable_as_503():
-            now = self._now_ms()
-            try:
-                self._locks.find_one_and_update(
-                    {lay.ID: lay.REAPER_LEASE, lay.EXPIRES: {"$lte": lay.date(now)}},
-                    {"$set": {lay.EXPIRES: lay.date(now + round(seconds * 1000)),
-                              lay.HOLDER: self._holder}},
-                    {lay.ID: 1}, upsert=True)
-            except pymongo.errors.DuplicateKeyError:
-                return False
-        return True
-
     @operation
     @backend_call
     def reap(self) -> None:
-        """Remove every expired message of every queue, oldest expiry first, in batches
-        read by the ``expiry`` index; each deleted on its own (``_reap_each``), so that
-        with claims or other processes' reapers removing the same messages meanwhile,
-        each is still reported once in all."""
-        while True:
-            now = self._now_ms()
-            found = list(self._messages.find({lay.EXPIRES: {"$lte": lay.date(now)}},
-                                             {lay.ID: 1, lay.PROJECT: 1})
-                         .sort(lay.EXPIRY_ORDER).limit(REAP_BATCH).hint(lay.EXPIRY_INDEX))
-            gone = self._reap_each(found, now)
-            changes: defaultdict[str, tallies.Changes] = defaultdict(tallies.Changes)
-            for doc in gone:
-                changes[doc[lay.PROJECT]].add(doc[lay.QUEUE], doc, None)
-            for project, change in changes.items():
-                self._tallies.write(project, change)
-            self._trail.record([self._trail.expired(doc[lay.PROJECT], doc[lay.QUEUE], doc)
-                                for doc in gone])
-            if len(found) < REAP_BATCH:
-                return
-
-    def _reap_each(self, docs: list[dict[str, Any]], now: int) -> list[dict[str, Any]]:
-        """Delete each of the message documents *docs* that has expired at *now*; the
-        documents, as deleted, of those this request deleted.
-
-        One ``find_one_and_delete`` each, pinned on the expiry: of a claim, a pop, a
-        delete by id and reapers removing the same message, only the one that deleted
-        it gets it back, and reports it.
-        """
-        return self._delete_each(
-            [{lay.ID: doc[lay.ID], lay.PROJECT: doc[lay.PROJECT],
-              lay.EXPIRES: {"$lte": lay.date(now)}} for doc in docs], lay.PROJECT, lay.QUEUE)
+        """One pass of the reaper over every queue (``Expiry.reap``)."""
+        self._expiry.reap()
 
     # Queues
 
@@ -679,7 +612,7 @@ class Driver(base.Driver):
               ) -> Taken:
         """Claim up to *limit* claimable messages under *claim_id*, oldest availability
         first, dead-lettering by *dead_letter* on the way, and remove the expired
-        messages met on the way (``_reap_each``: the caller reports them).
+        messages met on the way (``Expiry.reap_each``: the caller reports them).
         """
         took = Taken()
         while len(took.claimed) < limit:
@@ -700,7 +633,7 @@ class Driver(base.Driver):
                     fresh.append(doc)
             # They head the range until removed: removed here, and counted, not left to
             # every claim to read again.
-            took.reaped += self._reap_each(expired, now)
+            took.reaped += self._expiry.reap_each(expired, now)
             moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
             ops = [self._move_op(project, queue, move, now) for move in moves]
             claim_update = {
