@@ -2,22 +2,14 @@
 
 MongoDB updates one document atomically and re-checks an update's filter against the
 document it writes, so every transition here is a set of single-document updates whose
-filters pin the state the driver read:
+filters pin the state the driver read (claims, dead-letter moves and redrives:
+``claims.py``).
 
-- A claim reads the head of the queue's claimable range (``layout.CLAIMABLE_INDEX``),
-  then writes one ``UpdateOne`` per candidate — in one ``bulk_write`` — filtered on the
-  candidate's queue, availability and claim count as read. Of two concurrent claimers the
-  second finds the document changed and updates nothing; the claim then reads the head
-  again until it has its limit or the range is empty. The claim-count increment is part of
-  the claiming update.
-- A dead-letter move is one such update that rewrites the message's queue (every queue of
-  every project lives in the one ``messages`` collection), keeping its claim count: the
-  message is in exactly one queue before and after, whatever dies when.
 - A delete by ids, the end of a pop, a renewal's and a release's changes to the claimed
   messages are one ``find_one_and_delete`` or ``find_one_and_update`` per message: each
-  returns the state it changed, which the tallies (below) and the trail need, and which
-  a multi-document write or a bulk of them cannot tell when a concurrent request
-  changed some of the same messages. That costs one round trip per message (at most
+  returns the state it changed, which the tallies and the trail need, and which a
+  multi-document write or a bulk of them cannot tell when a concurrent request changed
+  some of the same messages. That costs one round trip per message (at most
   ``max_messages_per_claim_or_pop`` or ``max_messages_per_page``).
 - Posts, claims, dead-letter moves, and the writes above are retryable writes (inserts,
   single-document updates and deletes, and bulk writes of them), so a failover in the
@@ -29,10 +21,10 @@ Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own c
 skewed agree on when a message is due.
 
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
-definitions), ``tallies.py`` (the /metrics gauges' counts), ``trail.py`` (the event
-trail), ``expiry.py`` (removing expired messages, the reaper's lease), ``indexes.py``
-(creating the indexes) and ``client.py`` (the pymongo client, and which failures are a
-503).
+definitions), ``claims.py`` (a claim's bulk write and what it won), ``tallies.py`` (the
+/metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
+messages, the reaper's lease), ``indexes.py`` (creating the indexes) and ``client.py``
+(the pymongo client, and which failures are a 503).
 """
 
 from __future__ import annotations
@@ -41,14 +33,13 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pymongo
 import pymongo.errors
 from bson import ObjectId
 from oslo_config import cfg
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
@@ -58,11 +49,11 @@ from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
-from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats, dead_lettered_ttl
+from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
+from delayq.storage.mongo import claims, tallies
 from delayq.storage.mongo import layout as lay
-from delayq.storage.mongo import tallies
 from delayq.storage.mongo.client import (
     NAME,
     is_missing_index,
@@ -83,30 +74,6 @@ LOG = logging.getLogger(__name__)
 POP_LEASE_MS = 60_000
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Move:
-    """A dead-letter move a claim attempts: the message as read, and what it becomes."""
-
-    doc: dict[str, Any]
-    target: str  # the dead-letter queue (for a redrive, the queue it goes back to)
-    position: int  # its position in the target queue, reserved for this move only
-    ttl: int
-    expires: int  # ms
-
-
-@dataclass
-class Taken:
-    """What one ``_take`` did: each message's document as it was just before (its state
-    pinned by the update's filter)."""
-
-    claimed: list[dict[str, Any]] = field(default_factory=list)
-    moved: list[Move] = field(default_factory=list)
-    reaped: list[dict[str, Any]] = field(default_factory=list)  # expired, removed here
-    # Claimed, then deleted by a concurrent request (a bulk delete by id takes a held
-    # message) before this one could see its claim: in the tallies, not in the answer.
-    vanished: list[dict[str, Any]] = field(default_factory=list)
 
 
 def backend_call(method: Callable[..., T]) -> Callable[..., T]:
@@ -167,6 +134,7 @@ class Driver(base.Driver):
         self._trail = Trail(db[lay.EVENTS], events_settings, lambda kinds: self.endings(kinds))
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
+        self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable_as_503():
@@ -492,9 +460,9 @@ class Driver(base.Driver):
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         now = self._now_ms()
         pop_id = ObjectId()
-        took = self._take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
+        took = self._claimer.take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
         taken = took.claimed
-        changes = self._taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
+        changes = claims.taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
         gone = {doc[lay.ID]: doc for doc in self._delete_each(
@@ -564,23 +532,13 @@ class Driver(base.Driver):
             where[lay.SOURCE] = {"$exists": True}
         docs = list(self._messages.find(where).sort(lay.CLAIMABLE_ORDER).limit(limit)
                     .hint(lay.CLAIMABLE_INDEX))
-        moves = []
-        for target in sorted({destination or doc[lay.SOURCE] for doc in docs}):
-            group = [doc for doc in docs if (destination or doc[lay.SOURCE]) == target]
-            first = self._allocate(project, target, len(group), now)
-            moves += [Move(doc, target, position, doc[lay.TTL], lay.ms(doc[lay.EXPIRES]))
-                      for position, doc in enumerate(group, start=first)]
+        moves = self._claimer.redrive(project, queue, docs, destination, now)
         if not moves:
             return 0
-        result = self._messages.bulk_write(
-            [self._redrive_op(project, queue, move, now) for move in moves], ordered=False)
-        if result.modified_count != len(moves):
-            # A concurrent claim, move or delete took some first.
-            moves = self._won(project, ObjectId(), [], moves, result.modified_count).moved
         changes = tallies.Changes()
         for move in moves:
             changes.add(queue, move.doc, None)
-            changes.add(move.target, None, lay.unclaimed(move.doc, **self._due_at_once(move, now)))
+            changes.add(move.target, None, lay.unclaimed(move.doc, **claims.due_at_once(move, now)))
         self._tallies.write(project, changes)
         self._trail.record([self._trail.event(project, queue, events.REDRIVEN, now,
                                               message_id=move.doc[lay.ID],
@@ -590,161 +548,7 @@ class Driver(base.Driver):
                             for move in moves])
         return len(moves)
 
-    def _redrive_op(self, project: str, queue: str, move: Move, now: int) -> UpdateOne:
-        """The single-document update of a redrive, pinned like a claim: a fresh
-        message of the target queue, due at once."""
-        return UpdateOne(self._pinned(project, queue, move.doc), {
-            "$set": {lay.QUEUE: move.target, lay.SEQ: move.position, lay.AVAILABLE: lay.date(now),
-                     **self._due_at_once(move, now)},
-            "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: "", lay.CLAIM_COUNT: "", lay.SOURCE: "",
-                       lay.MOVED: ""}})
-
-    @staticmethod
-    def _due_at_once(move: Move, now: int) -> dict[str, Any]:
-        """What a redrive sets of the due time: *now*, if the message is not due yet."""
-        doc = move.doc
-        return {lay.DUE: lay.date(now)} if lay.DUE in doc and lay.ms(doc[lay.DUE]) > now else {}
-
     # Claims
-
-    def _take(self, project: str, queue: str, now: int, limit: int, claim_id: ObjectId,
-              claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-              ) -> Taken:
-        """Claim up to *limit* claimable messages under *claim_id*, oldest availability
-        first, dead-lettering by *dead_letter* on the way, and remove the expired
-        messages met on the way (``Expiry.reap_each``: the caller reports them).
-        """
-        took = Taken()
-        while len(took.claimed) < limit:
-            need = limit - len(took.claimed)
-            candidates = list(
-                self._messages.find({lay.PROJECT: project, lay.QUEUE: queue,
-                                     lay.AVAILABLE: {"$lte": lay.date(now)}})
-                .sort(lay.CLAIMABLE_ORDER).limit(need).hint(lay.CLAIMABLE_INDEX))
-            if not candidates:
-                break
-            expired, worn_out, fresh = [], [], []
-            for doc in candidates:
-                if lay.ms(doc[lay.EXPIRES]) <= now:
-                    expired.append(doc)
-                elif dead_letter and doc.get(lay.CLAIM_COUNT, 0) >= dead_letter.max_claim_count:
-                    worn_out.append(doc)
-                else:
-                    fresh.append(doc)
-            # They head the range until removed: removed here, and counted, not left to
-            # every claim to read again.
-            took.reaped += self._expiry.reap_each(expired, now)
-            moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
-            ops = [self._move_op(project, queue, move, now) for move in moves]
-            claim_update = {
-                "$set": {lay.CLAIM: claim_id, lay.CLAIM_EXPIRES: lay.date(claim_expires),
-                         lay.AVAILABLE: lay.date(claim_expires)},
-                "$inc": {lay.CLAIM_COUNT: 1},
-                "$max": {lay.EXPIRES: lay.date(claim_expires + grace * 1000)}}
-            ops += [UpdateOne(self._pinned(project, queue, doc), claim_update)
-                    for doc in fresh]
-            if not ops:
-                continue
-            result = self._messages.bulk_write(ops, ordered=False)
-            if result.modified_count == len(ops):
-                took.claimed += fresh
-                took.moved += moves
-                continue
-            # A concurrent claim, move or delete won some: keep those this claim got.
-            won = self._won(project, claim_id, fresh, moves, result.modified_count)
-            took.claimed += won.claimed
-            took.moved += won.moved
-            took.vanished += won.vanished
-        return took
-
-    @staticmethod
-    def _taking(queue: str, took: Taken, claim_id: ObjectId, claim_expires: int,
-                grace: int) -> tallies.Changes:
-        """The tally changes of what ``_take`` did (as read: pinned)."""
-        changes = tallies.Changes()
-        for doc in took.reaped:
-            changes.add(queue, doc, None)
-        for doc in took.claimed + took.vanished:
-            changes.add(queue, doc, lay.claimed(doc, claim_id, claim_expires, grace))
-        for move in took.moved:
-            changes.add(queue, move.doc, None)
-            changes.add(move.target, None,
-                        lay.unclaimed(move.doc, **{lay.EXPIRES: lay.date(move.expires)}))
-        return changes
-
-    def _won(self, project: str, claim_id: ObjectId, fresh: list[dict[str, Any]],
-             moves: list[Move], applied: int) -> Taken:
-        """Which of a bulk write's claims and moves applied, when only *applied* of them
-        did.
-
-        A claim applied if the message bears its claim id; a move if the message is in the
-        dead-letter queue at the position reserved for that move alone. A message deleted
-        since bears nothing: whether the write reached it before the delete, only the
-        count of writes applied tells. Such a claim is in ``vanished``, such a move in
-        ``moved`` (it was made, and the dead-letter queue's delete reports the end).
-        """
-        ids = [doc[lay.ID] for doc in fresh] + [move.doc[lay.ID] for move in moves]
-        now_in = {doc[lay.ID]: doc for doc in self._messages.find(
-            {lay.ID: {"$in": ids}, lay.PROJECT: project}, {lay.QUEUE: 1, lay.CLAIM: 1, lay.SEQ: 1})}
-
-        def landed(move: Move) -> bool:
-            state = now_in.get(move.doc[lay.ID], {})
-            return (state.get(lay.QUEUE), state.get(lay.SEQ)) == (move.target, move.position)
-
-        won = Taken(
-            claimed=[doc for doc in fresh
-                     if now_in.get(doc[lay.ID], {}).get(lay.CLAIM) == claim_id],
-            moved=[move for move in moves if landed(move)])
-        unseen = max(0, applied - len(won.claimed) - len(won.moved))
-        # When some of two or more were deleted before the write and some after, the
-        # count does not tell which: the first ones are taken, claims before moves. Among
-        # claims alone the counts stay right now (each was free and due) and may be off
-        # by those messages until their expiry, as after a crash between a write and its
-        # tally.
-        won.vanished = [doc for doc in fresh if doc[lay.ID] not in now_in][:unseen]
-        won.moved += [move for move in moves
-                      if move.doc[lay.ID] not in now_in][:unseen - len(won.vanished)]
-        return won
-
-    @staticmethod
-    def _pinned(project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
-        """A filter that matches *doc* only while it is in the state it was read in.
-
-        Every claim changes availability and claim count, every move changes the queue,
-        every edit the edit count: a claimer that lost a race updates nothing, and one
-        that won returns the body it read (an edit cannot slip in between). The expiry
-        and claim expiry are pinned too, so the tallies' change is from the very state
-        written over. The due time is not (a claim's reads and writes name no delay): an
-        edit of it changes the edit count anyway.
-        """
-        return {lay.ID: doc[lay.ID], lay.PROJECT: project, lay.QUEUE: queue,
-                lay.AVAILABLE: doc[lay.AVAILABLE], lay.CLAIM_COUNT: doc.get(lay.CLAIM_COUNT),
-                lay.EXPIRES: doc[lay.EXPIRES], lay.CLAIM_EXPIRES: doc.get(lay.CLAIM_EXPIRES),
-                lay.EDITS: doc.get(lay.EDITS)}
-
-    def _moves(self, project: str, docs: list[dict[str, Any]], policy: DeadLetterPolicy,
-               now: int) -> list[Move]:
-        """The dead-letter moves of *docs*, each with its position in the dead-letter
-        queue and its ttl and expiry there.
-
-        The dead-letter queue is created (and positions reserved in it) first, so a
-        moved message never lands in a queue that does not exist.
-        """
-        first = self._allocate(project, policy.queue, len(docs), now)
-        moves = []
-        for position, doc in enumerate(docs, start=first):
-            ttl, expires = dead_lettered_ttl(policy.messages_ttl, doc[lay.TTL],
-                                             lay.ms(doc[lay.CREATED]), now, 1000)
-            moves.append(Move(doc, policy.queue, position, ttl, expires))
-        return moves
-
-    def _move_op(self, project: str, queue: str, move: Move, now: int) -> UpdateOne:
-        """The single-document update of a move, pinned like a claim."""
-        return UpdateOne(self._pinned(project, queue, move.doc), {
-            "$set": {lay.QUEUE: move.target, lay.SEQ: move.position, lay.AVAILABLE: lay.date(now),
-                     lay.SOURCE: queue, lay.MOVED: lay.date(now), lay.TTL: move.ttl,
-                     lay.EXPIRES: lay.date(move.expires)},
-            "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}})
 
     @operation
     @backend_call
@@ -754,8 +558,8 @@ class Driver(base.Driver):
         now = self._now_ms()
         claim_id = ObjectId()
         expires = now + ttl * 1000
-        took = self._take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
-        self._tallies.write(project, self._taking(queue, took, claim_id, expires, grace))
+        took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
+        self._tallies.write(project, claims.taking(queue, took, claim_id, expires, grace))
         trail = [self._trail.expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._trail.event(project, queue, events.DEAD_LETTERED, now,

@@ -226,7 +226,7 @@ def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: 
 
 def claimed(doc: dict[str, Any], claim_id: ObjectId, claim_expires: int, grace: int
             ) -> dict[str, Any]:
-    """The message document *doc* as a claim's update leaves it (the driver's ``_take``):
+    """The message document *doc* as a claim's update leaves it (``claims.Claimer.take``):
     held until *claim_expires* (ms), living at least *grace* seconds more."""
     return {**doc, CLAIM: claim_id, CLAIM_EXPIRES: date(claim_expires),
             AVAILABLE: date(claim_expires), CLAIM_COUNT: doc.get(CLAIM_COUNT, 0) + 1,
