@@ -65,6 +65,11 @@ class operation(Generic[T]):  # noqa: N801 - a decorator, named as property is
             return self
         return BoundOperation(self.method, instance, self.stepped)
 
+    def __call__(self, instance: Any, *args: Any, **kwargs: Any) -> T:
+        """``Class.operation(instance, ...)``: run blocking, as a method called through
+        its class is."""
+        return BoundOperation(self.method, instance, self.stepped)(*args, **kwargs)
+
 
 class BoundOperation(Generic[T]):
     """An operation of one driver or broker: ``op(...)`` runs it blocking,
