@@ -592,15 +592,18 @@ class Server:
     """A ``delayq-server`` subprocess, stopped (SIGTERM, then SIGKILL) on exit."""
 
     def __init__(self, config: Path, port: int, log: Path,
-                 command: list[str] | None = None) -> None:
+                 command: list[str] | None = None, tree: Path | None = None) -> None:
         """*command* runs another server answering ``GET /v2/ping`` with 204 (the same
-        gunicorn set-up around another app: benchmarks/trivial_app.py)."""
+        gunicorn set-up around another app: benchmarks/trivial_app.py); *tree*, a delayq
+        source tree put first on ``PYTHONPATH``, serves another checkout's code."""
         self.port = port
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         # gunicorn (>= 25.1) opens a control socket at $XDG_RUNTIME_DIR/gunicorn.ctl, else
         # ~/.gunicorn/gunicorn.ctl, shared by every server of the user: keep ours private.
         env = {**os.environ, "XDG_RUNTIME_DIR": str(config.parent)}
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
         self.proc = subprocess.Popen(command or server_command(config), stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=env)

@@ -38,12 +38,18 @@ The summary gives each target's median ratio over the rounds, and the lowest and
 Results are printed and written as JSON (``benchmarks/results/throughput.json`` or
 ``--output``).
 
+With ``--tree DIR`` (repeatable) each driver is measured once per tree, from that
+delayq source tree (put first on ``PYTHONPATH``; a checkout of another commit, say):
+``redis@1`` is the first tree's. Two commits compared in one run, round by round, give
+the change in server CPU per request on the same machine at the same time.
+
 Usage::
 
     python benchmarks/throughput.py [--driver sqlite --driver redis ...] [--seconds 10]
                                     [--warmup 2] [--concurrency 8] [--workers 2]
                                     [--rounds 5] [--pin] [--bare]
                                     [--redis-appendfsync everysec|always]
+                                    [--tree DIR ...]
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ from tests.server import child_pids  # noqa: E402
 
 TRIVIAL = "trivial"
 MODE_SEPARATOR = "/"  # "redis/threads": the driver with that storage_calls
+TREE_SEPARATOR = "@"  # "redis@1": the driver served from the first --tree
 TRIVIAL_APP = Path(__file__).resolve().parent / "trivial_app.py"
 BARE = "bare"
 BARE_APP = Path(__file__).resolve().parent / "bare_app.py"
@@ -278,12 +285,15 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
             # What starts now (store, gunicorn and the workers it forks) inherits this.
             stack.enter_context(on_cpus(server_cpus()))
         service = None
+        tree = None  # this checkout's code
         if target == TRIVIAL:
             config.write_text("")
             command = [sys.executable, str(TRIVIAL_APP), "--port", str(port),
                        "--workers", str(args.workers)]
         else:
-            driver, _, storage_calls = target.partition(MODE_SEPARATOR)
+            served, _, tree_number = target.partition(TREE_SEPARATOR)
+            tree = args.tree[int(tree_number) - 1] if tree_number else None
+            driver, _, storage_calls = served.partition(MODE_SEPARATOR)
             if target == BARE:  # its own app, on a store started as Redis's is
                 driver = "redis"
             backend = backends()[driver]
@@ -303,7 +313,8 @@ def run_target(target: str, directory: Path, args: argparse.Namespace,
                            "--workers", str(args.workers),
                            "--redis-uri", redis_section["uri"],
                            "--namespace", redis_section["namespace"]]
-        server = backlog.Server(config, port, directory / "server.log", command=command)
+        server = backlog.Server(config, port, directory / "server.log", command=command,
+                                tree=tree)
         stack.callback(server.stop)
         server.wait_ready(timeout=60)
         if target != TRIVIAL:
@@ -407,6 +418,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(default: no AOF)")
     parser.add_argument("--bare", action="store_true",
                         help="measure benchmarks/bare_app.py on Redis too, in every round")
+    parser.add_argument("--tree", type=Path, action="append",
+                        help="a delayq source tree to serve the drivers from; repeatable: "
+                             "each driver is measured from each (default: this one)")
     parser.add_argument("--check", action="store_true",
                         help=f"exit 1 when Redis's median ratio exceeds {TARGET_RATIO}")
     return parser.parse_args(argv)
@@ -424,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipping {driver}: set {MONGO_URI_VARIABLE} to a replica set to measure it")
     modes = [f"{MODE_SEPARATOR}{mode}" for mode in args.storage_calls or []] or [""]
     measured = [d + mode for d in drivers if d not in skipped for mode in modes]
+    if args.tree:
+        args.tree = [tree.resolve() for tree in args.tree]
+        measured = [f"{target}{TREE_SEPARATOR}{number}" for target in measured
+                    for number in range(1, len(args.tree) + 1)]
+        for number, tree in enumerate(args.tree, 1):
+            print(f"tree {number}: {tree}")
     if args.bare:
         measured.insert(0, BARE)
     targets = [TRIVIAL]
@@ -439,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="delayq-throughput-"))
     try:
         measurements = [
-            run_target(t, workdir / f"{i}-{t.replace(MODE_SEPARATOR, '-')}", args, print)
+            run_target(t, workdir / "{}-{}".format(
+                i, t.replace(MODE_SEPARATOR, "-").replace(TREE_SEPARATOR, "-")), args, print)
             for i, t in enumerate(targets)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
