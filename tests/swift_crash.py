@@ -1,9 +1,11 @@
 """Child-process work for the Swift crash tests: a driver that dies at one step of a claim
 (or holding a tally writer slot).
 
-The subclasses change nothing but *when the process dies*: each kills itself with SIGKILL
-right after one step of the claim or dead-letter protocol (delayq/storage/swift/driver.py),
-as a crash would, leaving Swift exactly as that step left it.
+Each kind changes nothing but *when the process dies*: it wraps one step of the claim,
+dead-letter or edit protocol (a method of the driver or of its ``Objects``,
+delayq/storage/swift/driver.py and objects.py) so that the process kills itself with
+SIGKILL right after (or, for the last step of a move, instead of) that step, as a crash
+would, leaving Swift exactly as that step left it.
 """
 
 from __future__ import annotations
@@ -26,109 +28,91 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class DiesAfterWinningAClaim(Driver):
-    """Dies once it has won a claim's generation marker, before writing the message's
-    state and moving its index entry."""
+def dies_after(collaborator: Any, step: str, when: Callable[..., bool]) -> None:
+    """Make *collaborator*'s method *step* kill the process once it has returned, when
+    ``when(result, *arguments)``."""
+    done = getattr(collaborator, step)
 
-    def _bid(self, container: str, name: str, marker: dict[str, Any],
-             headers: dict[str, str]) -> bool:
-        won = super()._bid(container, name, marker, headers)
-        if won and marker["kind"] == "claim":
+    def step_then_die(*args: Any) -> Any:
+        result = done(*args)
+        if when(result, *args):
             die()
-        return won
+        return result
+
+    setattr(collaborator, step, step_then_die)
 
 
-class DiesAfterWritingTheClaim(Driver):
+def after_winning(kind: str) -> Callable[[Driver], None]:
+    """Dies once it has won a generation marker of *kind* (a claim's, before writing the
+    message's state and moving its index entry; a move's, before marking the message
+    moving; an edit's, before rewriting the message)."""
+    return lambda driver: dies_after(
+        driver._objects, "bid",
+        lambda won, container, name, marker, headers: won and marker["kind"] == kind)
+
+
+def after_writing_the_claim(driver: Driver) -> None:
     """Dies once the claimed message's state is written, before its index entry moves."""
-
-    def _write_record(self, container: str, message_id: str, record: Record) -> None:
-        super()._write_record(container, message_id, record)
-        if record.claim and not record.moving:
-            die()
+    dies_after(driver._objects, "write_record",
+               lambda _, container, message_id, record: bool(record.claim
+                                                             and not record.moving))
 
 
-class DiesAfterTheNewEntry(Driver):
+def after_the_new_entry(driver: Driver) -> None:
     """Dies once the claimed message's new index entry is written, before the old one is
     deleted."""
-
-    def _put_entry(self, container: str, entry: Entry) -> None:
-        super()._put_entry(container, entry)
-        if entry.state == CLAIMED:
-            die()
+    dies_after(driver._objects, "put_entry",
+               lambda _, container, entry: entry.state == CLAIMED)
 
 
-class DiesAfterWinningAMove(Driver):
-    """Dies once it has won a move's generation marker, before marking the message moving."""
-
-    def _bid(self, container: str, name: str, marker: dict[str, Any],
-             headers: dict[str, str]) -> bool:
-        won = super()._bid(container, name, marker, headers)
-        if won and marker["kind"] == "move":
-            die()
-        return won
-
-
-class DiesAfterMarkingMoving(Driver):
+def after_marking_moving(driver: Driver) -> None:
     """Dies once the source message is marked moving, before the copy."""
-
-    def _write_record(self, container: str, message_id: str, record: Record) -> None:
-        super()._write_record(container, message_id, record)
-        if record.moving:
-            die()
+    dies_after(driver._objects, "write_record",
+               lambda _, container, message_id, record: bool(record.moving))
 
 
-class DiesAfterCopying(Driver):
+def after_copying(driver: Driver) -> None:
     """Dies once the message is copied into the dead-letter queue, before its index entry
     there is written."""
-
-    def _create(self, container: str, name: str, body: bytes, headers: dict[str, str]
-                ) -> bool:
-        created = super()._create(container, name, body, headers)
-        if name.startswith(MESSAGE_PREFIX):
-            die()
-        return created
+    dies_after(driver._objects, "create",
+               lambda _, container, name, body, headers: name.startswith(MESSAGE_PREFIX))
 
 
-class DiesBeforeDeletingTheSource(Driver):
+def before_deleting_the_source(driver: Driver) -> None:
     """Dies once the copy and its index entry are in the dead-letter queue, before the
     message is deleted from the source."""
 
-    def _leave_source(self, source: str, message_id: str, record: Record,
-                      met: Entry | None) -> None:
+    def leave_source(source: str, message_id: str, record: Record, met: Entry | None
+                     ) -> None:
         die()
 
-
-class DiesAfterWinningAnEdit(Driver):
-    """Dies once it has won an edit's generation marker, before rewriting the message."""
-
-    def _bid(self, container: str, name: str, marker: dict[str, Any],
-             headers: dict[str, str]) -> bool:
-        won = super()._bid(container, name, marker, headers)
-        if won and marker["kind"] == "edit":
-            die()
-        return won
+    driver._leave_source = leave_source
 
 
-class DiesAfterRewritingTheEdited(Driver):
+def after_rewriting_the_edited(driver: Driver) -> None:
     """Dies once the edited message is rewritten, before its index entry moves (an
     edit's move is the one that bumps the generation and keeps the claim count)."""
+    objects = driver._objects
+    move_entry = objects.move_entry
 
-    def _move_entry(self, container: str, message_id: str, old: Entry, new: Entry
-                    ) -> bool:
+    def dying_move_entry(container: str, message_id: str, old: Entry, new: Entry) -> bool:
         if new.generation > old.generation and new.count == old.count:
             die()
-        return super()._move_entry(container, message_id, old, new)
+        return move_entry(container, message_id, old, new)
+
+    objects.move_entry = dying_move_entry
 
 
-KINDS = {"after-claim-bid": DiesAfterWinningAClaim,
-         "after-claim-record": DiesAfterWritingTheClaim,
-         "after-claim-entry": DiesAfterTheNewEntry,
-         "after-move-bid": DiesAfterWinningAMove,
-         "after-moving-mark": DiesAfterMarkingMoving,
-         "after-copy": DiesAfterCopying,
-         "before-source-delete": DiesBeforeDeletingTheSource,
-         "after-edit-bid": DiesAfterWinningAnEdit,
-         "after-edit-write": DiesAfterRewritingTheEdited}
+KINDS: dict[str, Callable[[Driver], None]] = {
+    "after-claim-bid": after_winning("claim"),
+    "after-claim-record": after_writing_the_claim,
+    "after-claim-entry": after_the_new_entry,
+    "after-move-bid": after_winning("move"),
+    "after-moving-mark": after_marking_moving,
+    "after-copy": after_copying,
+    "before-source-delete": before_deleting_the_source,
+    "after-edit-bid": after_winning("edit"),
+    "after-edit-write": after_rewriting_the_edited}
 
 
 class FixedClock:
@@ -151,8 +135,9 @@ def connector(auth: tuple[str, str, str]) -> Callable[[], Connection]:
 def dying_broker(kind: str, auth: tuple[str, str, str], prefix: str, now: float
                  ) -> Broker:
     """A broker at time *now* over a driver that dies at *kind*."""
-    return Broker(KINDS[kind](connector(auth), prefix=prefix, clock=FixedClock(now)),
-                  Limits())
+    driver = Driver(connector(auth), prefix=prefix, clock=FixedClock(now))
+    KINDS[kind](driver)
+    return Broker(driver, Limits())
 
 
 def tally_and_die(auth: tuple[str, str, str], prefix: str, project: str, queue: str,

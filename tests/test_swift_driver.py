@@ -134,10 +134,10 @@ def race(driver: Driver, container: str, marker: str, racers: int,
     start = threading.Barrier(racers)
 
     def bid(i: int) -> None:
-        driver._swift.get_auth()  # log in before the start, not during the race
+        driver._objects.swift.get_auth()  # log in before the start, not during the race
         start.wait()
         time.sleep(stagger * i)
-        won = driver._bid(container, marker, {"kind": "claim", "racer": i}, {})
+        won = driver._objects.bid(container, marker, {"kind": "claim", "racer": i}, {})
         with lock:
             wins.append(won)
 
@@ -704,7 +704,7 @@ def test_claimers_racing_over_an_expired_head_report_each_expired_message_once(
     claimers = [reporting(make_driver, ended, clock=clock, wrap=DeleteFinds)
                 for _ in range(4)]
     for claimer in claimers:
-        claimer._swift.get_auth()  # logged in before the race
+        claimer._objects.swift.get_auth()  # logged in before the race
     claims = together(*(lambda c=claimer: c.claim(PROJECT, "q", ttl=60, grace=0, limit=3,
                                                   dead_letter=None)
                         for claimer in claimers))
@@ -727,7 +727,7 @@ def test_two_reapers_racing_report_each_expired_message_once(make_driver, raw, p
     reapers = [reporting(make_driver, ended, clock=clock, wrap=DeleteFinds)
                for _ in range(2)]
     for reaper in reapers:
-        reaper._swift.get_auth()
+        reaper._objects.swift.get_auth()
     together(*(reaper.reap for reaper in reapers))
     assert ended.count(events.EXPIRED) == 40
     for queue, ids in gone.items():

@@ -1,14 +1,7 @@
 """The Swift driver.
 
-Swift has no transactions and no compare-and-swap. ``PUT`` with ``If-None-Match: *``
-creates an object only if it does not exist — but the object server checks and then
-writes without a lock, so racing PUTs may all get 201; the write with the latest
-timestamp (set by the proxy) is the one that stays. The driver therefore *bids*: it
-creates the marker conditionally with a nonce, waits ``claim_settle_time`` (longer than
-any racer's check-to-write window, after which every racing write has landed), then reads
-the marker back (``X-Newest``) and has won only if its nonce is there. Every racer reads
-the same final object, so exactly one wins. ``layout.py`` describes the objects; the
-protocol is:
+``layout.py`` describes the objects; ``objects.py`` the requests and what Swift's answers
+need before they can be trusted (bids, 404 rechecks, the proxy's clock). The protocol is:
 
 Claim
     List the queue's availability index (``a/``) up to now: the claimable messages, oldest
@@ -49,9 +42,6 @@ Expiry
     A message being moved is completed by ``_finish_move``, never reaped. Left: a
     ``DELETE ?ids=`` that read a message just before it expired and a removal of it may
     both report it.
-Time
-    The Swift proxy's clock (``delayq.storage.clock``), so API hosts whose own clocks are
-    skewed agree on when a message is due.
 Event trail
     Each request that changed messages writes its events (``delayq.events``) as one more
     object, ``PUT`` right *after* the change succeeded, into the queue's events container
@@ -98,15 +88,6 @@ Writer slots
     and its ``PUT`` may still land one write after another process took the slot,
     overwriting the newer sums of that page; like the errors above, that is confined to
     the instants of the messages counted in between.
-404 is not always "gone"
-    A GET, HEAD or POST that races a POST of the same object may be answered 404 (the
-    object server opens the .meta file the other POST has just replaced). Every read of
-    an object and every rewrite of a message's state asks again, four times, before
-    taking a 404 for absence (``ABSENCE_RECHECKS``): a winner that took one for
-    "deleted" dropped the message it had won, which then stayed claimed by a claim that
-    did not list it.
-
-Per-message requests of one API request run in parallel (``concurrency``).
 """
 
 from __future__ import annotations
@@ -124,12 +105,9 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import requests
 from oslo_config import cfg
 from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
@@ -144,44 +122,31 @@ from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.reaper import Reaper
 from delayq.storage.swift import layout as lay
-from delayq.storage.swift.layout import Entry, Record
+from delayq.storage.swift.layout import US, Entry, Record
+from delayq.storage.swift.objects import (
+    DELETE_AFTER,
+    EXPIRED_RETENTION,
+    LISTING_PAGE,
+    NAME,
+    Objects,
+    delete_at,
+    is_status,
+    unavailable_as_503,
+)
 from delayq.storage.swift.options import GROUP
 
 LOG = logging.getLogger(__name__)
 
-NAME = "swift"  # the store a 503 names
-
-US = 1_000_000
-LISTING_PAGE = 10_000  # Swift's largest listing page
 CLAIM_BATCH = 32  # index entries read per listing while claiming
-# Markers outlive their message's object by this much, so a late claimer still finds them.
-MARKER_MARGIN = 86_400
-EXPIRED_RETENTION = 3600  # seconds an expired message stays stored (expired_retention)
 REAP_BATCH = 64  # expired index entries a reaper pass handles at once
-API_POOL = "delayq-swift"  # threads for the per-message requests of API requests
 REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requests
 # A repairer meeting an expire marker (beyond the record) completes the removal only once
 # the marker is this old (µs of the driver's clock): before, its winner is alive and
 # deleting, and the winner reports the expiry only when its DELETE found the message.
 EXPIRY_ABANDONED = 60 * 1_000_000
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
-# Pauses between attempts to delete a queue container that racing writes refill: another
-# process's tally flush is a burst of writes (a read and a write per page) that can land
-# one in each of several quick attempts; growing pauses outlast it, while a queue that
-# keeps receiving posts still gets its 503 within about two seconds.
-DELETE_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
 TRAIL_BATCH = 64  # event objects read at once by read_events
 MESSAGES_BATCH = 100  # messages read at once by read_messages
-# Pauses before asking again when Swift answers 404 for an object that may well exist.
-# The object server answers 404 to a GET, HEAD or POST that races a POST of the same
-# object (it opens the .meta file the other POST has just replaced): about one read in a
-# hundred while two processes rewrite a message's state. Taken for "deleted", such an
-# answer made a claim drop a message it had won. Only a 404 every time is "gone".
-# Each asking again races the next POST afresh (while two threads rewrote an object
-# without pause, about 1.6 % of first reads and 4 % of second ones got 404, and none of
-# the third): the number of askings is what makes a false "gone" rare, not the pauses,
-# which stay short since a real absence waits for all of them (37 ms).
-ABSENCE_RECHECKS = (0.002, 0.005, 0.01, 0.02)
 # Bids an edit makes for a message that other requests keep changing before it answers
 # 409: each lost bid means another claim, move or edit of it won meanwhile.
 EDIT_ATTEMPTS = 5
@@ -202,36 +167,9 @@ LEASE_MARGIN = 3
 # to this much sooner than asked.
 LEASE_ROUNDING = 1.0
 MIN_LEASE = 2  # seconds; a shorter lease would be over before its first write
-DELETE_AFTER = "X-Delete-After"  # Swift sets X-Delete-At from the proxy's own clock
-# Seconds a clock object outlives its last write: every reading rewrites it, so only the
-# objects of processes gone are ever removed by it.
-CLOCK_OBJECT_LIFETIME = 3600
 
-T = TypeVar("T")
 QueueKey = tuple[str, str]  # (project, queue)
 Page = tuple[int, int]  # (level, page)
-
-
-@contextmanager
-def unavailable_as_503() -> Iterator[None]:
-    try:
-        yield
-    except ClientException as exc:
-        if exc.http_status is not None and exc.http_status < 500 and exc.http_status not in (
-                401, 403, 408, 429):
-            raise
-        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}", store=NAME) from exc
-    except (requests.exceptions.RequestException, OSError) as exc:
-        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}", store=NAME) from exc
-
-
-def is_status(exc: ClientException, *statuses: int) -> bool:
-    return exc.http_status in statuses
-
-
-def delete_at(expires_us: int, margin: int = 0) -> str:
-    """``X-Delete-At`` (whole seconds, rounded up: Swift must never drop a live object)."""
-    return str(-(-expires_us // US) + margin)
 
 
 @dataclass(frozen=True)
@@ -402,8 +340,9 @@ class Driver(base.Driver):
         as tests want: they call ``reap`` themselves)."""
         if tally_writer_lease < MIN_LEASE:
             raise ValueError(f"tally_writer_lease must be at least {MIN_LEASE} s")
-        self._retention = expired_retention
-        self._connect = connect
+        self._objects = Objects(connect, prefix=prefix, concurrency=concurrency,
+                                claim_settle_time=claim_settle_time,
+                                expired_retention=expired_retention)
         self._events = events_settings
         # Names this process's event objects: random, so no two processes' names collide
         # (its tally objects are named by its writer slot instead, see Lease).
@@ -418,18 +357,11 @@ class Driver(base.Driver):
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
         self._serial = 0
-        self._prefix = prefix
-        self._settle = claim_settle_time
         self._last_id_us = 0
-        self._local = threading.local()
-        self._connections: list[swift.Connection] = []
         self._lock = threading.Lock()
-        self._concurrency = concurrency
-        # Per-message requests of API requests, and (apart, so that a pass's bids, which
-        # each wait the settle time, do not hold theirs up) of the reaper's passes.
-        self._pools: dict[str, ThreadPoolExecutor] = {}
-        self._clock_object = lay.clock_object(secrets.token_hex(8))
-        self._clock = clock or ServerClock(self._proxy_time_ms, clock_sync_interval)
+        clock_object = lay.clock_object(secrets.token_hex(8))
+        self._clock = clock or ServerClock(
+            lambda: self._objects.proxy_time_ms(clock_object), clock_sync_interval)
         self._reaper: Reaper | None = None
         if reap_interval > 0:
             self._reaper = Reaper("delayq-swift-reaper", self.reap, self._reaper_lease,
@@ -466,45 +398,6 @@ class Driver(base.Driver):
                    expired_retention=group.expired_retention,
                    reap_interval=group.reap_interval)
 
-    # Connections, time
-
-    @property
-    def _swift(self) -> swift.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._connect()
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    def _parallel(self, work: Callable[[Any], T], items: Iterable[Any], *,
-                  pool: str = API_POOL) -> list[T]:
-        """``work`` of each item, in *pool*'s threads (``concurrency`` of them)."""
-        items = list(items)
-        if len(items) <= 1:
-            return [work(item) for item in items]
-        with self._lock:
-            if pool not in self._pools:
-                self._pools[pool] = ThreadPoolExecutor(max_workers=self._concurrency,
-                                                       thread_name_prefix=pool)
-            executor = self._pools[pool]
-        return list(executor.map(work, items))
-
-    def _proxy_time_ms(self) -> int:
-        """The proxy's clock: the timestamp it gives an object it stores now."""
-        container = lay.clock_container(self._prefix)
-        name = self._clock_object
-        expiry = {DELETE_AFTER: str(CLOCK_OBJECT_LIFETIME)}
-        try:
-            self._swift.put_object(container, name, b"", headers=expiry)
-        except ClientException as exc:
-            if not is_status(exc, 404):
-                raise
-            self._swift.put_container(container)
-            self._swift.put_object(container, name, b"", headers=expiry)
-        headers = self._swift.head_object(container, name)
-        return int(float(headers["x-timestamp"]) * 1000)
-
     @operation
     def now(self) -> float:
         with unavailable_as_503():
@@ -517,7 +410,7 @@ class Driver(base.Driver):
     def ping(self) -> bool:
         try:
             with unavailable_as_503():
-                self._swift.head_account()
+                self._objects.swift.head_account()
         except errors.StorageUnavailable:
             return False
         return True
@@ -539,14 +432,7 @@ class Driver(base.Driver):
         except errors.StorageUnavailable as exc:
             LOG.warning("Tallies not written on close, lost: %s", exc.description)
         self._release_slot()
-        with self._lock:
-            for executor in self._pools.values():
-                executor.shutdown(wait=False)
-            self._pools.clear()
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
-        self._local = threading.local()
+        self._objects.close()
 
     # The reaper
 
@@ -554,18 +440,18 @@ class Driver(base.Driver):
         """Bid for this pass of the background reaper: True for the one process of the
         deployment that won it. The lease is never renewed nor deleted: it lapses before
         the next pass is due (``delayq.storage.reaper``)."""
-        container = lay.writers_container(self._prefix)
+        container = lay.writers_container(self._objects.prefix)
         body = self._lease_body(secrets.token_hex(8))
         # Whole seconds, as Swift keeps them; a lease of less than one would be none.
         headers = {DELETE_AFTER: str(max(1, int(seconds)))}
         with unavailable_as_503():
             try:
-                return self._bid(container, lay.REAPER, body, headers)
+                return self._objects.bid(container, lay.REAPER, body, headers)
             except ClientException as exc:
                 if not is_status(exc, 404):
                     raise
-                self._swift.put_container(container)  # the deployment's first lease
-                return self._bid(container, lay.REAPER, body, headers)
+                self._objects.swift.put_container(container)  # the deployment's first lease
+                return self._objects.bid(container, lay.REAPER, body, headers)
 
     @operation
     def reap(self) -> None:
@@ -573,8 +459,8 @@ class Driver(base.Driver):
         prefix, each removed and reported by whoever wins its expire marker (so passes
         and claims racing report each once)."""
         with unavailable_as_503():
-            containers = self._account(f"{self._prefix}:")
-        for part, queue in filter(None, (lay.parse_container(self._prefix, name)
+            containers = self._objects.account(f"{self._objects.prefix}:")
+        for part, queue in filter(None, (lay.parse_container(self._objects.prefix, name)
                                          for name in containers)):
             if self._stop.is_set():
                 return  # closing: the next pass, of whichever process, goes on
@@ -596,8 +482,8 @@ class Driver(base.Driver):
 
     def _project_of_queue(self, part: str, queue: str) -> str | None:
         """The project of a hashed project part, from the queue's trail, if it has one."""
-        first = self._list(lay.events_container_of_part(self._prefix, part, queue), "",
-                           limit=1)
+        first = self._objects.names(
+            lay.events_container_of_part(self._objects.prefix, part, queue), "", limit=1)
         return self._project_of_trail(part, queue, first[0]) if first else None
 
     def reap_queue(self, project: str, queue: str) -> None:
@@ -605,161 +491,26 @@ class Driver(base.Driver):
         expiry has passed (``layout.free_entry``: an expired message's entry is listed),
         a listing at a time, its entries in batches of ``REAP_BATCH``, each batch's
         events one object."""
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             end = lay.index_end(now)
             after = lay.INDEX_PREFIX
             while True:
-                names = self._list(container, lay.INDEX_PREFIX, marker=after, end=end,
-                                   limit=LISTING_PAGE)
+                names = self._objects.names(container, lay.INDEX_PREFIX, marker=after, end=end,
+                                            limit=LISTING_PAGE)
                 expired = [entry for entry in map(Entry.parse, names)
                            if entry is not None and entry.expires <= now]
                 for start in range(0, len(expired), REAP_BATCH):
                     if self._stop.is_set():
                         return
-                    trail = self._parallel(
+                    trail = self._objects.parallel(
                         lambda entry: self._expire(project, queue, entry, now),
                         expired[start:start + REAP_BATCH], pool=REAPER_POOL)
                     self._record(project, queue, now, [event for event in trail if event])
                 if len(names) < LISTING_PAGE:
                     return
                 after = names[-1]
-
-    # Objects
-
-    def _stored_until(self, expires_us: int) -> str:
-        """``X-Delete-At`` of a message and its index entry: past its expiry by the
-        retention, so that this driver, not Swift's expirer, removes (and reports) it."""
-        return delete_at(expires_us, self._retention)
-
-    def _marker_until(self, expires_us: int) -> str:
-        """``X-Delete-At`` of a marker: it outlives the message's object, so a late
-        claimer or reaper still finds it."""
-        return delete_at(expires_us, self._retention + MARKER_MARGIN)
-
-    @staticmethod
-    def _unless_absent(request: Callable[[bool], T]) -> T | None:
-        """``request(recheck)``'s answer; None only when Swift answers 404 each time.
-
-        *recheck* is True for the requests after a 404 (``ABSENCE_RECHECKS``).
-        """
-        for attempt, pause in enumerate((0.0, *ABSENCE_RECHECKS)):
-            time.sleep(pause)
-            try:
-                return request(attempt > 0)
-            except ClientException as exc:
-                if not is_status(exc, 404):
-                    raise
-        return None
-
-    def _get(self, container: str, name: str, *, newest: bool = False
-             ) -> tuple[dict[str, str], bytes] | None:
-        """The object's headers and body; None when it is absent."""
-        return self._unless_absent(lambda recheck: self._swift.get_object(
-            container, name, headers={"X-Newest": "true"} if newest or recheck else None))
-
-    def _head(self, container: str, name: str) -> dict[str, str] | None:
-        """The object's headers; None when it is absent."""
-        return self._unless_absent(lambda recheck: self._swift.head_object(
-            container, name, headers={"X-Newest": "true"} if recheck else None))
-
-    def _exists(self, container: str, name: str) -> bool:
-        return self._head(container, name) is not None
-
-    def _delete(self, container: str, name: str) -> bool:
-        """Delete the object; False when it was not there (deleted by someone else)."""
-        try:
-            self._swift.delete_object(container, name)
-        except ClientException as exc:
-            if not is_status(exc, 404):
-                raise
-            return False
-        return True
-
-    def _create(self, container: str, name: str, body: bytes, headers: dict[str, str]
-                ) -> bool:
-        """Create the object unless it exists; False when it did."""
-        try:
-            self._swift.put_object(container, name, body,
-                                   headers={**headers, "If-None-Match": "*"})
-        except ClientException as exc:
-            if is_status(exc, 412):
-                return False
-            raise
-        return True
-
-    def _bid(self, container: str, name: str, marker: dict[str, Any], headers: dict[str, str]
-             ) -> bool:
-        """Create marker *name* if nobody else does; True for the one winner of a race."""
-        nonce = secrets.token_hex(8)
-        if not self._create(container, name, lay.encode({**marker, "nonce": nonce}), headers):
-            return False
-        time.sleep(self._settle)
-        found = self._get(container, name, newest=True)
-        return found is not None and json.loads(found[1]).get("nonce") == nonce
-
-    def _list(self, container: str, prefix: str, *, marker: str = "", end: str | None = None,
-              limit: int | None = None) -> list[str]:
-        """Object names under *prefix* after *marker* (before *end*); [] for no container."""
-        names: list[str] = []
-        while True:
-            page = LISTING_PAGE if limit is None else min(LISTING_PAGE, limit - len(names))
-            try:
-                _, listing = self._swift.get_container(container, prefix=prefix,
-                                                       marker=marker, end_marker=end,
-                                                       limit=page)
-            except ClientException as exc:
-                if is_status(exc, 404):
-                    return names
-                raise
-            names += [item["name"] for item in listing]
-            if len(listing) < page or (limit is not None and len(names) >= limit):
-                return names
-            marker = names[-1]
-
-    def _put_entry(self, container: str, entry: Entry) -> None:
-        try:
-            self._swift.put_object(container, entry.name, b"",
-                                   headers={"X-Delete-At": self._stored_until(entry.expires)})
-        except ClientException as exc:
-            if not is_status(exc, 409):  # the same entry, written a moment later
-                raise
-
-    def _move_entry(self, container: str, message_id: str, old: Entry, new: Entry) -> bool:
-        """Replace the message's index entry *old* by *new*; False if the message is gone.
-
-        The new entry is written first (the message is never without one), then the old
-        one deleted. A delete of the message racing this may have removed the old entry
-        only: looking for the message afterwards, and removing the new entry if it is
-        gone, leaves no entry pointing at nothing.
-        """
-        if new.name != old.name:
-            self._put_entry(container, new)
-            self._delete(container, old.name)
-        if not self._exists(container, lay.message_name(message_id)):
-            self._delete(container, new.name)
-            return False
-        return True
-
-    def _write_record(self, container: str, message_id: str, record: Record) -> None:
-        """Rewrite the message's state; nothing when the message is gone (deleted)."""
-        headers = {**record.headers(), "X-Delete-At": self._stored_until(record.expires)}
-        try:
-            self._unless_absent(lambda _: self._swift.post_object(
-                container, lay.message_name(message_id), headers=headers))
-        except ClientException as exc:
-            # A newer write of the record landed first (a repairer and the claimer it
-            # repairs for write the same state).
-            if not is_status(exc, 409):
-                raise
-
-    def _read(self, container: str, message_id: str) -> tuple[Record, bytes] | None:
-        found = self._get(container, lay.message_name(message_id))
-        if found is None:
-            return None
-        headers, body = found
-        return Record.from_headers(headers), body
 
     @staticmethod
     def _message(message_id: str, record: Record, body: bytes, now: int) -> Message:
@@ -790,7 +541,7 @@ class Driver(base.Driver):
             self.endings(ended)
         if not trail or not self._events.enabled:
             return
-        container = lay.events_container(self._prefix, project, queue)
+        container = lay.events_container(self._objects.prefix, project, queue)
         with self._lock:
             self._serial += 1
             name = lay.event_object(now, self._serial, self._event_writer)
@@ -804,7 +555,7 @@ class Driver(base.Driver):
                     if not is_status(exc, 404):
                         raise
                     # A queue made before its trail was on: its events container now.
-                    self._swift.put_container(container)
+                    self._objects.swift.put_container(container)
                     self._put_events(container, name, body, headers)
         except errors.StorageUnavailable as exc:
             LOG.warning("%d event(s) of the trail lost: Swift failed after the change "
@@ -812,8 +563,8 @@ class Driver(base.Driver):
 
     def _put_events(self, container: str, name: str, body: bytes, headers: dict[str, str]
                     ) -> None:
-        self._swift.put_object(container, name, body, content_type=lay.EVENTS_CONTENT_TYPE,
-                               headers=headers)
+        self._objects.swift.put_object(container, name, body, content_type=lay.EVENTS_CONTENT_TYPE,
+                                       headers=headers)
 
     def _deleted(self, project: str, queue: str, now: int, message_id: str, record: Record,
                  claim_id: str | None = None) -> events.Event:
@@ -881,7 +632,7 @@ class Driver(base.Driver):
                      ) -> None:
         """Write *deltas* into the queue's tally pages; on failure, keep what is not
         written for the next flush."""
-        container = self._container(*key)
+        container = self._objects.container(*key)
         pages: dict[Page, Counter[tallies.Block]] = {}
         for block, n in deltas.items():
             if n and tally_page_kept(*page_of(block), now):
@@ -892,15 +643,15 @@ class Driver(base.Driver):
                 return
             slot = self._writer_slot()
             probe = self._book.probe(key)
-            if probe is not None and not self._exists(container,
-                                                      lay.tally_name(*probe, slot)):
+            if probe is not None and not self._objects.exists(container,
+                                                              lay.tally_name(*probe, slot)):
                 # A purge or deletion of the queue since the last write dropped every
                 # tally object in it: this process's sums start again from what it
                 # counted since.
                 self._book.forget_written(key)
             # What the slot's earlier holders left in the pages not known yet, read at
             # once rather than one before each write.
-            self._parallel(lambda page: self._slot_sums(container, key, page, slot), pages)
+            self._objects.parallel(lambda page: self._slot_sums(container, key, page, slot), pages)
             for page in list(unwritten):
                 # Renewed when due; another slot (whose sums are read again) if this one
                 # can no longer be relied on: never a write under a slot possibly lost.
@@ -908,7 +659,7 @@ class Driver(base.Driver):
                 sums = self._slot_sums(container, key, page, slot)
                 sums.update(pages[page])
                 try:
-                    self._swift.put_object(
+                    self._objects.swift.put_object(
                         container, lay.tally_name(*page, slot),
                         lay.encode_tally((kind, block, n)
                                          for (kind, _, block), n in sums.items() if n),
@@ -937,8 +688,8 @@ class Driver(base.Driver):
         try:
             # Newest: the last holder's last write, whichever replica has it. Only the
             # slot's holder writes the object, so a 404 here races no write of it.
-            _, body = self._swift.get_object(container, lay.tally_name(*page, slot),
-                                             headers={"X-Newest": "true"})
+            _, body = self._objects.swift.get_object(container, lay.tally_name(*page, slot),
+                                                     headers={"X-Newest": "true"})
         except ClientException as exc:
             if not is_status(exc, 404):
                 raise
@@ -989,7 +740,7 @@ class Driver(base.Driver):
     def _take_slot(self) -> Lease:
         """Lease the lowest writer slot no live process holds (one whose lease expired,
         or was deleted by a process that closed, is free)."""
-        container = lay.writers_container(self._prefix)
+        container = lay.writers_container(self._objects.prefix)
         holder = secrets.token_hex(8)
         headers = {DELETE_AFTER: str(self._lease_time)}
         for slot in itertools.count():
@@ -997,12 +748,12 @@ class Driver(base.Driver):
             name = lay.slot_name(slot)
             try:
                 # A bid, like a marker's: If-None-Match alone lets racers both succeed.
-                won = self._bid(container, name, self._lease_body(holder), headers)
+                won = self._objects.bid(container, name, self._lease_body(holder), headers)
             except ClientException as exc:
                 if not is_status(exc, 404):
                     raise
-                self._swift.put_container(container)  # the deployment's first lease
-                won = self._bid(container, name, self._lease_body(holder), headers)
+                self._objects.swift.put_container(container)  # the deployment's first lease
+                won = self._objects.bid(container, name, self._lease_body(holder), headers)
             if not won:
                 continue
             lease = Lease(slot, holder, renewed=sent,
@@ -1020,16 +771,16 @@ class Driver(base.Driver):
         """Push the lease's expiry forward, then check the lease object is still this
         process's. A failure leaves the lease as it was (it is retried); a lease found
         gone or someone else's is over (its deadline passed)."""
-        container = lay.writers_container(self._prefix)
+        container = lay.writers_container(self._objects.prefix)
         name = lay.slot_name(lease.slot)
         lease.tried = sent = time.monotonic()
         try:
             with unavailable_as_503():
-                renewed = self._unless_absent(lambda _: self._swift.post_object(
+                renewed = self._objects.unless_absent(lambda _: self._objects.swift.post_object(
                     container, name, headers={DELETE_AFTER: str(self._lease_time)}) or True)
                 # An exclusive create racing the POST (a process taking a slot) may have
                 # found the object absent and replaced it: then the slot is its.
-                found = self._get(container, name, newest=True) if renewed else None
+                found = self._objects.get(container, name, newest=True) if renewed else None
         except errors.StorageUnavailable as exc:
             LOG.warning("Tally writer slot %d not renewed, %.0f s of its lease left: %s",
                         lease.slot, lease.left(), exc.description)
@@ -1050,13 +801,13 @@ class Driver(base.Driver):
             self._book.forget_written()
         if lease is None or lease.left() <= self._lease_time / LEASE_MARGIN:
             return
-        container = lay.writers_container(self._prefix)
+        container = lay.writers_container(self._objects.prefix)
         name = lay.slot_name(lease.slot)
         try:
             with unavailable_as_503():
-                found = self._get(container, name, newest=True)
+                found = self._objects.get(container, name, newest=True)
                 if found is not None and json.loads(found[1]).get("holder") == lease.holder:
-                    self._delete(container, name)
+                    self._objects.delete(container, name)
         except errors.StorageUnavailable as exc:
             LOG.warning("Tally writer slot %d not freed, free once its lease expires: %s",
                         lease.slot, exc.description)
@@ -1067,14 +818,14 @@ class Driver(base.Driver):
         writer slot's object found (at most the processes alive at once), however many
         messages the queue holds; this process's own changes not written yet are added
         from memory."""
-        container = self._container(project, name)
+        container = self._objects.container(project, name)
         with unavailable_as_503():
             now = self._now_us() / US
             with self._flush_lock:
-                names = [found for listing in self._parallel(
-                    lambda page: self._list(container, lay.tally_page_prefix(*page)),
+                names = [found for listing in self._objects.parallel(
+                    lambda page: self._objects.names(container, lay.tally_page_prefix(*page)),
                     tallies.reading(now)) for found in listing]
-                bodies = self._parallel(lambda n: self._get(container, n), names)
+                bodies = self._objects.parallel(lambda n: self._objects.get(container, n), names)
                 tally = self._book.pending((project, name))
         for object_name, found in zip(names, bodies, strict=True):
             if found is None:  # removed since the listing (X-Delete-At, a purge)
@@ -1086,22 +837,20 @@ class Driver(base.Driver):
 
     # Queues
 
-    def _container(self, project: str, queue: str) -> str:
-        return lay.container(self._prefix, project, queue)
-
     def _ensure_queue(self, project: str, queue: str, metadata: dict[str, Any]) -> bool:
         """Create the queue's container and metadata; False if the queue existed.
 
         With the trail on, the queue's events container too, so that writing events is
         one PUT from the first request on.
         """
-        container = self._container(project, queue)
-        self._swift.put_container(container)
+        container = self._objects.container(project, queue)
+        self._objects.swift.put_container(container)
         if self._events.enabled:
-            self._swift.put_container(lay.events_container(self._prefix, project, queue))
+            self._objects.swift.put_container(
+                lay.events_container(self._objects.prefix, project, queue))
         # The metadata object is what makes a queue exist for readers; a creation
         # interrupted before it is completed by the next one.
-        return self._create(container, lay.META, lay.encode(metadata), {})
+        return self._objects.create(container, lay.META, lay.encode(metadata), {})
 
     @operation
     def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
@@ -1110,17 +859,17 @@ class Driver(base.Driver):
 
     @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
-        container = self._container(project, name)
+        container = self._objects.container(project, name)
         with unavailable_as_503():
-            found = self._get(container, lay.META)
+            found = self._objects.get(container, lay.META)
             if found is None:
                 # A container without metadata holding messages is a creation that died
                 # half way after a post stored them: finish it. One holding no message is
                 # no queue: an unfinished creation, or a deleted queue's container that a
                 # racing tally write brought back (see _drop_stray_tallies).
                 try:
-                    _, held = self._swift.get_container(container, prefix=lay.MESSAGE_PREFIX,
-                                                        limit=1)
+                    _, held = self._objects.swift.get_container(
+                        container, prefix=lay.MESSAGE_PREFIX, limit=1)
                 except ClientException as exc:
                     if is_status(exc, 404):
                         return None  # no container: nothing to tidy either
@@ -1128,8 +877,8 @@ class Driver(base.Driver):
                 if not held:
                     self._drop_stray_tallies(container)
                     return None
-                self._create(container, lay.META, lay.encode({}), {})
-                found = self._get(container, lay.META)
+                self._objects.create(container, lay.META, lay.encode({}), {})
+                found = self._objects.get(container, lay.META)
         return json.loads(found[1]) if found else None
 
     def _drop_stray_tallies(self, container: str) -> None:
@@ -1141,28 +890,28 @@ class Driver(base.Driver):
         the name must not count. The writer finds its object gone at its next write and
         starts again from what it counts after, as after a purge.
         """
-        stray = self._list(container, lay.TALLY_PREFIX)
+        stray = self._objects.names(container, lay.TALLY_PREFIX)
         # Checked again just before: a queue created meanwhile keeps its tallies.
-        if stray and self._get(container, lay.META) is None:
-            self._delete_objects(container, stray)
+        if stray and self._objects.get(container, lay.META) is None:
+            self._objects.delete_objects(container, stray)
 
     @operation
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
-        container = self._container(project, name)
+        container = self._objects.container(project, name)
         with unavailable_as_503():
-            if self._get(container, lay.META) is None:
+            if self._objects.get(container, lay.META) is None:
                 raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
-            self._swift.put_object(container, lay.META, lay.encode(metadata))
+            self._objects.swift.put_object(container, lay.META, lay.encode(metadata))
 
     @operation
     def delete_queue(self, project: str, name: str) -> None:
-        container = self._container(project, name)
+        container = self._objects.container(project, name)
         with unavailable_as_503():
             now = self._now_us()
             # No write of this process's tallies overlaps: one could put back, after the
             # deletion, a page it had taken before.
             with self._flush_lock:
-                deleted = self._delete_container(container, name)
+                deleted = self._objects.delete_container(container, name)
                 # The tally objects went with the container (other processes find theirs
                 # gone at their next write).
                 self._book.forget((project, name))
@@ -1170,71 +919,50 @@ class Driver(base.Driver):
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
 
-    def _delete_container(self, container: str, queue: str) -> bool:
-        """Delete a queue's container and everything in it; False if there was none."""
-        existed = False
-        for pause in DELETE_PAUSES:
-            time.sleep(pause)
-            names = self._list(container, "")
-            existed = existed or bool(names)
-            self._delete_objects(container, names)
-            try:
-                self._swift.delete_container(container)
-                return True
-            except ClientException as exc:
-                if is_status(exc, 404):
-                    return existed
-                if not is_status(exc, 409):  # 409: a racing post added an object
-                    raise
-        raise errors.StorageUnavailable(f"Queue {queue!r} keeps receiving messages while "
-                                        "being deleted; retry.", store=NAME)
-
     @operation
     def purge_queue(self, project: str, name: str) -> None:
-        container = self._container(project, name)
+        container = self._objects.container(project, name)
         with unavailable_as_503():
             now = self._now_us()
             # The tally objects too (an empty queue counts nothing), with no write of
             # this process's tallies overlapping, as for a deletion.
             with self._flush_lock:
-                listing = self._list(container, "")
-                self._delete_objects(container, [n for n in listing if n != lay.META])
+                listing = self._objects.names(container, "")
+                self._objects.delete_objects(container, [n for n in listing if n != lay.META])
                 self._book.forget((project, name))
             if listing:  # an absent queue is not purged
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
 
-    def _delete_objects(self, container: str, names: list[str]) -> None:
-        self._parallel(lambda name: self._delete(container, name), names)
-
     @operation
     def list_queues(self, project: str, marker: str | None, limit: int
                     ) -> list[tuple[str, dict[str, Any]]]:
-        start = lay.queue_prefix(self._prefix, project)
+        start = lay.queue_prefix(self._objects.prefix, project)
         with unavailable_as_503():
-            _, listing = self._swift.get_account(prefix=start, marker=start + (marker or ""),
-                                                 limit=limit)
+            _, listing = self._objects.swift.get_account(
+                prefix=start, marker=start + (marker or ""), limit=limit)
             names = [item["name"][len(start):] for item in listing]
-            metadata = self._parallel(lambda n: self._get(self._container(project, n),
-                                                          lay.META), names)
+            metadata = self._objects.parallel(
+                lambda n: self._objects.get(self._objects.container(project, n), lay.META),
+                names)
         return [(name, json.loads(found[1])) for name, found in zip(names, metadata,
                                                                     strict=True) if found]
 
     @operation
     def count_queues(self, project: str) -> int:
-        start = lay.queue_prefix(self._prefix, project)
+        start = lay.queue_prefix(self._objects.prefix, project)
         with unavailable_as_503():
-            _, listing = self._swift.get_account(prefix=start, full_listing=True)
+            _, listing = self._objects.swift.get_account(prefix=start, full_listing=True)
         return len(listing)
 
     @operation
     def queue_stats(self, project: str, name: str) -> QueueStats:
-        container = self._container(project, name)
+        container = self._objects.container(project, name)
         with unavailable_as_503():
             now = self._now_us()
             free = claimed = delayed = 0
             seen = set()
-            for entry_name in self._list(container, lay.INDEX_PREFIX):
+            for entry_name in self._objects.names(container, lay.INDEX_PREFIX):
                 entry = Entry.parse(entry_name)
                 # A message may briefly have two entries (a claim moves its entry by
                 # writing the new one first): count it once.
@@ -1269,7 +997,7 @@ class Driver(base.Driver):
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
                       message_quota: int = 0) -> list[str]:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             if message_quota:
@@ -1284,30 +1012,26 @@ class Driver(base.Driver):
             def store(item: tuple[str, NewMessage, Record]) -> None:
                 message_id, message, record = item
                 # The message first: an index entry never points at nothing yet.
-                self._swift.put_object(container, lay.message_name(message_id),
-                                       lay.encode(message.body),
-                                       content_type="application/json",
-                                       headers={**record.headers(),
-                                                "X-Delete-At": self._stored_until(
-                                                    record.expires)})
+                self._objects.put_message(container, message_id, record,
+                                          lay.encode(message.body))
                 try:
-                    self._put_entry(container, record.entry(message_id))
+                    self._objects.put_entry(container, record.entry(message_id))
                 except Exception:
                     # Without its entry no claim would ever find the message: the post
                     # fails, so the message must not stay either.
-                    self._delete(container, lay.message_name(message_id))
+                    self._objects.delete(container, lay.message_name(message_id))
                     raise
                 if message_id not in counted:
                     counted.add(message_id)
                     self._tally(project, queue, None, record)
 
             try:
-                self._parallel(store, records)
+                self._objects.parallel(store, records)
             except ClientException as exc:
                 if not is_status(exc, 404):
                     raise
                 self._ensure_queue(project, queue, {})
-                self._parallel(store, records)
+                self._objects.parallel(store, records)
             self._record(project, queue, now, [
                 self._event(project, queue, events.POSTED, now, message_id=message_id,
                             due=record.due / US, ttl=record.ttl, expires=record.expires / US)
@@ -1340,8 +1064,8 @@ class Driver(base.Driver):
     def _live(self, project: str, queue: str, ids: Iterable[str], now: int
               ) -> list[Message]:
         """The live messages among *ids*; moves under way are completed, not reported."""
-        container = self._container(project, queue)
-        found = self._parallel(lambda i: (i, self._read(container, i)), ids)
+        container = self._objects.container(project, queue)
+        found = self._objects.parallel(lambda i: (i, self._objects.read(container, i)), ids)
         live = []
         for message_id, read in found:
             if read is None:
@@ -1389,19 +1113,19 @@ class Driver(base.Driver):
         behind many hidden messages reads the index (a request per 10,000 entries), not
         each hidden message. The messages read decide in the end (an entry may be stale).
         """
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         batch = max(limit, 20)
         if include_claimed and include_delayed:
             after = lay.message_name(marker) if marker else lay.MESSAGE_PREFIX
-            while names := self._list(container, lay.MESSAGE_PREFIX, marker=after,
-                                      limit=batch):
+            while names := self._objects.names(container, lay.MESSAGE_PREFIX, marker=after,
+                                               limit=batch):
                 after = names[-1]
                 yield [n[len(lay.MESSAGE_PREFIX):] for n in names]
             return
         # Without claimed and delayed ones, only what is available now can qualify.
         end = None if include_claimed or include_delayed else lay.index_end(now)
         wanted = set()
-        for name in self._list(container, lay.INDEX_PREFIX, end=end):
+        for name in self._objects.names(container, lay.INDEX_PREFIX, end=end):
             entry = Entry.parse(name)
             if entry is None or entry.expires <= now or entry.message_id <= (marker or ""):
                 continue
@@ -1425,17 +1149,18 @@ class Driver(base.Driver):
     def _forget(self, container: str, message_id: str, record: Record) -> bool:
         """Delete a message and its index entry; False if the message was gone already
         (another request deleted it, and records that)."""
-        deleted = self._delete(container, lay.message_name(message_id))
-        self._delete(container, record.entry(message_id).name)
+        deleted = self._objects.delete(container, lay.message_name(message_id))
+        self._objects.delete(container, record.entry(message_id).name)
         return deleted
 
     @operation
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
-            found = self._read(container, message_id) if lay.is_message_id(message_id) else None
+            found = (self._objects.read(container, message_id)
+                     if lay.is_message_id(message_id) else None)
             if found is None or found[0].expires <= now:
                 return
             record = found[0]
@@ -1450,12 +1175,13 @@ class Driver(base.Driver):
 
     @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
 
             def forget(message_id: str) -> events.Event | None:
-                found = self._read(container, message_id) if lay.is_message_id(message_id) else None
+                found = (self._objects.read(container, message_id)
+                         if lay.is_message_id(message_id) else None)
                 if found is None:
                     return None
                 record = found[0]
@@ -1471,18 +1197,18 @@ class Driver(base.Driver):
                     return None
                 return self._deleted(project, queue, now, message_id, record)
 
-            trail = self._parallel(forget, sorted(set(ids)))
+            trail = self._objects.parallel(forget, sorted(set(ids)))
             self._record(project, queue, now, [event for event in trail if event])
 
     @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             pop_id = uuid.uuid4().hex
             taken, _, expired = self._take(project, queue, now, limit, pop_id,
                                            now + POP_LEASE * US, 0, None)
-            forgotten = self._parallel(lambda t: self._forget(container, t[0], t[1]), taken)
+            forgotten = self._objects.parallel(lambda t: self._forget(container, t[0], t[1]), taken)
             for (_, record, _, _), deleted in zip(taken, forgotten, strict=True):
                 if deleted:
                     self._tally(project, queue, record, None)
@@ -1504,7 +1230,7 @@ class Driver(base.Driver):
         """Claim up to *limit* claimable messages; ``(id, new record, body, old record)``
         of each, the dead-letter moves made on the way, and the ``expired`` events of the
         expired messages met on the way that this request removed."""
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         taken: list[tuple[str, Record, bytes, Record]] = []
         moved: list[Moved] = []
         expired: list[events.Event] = []
@@ -1515,8 +1241,8 @@ class Driver(base.Driver):
         entries: list[Entry] = []
         while len(taken) < limit:
             if not entries:
-                names = self._list(container, lay.INDEX_PREFIX, marker=after, end=end,
-                                   limit=CLAIM_BATCH)
+                names = self._objects.names(container, lay.INDEX_PREFIX, marker=after, end=end,
+                                            limit=CLAIM_BATCH)
                 if not names:
                     break
                 after = names[-1]
@@ -1533,7 +1259,7 @@ class Driver(base.Driver):
             # No more attempts at once than messages still wanted: each success is a
             # claim (and a claim count) that cannot be taken back.
             attempt, entries = entries[:limit - len(taken)], entries[limit - len(taken):]
-            for result in self._parallel(
+            for result in self._objects.parallel(
                     lambda e: self._take_one(project, queue, e, now, claim_id, claim_expires,
                                              grace, dead_letter), attempt):
                 if result is LOST:
@@ -1549,7 +1275,7 @@ class Driver(base.Driver):
     def _take_one(self, project: str, queue: str, entry: Entry, now: int, claim_id: str,
                   claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
                   ) -> tuple[str, Record, bytes, Record] | Moved | Lost | events.Event | None:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         message_id = entry.message_id
         if entry.expires <= now:
             # Removed here (reported once, by the winner of its expire marker), so that
@@ -1571,8 +1297,8 @@ class Driver(base.Driver):
                            "claim_expires": claim_expires,
                            "expires": max(before.expires, claim_expires + grace * US)})
         self._tally(project, queue, before, record)  # the bid won made it a claim
-        self._write_record(container, message_id, record)
-        if not self._move_entry(container, message_id, entry, record.entry(message_id)):
+        self._objects.write_record(container, message_id, record)
+        if not self._objects.move_entry(container, message_id, entry, record.entry(message_id)):
             # Deleted (without a claim id) while being claimed: that delete counted the
             # end of the state it read, unclaimed (a delete without a claim id refuses
             # a claimed message).
@@ -1585,16 +1311,16 @@ class Driver(base.Driver):
         """Bid for the next generation of *entry*'s message with *marker*: the message's
         record and body when won, LOST (after repairing the entry) when another took it,
         None when the message is gone."""
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         message_id = entry.message_id
-        won = self._bid(container, lay.marker_name(message_id, entry.generation + 1), marker,
-                        {"X-Delete-At": self._marker_until(entry.expires)})
+        won = self._objects.bid(container, lay.marker_name(message_id, entry.generation + 1),
+                                marker, {"X-Delete-At": self._objects.marker_until(entry.expires)})
         if not won:
             self._repair(project, queue, entry, now)
             return LOST
-        found = self._read(container, message_id)
+        found = self._objects.read(container, message_id)
         if found is None:  # deleted (or expired) since the listing
-            self._delete(container, entry.name)
+            self._objects.delete(container, entry.name)
         return found
 
     def _move(self, project: str, queue: str, entry: Entry, before: Record, body: bytes,
@@ -1607,7 +1333,7 @@ class Driver(base.Driver):
         self._tally(project, queue, before, None)
         self._tally(project, move["queue"], None,
                     self._arrival(queue, moving, move)[0])
-        self._write_record(self._container(project, queue), message_id, moving)
+        self._objects.write_record(self._objects.container(project, queue), message_id, moving)
         self._finish_move(project, queue, message_id, moving, body, move, now, entry)
         return Moved(message_id, moving, body, move)
 
@@ -1620,8 +1346,8 @@ class Driver(base.Driver):
         through a cycle of dead-letter policies), so its first claim there is not taken
         for one of its old ones.
         """
-        target = self._container(project, marker["queue"])
-        old = self._list(target, lay.marker_prefix(message_id))
+        target = self._objects.container(project, marker["queue"])
+        old = self._objects.names(target, lay.marker_prefix(message_id))
         return {**marker, "base": int(old[-1].rsplit("/", 1)[1]) if old else 0}
 
     def _finish_move(self, project: str, queue: str, message_id: str, record: Record,
@@ -1634,22 +1360,22 @@ class Driver(base.Driver):
         dead-letter expiry has passed by the time the move completes is just deleted.
         *met* is the source index entry the mover met, when it knows it.
         """
-        source = self._container(project, queue)
-        target = self._container(project, marker["queue"])
+        source = self._objects.container(project, queue)
+        target = self._objects.container(project, marker["queue"])
         moved, available = self._arrival(queue, record, marker)
         entry = lay.free_entry(available, message_id, moved.count, moved.generation,
                                moved.expires)
         expires = moved.expires
         if expires > now:
-            headers = {**moved.headers(), "X-Delete-At": self._stored_until(expires)}
+            headers = {**moved.headers(), "X-Delete-At": self._objects.stored_until(expires)}
             try:
-                self._create(target, lay.message_name(message_id), body, headers)
+                self._objects.create(target, lay.message_name(message_id), body, headers)
             except ClientException as exc:
                 if not is_status(exc, 404):
                     raise
                 self._ensure_queue(project, marker["queue"], {})
-                self._create(target, lay.message_name(message_id), body, headers)
-            self._put_entry(target, entry)
+                self._objects.create(target, lay.message_name(message_id), body, headers)
+            self._objects.put_entry(target, entry)
         self._leave_source(source, message_id, record, met)
 
     @staticmethod
@@ -1676,23 +1402,23 @@ class Driver(base.Driver):
         and whoever meets it completes the move again.
         """
         for name in {record.entry(message_id).name, *([met.name] if met else [])}:
-            self._delete(source, name)
-        self._delete(source, lay.message_name(message_id))
+            self._objects.delete(source, name)
+        self._objects.delete(source, lay.message_name(message_id))
 
     # Redrive
 
     @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> int:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             redrive_id = uuid.uuid4().hex
             moved: list[Moved] = []
             after = lay.INDEX_PREFIX
             while len(moved) < limit:
-                names = self._list(container, lay.INDEX_PREFIX, marker=after,
-                                   limit=CLAIM_BATCH)
+                names = self._objects.names(container, lay.INDEX_PREFIX, marker=after,
+                                            limit=CLAIM_BATCH)
                 if not names:
                     break
                 after = names[-1]
@@ -1701,9 +1427,9 @@ class Driver(base.Driver):
                            if e is not None and (e.state == lay.FREE or e.available <= now)]
                 while entries and len(moved) < limit:
                     # No more moves at once than still wanted: each won bid is a move.
-                    take = min(self._concurrency, limit - len(moved))
+                    take = min(self._objects.concurrency, limit - len(moved))
                     batch, entries = entries[:take], entries[take:]
-                    moved += [result for result in self._parallel(
+                    moved += [result for result in self._objects.parallel(
                         lambda e: self._redrive_one(project, queue, e, now, redrive_id,
                                                     destination), batch)
                               if isinstance(result, Moved)]
@@ -1717,13 +1443,13 @@ class Driver(base.Driver):
     def _redrive_one(self, project: str, queue: str, entry: Entry, now: int,
                      redrive_id: str, destination: str | None) -> Moved | Lost | None:
         """Move one message back, bidding for its next generation like a claim."""
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         message_id = entry.message_id
         if entry.expires <= now:
             return None  # a claim or the object expirer takes care of it
-        found = self._read(container, message_id)
+        found = self._objects.read(container, message_id)
         if found is None:
-            self._delete(container, entry.name)  # left by a move that a reader completed
+            self._objects.delete(container, entry.name)  # left by a move that a reader completed
             return None
         if found[0].moving:
             # A move (or redrive) whose mover died: completed here, entry included.
@@ -1748,7 +1474,7 @@ class Driver(base.Driver):
     def edit_message(self, project: str, queue: str, message_id: str, *,
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
                      ) -> Message:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             for _ in range(EDIT_ATTEMPTS):
                 now = self._now_us()
@@ -1758,8 +1484,8 @@ class Driver(base.Driver):
                           "at": now, "queue": None, "ttl": None,
                           "due": None if delay is None else now + round(delay * US),
                           "body": None if body is NO_CHANGE else lay.encode(body).decode()}
-                if self._bid(container, lay.marker_name(message_id, generation), marker,
-                             {"X-Delete-At": self._marker_until(record.expires)}):
+                if self._objects.bid(container, lay.marker_name(message_id, generation), marker,
+                                     {"X-Delete-At": self._objects.marker_until(record.expires)}):
                     counted = self._edited(record, marker, generation)
                     self._tally(project, queue, record, counted)
                     edited = self._complete_edit(container, message_id, record, old_body,
@@ -1777,7 +1503,7 @@ class Driver(base.Driver):
                 # Another claim, move or edit took this generation: bring the record up to
                 # date with it (completing it if its maker died), then look again.
                 self._repair(project, queue, record.entry(message_id), now)
-                time.sleep(self._settle)
+                time.sleep(self._objects.settle)
         raise errors.Conflict(f"Message {message_id} is being changed by other requests; "
                               "retry.")
 
@@ -1785,8 +1511,8 @@ class Driver(base.Driver):
                   ) -> tuple[Record, bytes]:
         """The message's record and body, when an edit may bid for it now; raises
         MessageNotFound (absent, expired, or moving away) or MessageHeld."""
-        container = self._container(project, queue)
-        found = self._read(container, message_id) if lay.is_message_id(message_id) else None
+        container = self._objects.container(project, queue)
+        found = self._objects.read(container, message_id) if lay.is_message_id(message_id) else None
         if found is not None and found[0].moving:
             self._finish_move(project, queue, message_id, found[0], found[1],
                               json.loads(found[0].moving), now)
@@ -1819,18 +1545,16 @@ class Driver(base.Driver):
         edited = self._edited(record, marker, generation)
         name = lay.message_name(message_id)
         if marker["body"] is None:
-            self._write_record(container, message_id, edited)
+            self._objects.write_record(container, message_id, edited)
         else:
             body = marker["body"].encode()
             # Swift has no conditional overwrite: a PUT would bring back a message a
             # delete has just removed, so absence is checked first (operator guide).
-            if not self._exists(container, name):
-                self._delete(container, met.name)
+            if not self._objects.exists(container, name):
+                self._objects.delete(container, met.name)
                 return None
-            self._swift.put_object(container, name, body, content_type="application/json",
-                                   headers={**edited.headers(),
-                                            "X-Delete-At": self._stored_until(edited.expires)})
-        if not self._move_entry(container, message_id, met, edited.entry(message_id)):
+            self._objects.put_message(container, message_id, edited, body)
+        if not self._objects.move_entry(container, message_id, met, edited.entry(message_id)):
             return None
         return edited, body
 
@@ -1845,20 +1569,20 @@ class Driver(base.Driver):
         same expired message bid for its next generation, and only one wins it (a claim
         or move that won it first leaves the message to live on, as it should).
         """
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         message_id = entry.message_id
-        record = self._read_record(container, message_id)
+        record = self._objects.read_record(container, message_id)
         if record is None:
-            self._delete(container, entry.name)  # its message was removed or moved
+            self._objects.delete(container, entry.name)  # its message was removed or moved
             return None
         if record.moving or record.expires > now:
             # A move to complete, or an entry older than the record (a claim extended the
             # message's expiry): brought in line like any stale entry.
             self._repair(project, queue, entry, now)
             return None
-        if not self._bid(container, lay.marker_name(message_id, record.generation + 1),
-                         {"kind": lay.EXPIRE, "at": now},
-                         {"X-Delete-At": self._marker_until(record.expires)}):
+        if not self._objects.bid(container, lay.marker_name(message_id, record.generation + 1),
+                                 {"kind": lay.EXPIRE, "at": now},
+                                 {"X-Delete-At": self._objects.marker_until(record.expires)}):
             # Another reaper or claim removes it; or a claim, move or edit won the
             # generation before the record showed it (its maker may have died).
             self._repair(project, queue, entry, now)
@@ -1870,11 +1594,6 @@ class Driver(base.Driver):
                            message_id=message_id, claim_count=record.count,
                            expires=record.expires / US)
 
-    def _read_record(self, container: str, message_id: str) -> Record | None:
-        """The message's record, without its body; None when it is absent."""
-        headers = self._head(container, lay.message_name(message_id))
-        return None if headers is None else Record.from_headers(headers)
-
     def _remove(self, container: str, message_id: str, record: Record, met: Entry) -> bool:
         """Delete an expired message, then its index entries; False if it was gone.
 
@@ -1882,9 +1601,9 @@ class Driver(base.Driver):
         nothing and is dropped by whoever meets it, while a message left without an entry
         would be found by no reaper.
         """
-        found = self._delete(container, lay.message_name(message_id))
+        found = self._objects.delete(container, lay.message_name(message_id))
         for name in {record.entry(message_id).name, met.name}:
-            self._delete(container, name)
+            self._objects.delete(container, name)
         return found
 
     def _repair(self, project: str, queue: str, entry: Entry, now: int) -> None:
@@ -1895,21 +1614,21 @@ class Driver(base.Driver):
         is honoured until its expiry, a move is finished). A leftover old entry is
         replaced by the one the record calls for.
         """
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         message_id = entry.message_id
-        found = self._read(container, message_id)
+        found = self._objects.read(container, message_id)
         if found is None:
-            self._delete(container, entry.name)
+            self._objects.delete(container, entry.name)
             return
         record, body = found
-        markers = self._list(container, lay.marker_prefix(message_id))
+        markers = self._objects.names(container, lay.marker_prefix(message_id))
         generation = int(markers[-1].rsplit("/", 1)[1]) if markers else 0
         if generation > record.generation and not record.moving:
-            latest = self._get(container, markers[-1], newest=True)
+            latest = self._objects.get(container, markers[-1], newest=True)
             if latest is None:
                 return
             marker = json.loads(latest[1])
-            if now - marker["at"] < self._settle * US:
+            if now - marker["at"] < self._objects.settle * US:
                 return  # a bid still settling: its winner is alive and finishes the job
             if marker["kind"] == lay.EXPIRE:
                 # Its winner removes the message and reports it; one that died before
@@ -1934,37 +1653,38 @@ class Driver(base.Driver):
                 record.claim_expires = marker["expires"]
                 record.expires = max(record.expires,
                                      marker["expires"] + marker["grace"] * US)
-            self._write_record(container, message_id, record)
+            self._objects.write_record(container, message_id, record)
         if record.moving:
             self._finish_move(project, queue, message_id, record, body,
                               json.loads(record.moving), now, entry)
             return
-        self._move_entry(container, message_id, entry, record.entry(message_id))
+        self._objects.move_entry(container, message_id, entry, record.entry(message_id))
 
     def _release_one(self, project: str, queue: str, message_id: str, record: Record,
                      now: int) -> None:
         """Put a claimed message back at its due time (claim count kept)."""
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         marker = lay.marker_name(message_id, record.generation)
-        found = self._get(container, marker)
+        found = self._objects.get(container, marker)
         if found is None:
             return
         state = json.loads(found[1])
         if state.get("claim") != record.claim or state.get("expires", 0) <= now:
             return
-        self._swift.put_object(container, marker, lay.encode({**state, "expires": 0}),
-                               headers={"X-Delete-At": self._marker_until(record.expires)})
+        self._objects.swift.put_object(
+            container, marker, lay.encode({**state, "expires": 0}),
+            headers={"X-Delete-At": self._objects.marker_until(record.expires)})
         released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
-        self._write_record(container, message_id, released)
+        self._objects.write_record(container, message_id, released)
         self._tally(project, queue, record, released)
-        self._move_entry(container, message_id, record.entry(message_id),
-                         released.entry(message_id))
+        self._objects.move_entry(container, message_id, record.entry(message_id),
+                                 released.entry(message_id))
 
     @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
               ) -> Claim | None:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             claim_id = uuid.uuid4().hex
@@ -1978,8 +1698,8 @@ class Driver(base.Driver):
                 return None
             claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
                      "messages": [[i, record.generation] for i, record, _, _ in taken]}
-            self._swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
-                                   headers={"X-Delete-At": delete_at(expires)})
+            self._objects.swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
+                                           headers={"X-Delete-At": delete_at(expires)})
             self._record(project, queue, now, trail + [
                 self._event(project, queue, events.CLAIMED, now, message_id=message_id,
                             claim_id=claim_id, claim_count=record.count,
@@ -2003,7 +1723,7 @@ class Driver(base.Driver):
     def _live_claim(self, container: str, claim_id: str, now: int) -> dict[str, Any]:
         found = None
         if lay.is_claim_id(claim_id):
-            found = self._get(container, lay.claim_name(claim_id))
+            found = self._objects.get(container, lay.claim_name(claim_id))
         claim = json.loads(found[1]) if found else None
         if claim is None or claim["expires"] <= now:
             raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
@@ -2011,15 +1731,15 @@ class Driver(base.Driver):
 
     def _held(self, container: str, claim_id: str, claim: dict[str, Any], now: int
               ) -> list[tuple[str, Record, bytes]]:
-        found = self._parallel(lambda pair: (pair[0], self._read(container, pair[0])),
-                               claim["messages"])
+        found = self._objects.parallel(
+            lambda pair: (pair[0], self._objects.read(container, pair[0])), claim["messages"])
         return [(i, read[0], read[1]) for i, read in found
                 if read is not None and read[0].claim == claim_id
                 and read[0].is_claimed(now) and read[0].expires > now]
 
     @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             claim = self._live_claim(container, claim_id, now)
@@ -2032,7 +1752,7 @@ class Driver(base.Driver):
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> None:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             claim = self._live_claim(container, claim_id, now)
@@ -2043,34 +1763,34 @@ class Driver(base.Driver):
                 marker = lay.marker_name(message_id, record.generation)
                 renewed = Record(**{**vars(record), "claim_expires": expires,
                                     "expires": max(record.expires, expires + grace * US)})
-                self._swift.put_object(
+                self._objects.swift.put_object(
                     container, marker, lay.encode({"kind": lay.CLAIM, "claim": claim_id,
                                                    "expires": expires, "grace": grace,
                                                    "at": now, "queue": None, "ttl": None}),
-                    headers={"X-Delete-At": self._marker_until(renewed.expires)})
-                self._write_record(container, message_id, renewed)
+                    headers={"X-Delete-At": self._objects.marker_until(renewed.expires)})
+                self._objects.write_record(container, message_id, renewed)
                 self._tally(project, queue, record, renewed)
-                self._move_entry(container, message_id, record.entry(message_id),
-                                 renewed.entry(message_id))
+                self._objects.move_entry(container, message_id, record.entry(message_id),
+                                         renewed.entry(message_id))
 
-            self._parallel(renew, self._held(container, claim_id, claim, now))
+            self._objects.parallel(renew, self._held(container, claim_id, claim, now))
             claim = {**claim, "ttl": ttl, "grace": grace, "expires": expires}
-            self._swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
-                                   headers={"X-Delete-At": delete_at(expires)})
+            self._objects.swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
+                                           headers={"X-Delete-At": delete_at(expires)})
 
     @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         with unavailable_as_503():
             now = self._now_us()
             try:
                 claim = self._live_claim(container, claim_id, now)
             except errors.ClaimNotFound:
                 return
-            self._parallel(lambda item: self._release_one(project, queue, item[0], item[1],
-                                                          now),
-                           self._held(container, claim_id, claim, now))
-            self._delete(container, lay.claim_name(claim_id))
+            self._objects.parallel(lambda item: self._release_one(project, queue, item[0], item[1],
+                                                                  now),
+                                   self._held(container, claim_id, claim, now))
+            self._objects.delete(container, lay.claim_name(claim_id))
 
     # Long-poll claims
 
@@ -2079,7 +1799,8 @@ class Driver(base.Driver):
         # The index's first entry: names sort by availability. A queue that does not
         # exist lists nothing.
         with unavailable_as_503():
-            head = self._list(self._container(project, queue), lay.INDEX_PREFIX, limit=1)
+            head = self._objects.names(self._objects.container(project, queue),
+                                       lay.INDEX_PREFIX, limit=1)
             entry = Entry.parse(head[0]) if head else None
             if entry is None:
                 return None
@@ -2089,18 +1810,18 @@ class Driver(base.Driver):
     # may lag a little behind the latest writes.
 
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
-        starts = ([f"{self._prefix}:"] if project is None else
-                  [lay.queue_prefix(self._prefix, project),
-                   lay.events_prefix(self._prefix, project)])
+        starts = ([f"{self._objects.prefix}:"] if project is None else
+                  [lay.queue_prefix(self._objects.prefix, project),
+                   lay.events_prefix(self._objects.prefix, project)])
         with unavailable_as_503():
-            containers = [name for start in starts for name in self._account(start)]
-            queues = {parsed for parsed in (lay.parse_container(self._prefix, name)
+            containers = [name for start in starts for name in self._objects.account(start)]
+            queues = {parsed for parsed in (lay.parse_container(self._objects.prefix, name)
                                             for name in containers) if parsed}
-            trails = [parsed for parsed in (lay.parse_events_container(self._prefix, name)
+            trails = [parsed for parsed in (lay.parse_events_container(self._objects.prefix, name)
                                             for name in containers) if parsed]
             # A deleted queue's events container stays, empty once its events expired.
-            firsts = self._parallel(lambda parsed: self._list(
-                lay.events_container_of_part(self._prefix, *parsed), "", limit=1), trails)
+            firsts = self._objects.parallel(lambda parsed: self._objects.names(
+                lay.events_container_of_part(self._objects.prefix, *parsed), "", limit=1), trails)
             held = {parsed: names[0] for parsed, names in zip(trails, firsts, strict=True)
                     if names}
             parts = {part for part, _ in queues | held.keys()}
@@ -2112,32 +1833,23 @@ class Driver(base.Driver):
         return sorted((projects[part], queue) for part, queue in queues | held.keys()
                       if projects[part] is not None)
 
-    def _account(self, start: str) -> list[str]:
-        """Every container of the account whose name begins with *start*."""
-        names: list[str] = []
-        while True:
-            _, listing = self._swift.get_account(prefix=start, marker=names[-1] if names
-                                                 else "", limit=LISTING_PAGE)
-            names += [item["name"] for item in listing]
-            if len(listing) < LISTING_PAGE:
-                return names
-
     def _project_of_trail(self, part: str, queue: str, name: str) -> str | None:
         """The project of a hashed project part, from the events object *name*."""
-        found = self._get(lay.events_container_of_part(self._prefix, part, queue), name)
+        found = self._objects.get(
+            lay.events_container_of_part(self._objects.prefix, part, queue), name)
         trail = lay.decode_events(found[1]) if found else []
         return trail[0].project if trail else None
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
-        container = lay.events_container(self._prefix, project, queue)
+        container = lay.events_container(self._objects.prefix, project, queue)
         after = ""
         while True:
             with unavailable_as_503():
-                names = self._list(container, "", marker=after, limit=LISTING_PAGE)
+                names = self._objects.names(container, "", marker=after, limit=LISTING_PAGE)
             for start in range(0, len(names), TRAIL_BATCH):
                 with unavailable_as_503():
-                    bodies = self._parallel(lambda name: self._get(container, name),
-                                            names[start:start + TRAIL_BATCH])
+                    bodies = self._objects.parallel(lambda name: self._objects.get(container, name),
+                                                    names[start:start + TRAIL_BATCH])
                 for found in bodies:
                     if found is not None:  # past its retention (X-Delete-At)
                         yield from lay.decode_events(found[1])
@@ -2146,14 +1858,14 @@ class Driver(base.Driver):
             after = names[-1]
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
-        container = self._container(project, queue)
+        container = self._objects.container(project, queue)
         after = lay.MESSAGE_PREFIX
         with unavailable_as_503():
             now = self._now_us()
         while True:
             with unavailable_as_503():
-                names = self._list(container, lay.MESSAGE_PREFIX, marker=after,
-                                   limit=MESSAGES_BATCH)
+                names = self._objects.names(container, lay.MESSAGE_PREFIX, marker=after,
+                                            limit=MESSAGES_BATCH)
                 if not names:
                     return
                 ids = [name[len(lay.MESSAGE_PREFIX):] for name in names]

@@ -101,6 +101,7 @@ EDIT = "edit"
 EXPIRE = "expire"  # the right to remove an expired message and report it
 LEASE = "lease"  # the kind of a writer slot's or the reaper's lease (a bid like a marker)
 
+US = 1_000_000  # times are kept in microseconds
 TIME_DIGITS = 14
 GENERATION_DIGITS = 6
 SERIAL_DIGITS = 12
