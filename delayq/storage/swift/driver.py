@@ -1,7 +1,8 @@
 """The Swift driver.
 
 ``layout.py`` describes the objects; ``objects.py`` the requests and what Swift's answers
-need before they can be trusted (bids, 404 rechecks, the proxy's clock). The protocol is:
+need before they can be trusted (bids, 404 rechecks, the proxy's clock); ``tallies.py``
+the tallies behind ``queue_counts``. The protocol is:
 
 Claim
     List the queue's availability index (``a/``) up to now: the claimable messages, oldest
@@ -53,57 +54,17 @@ Event trail
     logged, not answered with 503: the change is done, and a client retrying would post or
     claim again. Each expired message's ``expired`` event is written by the winner of its
     ``expire`` marker, once its DELETE found the message, with the time it expired.
-
-Tallies (the /metrics gauges)
-    ``queue_counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
-    atomic increment, so each process keeps running sums of its own in memory
-    (``TallyBook``) and writes the pages it changed every ``tally_flush_interval`` (and on
-    ``close``) as ``t/<level>/<page>/<slot>``, objects only it writes; a count sums every
-    slot's objects of the pages it reads, plus its own changes not written yet. A
-    transition is counted once, by the request whose step made it take effect (``_tally``
-    says which); whoever completes another's half-done change (``_repair``,
-    ``_finish_move``) counts nothing. A purge or queue deletion drops the tally objects
-    with the rest; a process finding its own gone starts its sums again. Not exact: a
-    process killed loses its changes since its last write (or one it won and had not
-    counted yet), a delete by ids racing a claim or edit of the same message may count the
-    state before it, a purge racing other processes' writes may keep or drop their last
-    interval. Each such error is confined to those messages' instants and disappears by
-    itself once they would have expired.
-Writer slots
-    The pages of the coarse levels live for years, so tallies named by a token of each
-    process would leave a count more objects to read with every process ever started. A
-    process writes under a *slot* instead, the lowest one no live process holds: it bids
-    for ``slot/<n>`` in the writers container (``layout.py``) with ``X-Delete-After`` of
-    ``tally_writer_lease``, at its first write of a tally (not at start: a process that
-    changes nothing holds none), renews it with a ``POST`` every fifth of the lease and
-    reads it back (an exclusive create racing the ``POST`` could have replaced it), and
-    deletes it on ``close``. Before it first writes a page under a slot it reads the
-    slot's object of that page (its earlier holders' sums) and goes on from there, so the
-    objects a count reads are bounded by the processes alive at once. It never writes
-    under a slot it may have lost: the lease's deadline is kept on the monotonic clock,
-    and once less than a third of the lease is left unrenewed (Swift failing, or the
-    object found gone or another's) it writes nothing more under it, forgets what it knew
-    of the slot's objects (not its pending changes) and takes a slot again at its next
-    write. Left: a process paused (SIGSTOP, a VM frozen) past its lease between that check
-    and its ``PUT`` may still land one write after another process took the slot,
-    overwriting the newer sums of that page; like the errors above, that is confined to
-    the instants of the messages counted in between.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import math
-import os
 import random
 import secrets
-import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +73,7 @@ from oslo_config import cfg
 from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
 
-from delayq import errors, events, tallies
+from delayq import errors, events
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
@@ -134,6 +95,7 @@ from delayq.storage.swift.objects import (
     unavailable_as_503,
 )
 from delayq.storage.swift.options import GROUP
+from delayq.storage.swift.tallies import Tallies
 
 LOG = logging.getLogger(__name__)
 
@@ -150,26 +112,6 @@ MESSAGES_BATCH = 100  # messages read at once by read_messages
 # Bids an edit makes for a message that other requests keep changing before it answers
 # 409: each lost bid means another claim, move or edit of it won meanwhile.
 EDIT_ATTEMPTS = 5
-# Swift keeps an X-Delete-At beyond this (year 2286) as this: the pages of the last tally
-# level end thousands of years ahead.
-LATEST_DELETE_AT = 9_999_999_999
-# A tally page ending sooner than this (plus HINDSIGHT) is not written: no count reads it
-# again, and Swift refuses an X-Delete-At in the past.
-TALLY_PAGE_MARGIN = 60
-TALLY_CLOSE_WAIT = 30.0  # seconds close() waits for a flush under way
-# A tally writer slot's lease (tally_writer_lease) is renewed once a LEASE_RENEWAL-th of it
-# has passed since the last renewal, retried every other LEASE_RENEWAL-th while that
-# fails, and no tally is written under it once less than a LEASE_MARGIN-th is left: time
-# for a write already sent to land before Swift may let another process take the slot.
-LEASE_RENEWAL = 5
-LEASE_MARGIN = 3
-# Swift turns X-Delete-After into a whole-second X-Delete-At, truncated: a lease may end up
-# to this much sooner than asked.
-LEASE_ROUNDING = 1.0
-MIN_LEASE = 2  # seconds; a shorter lease would be over before its first write
-
-QueueKey = tuple[str, str]  # (project, queue)
-Page = tuple[int, int]  # (level, page)
 
 
 @dataclass(frozen=True)
@@ -180,126 +122,6 @@ class Moved:
     record: Record  # the source's record, marked moving
     body: bytes
     marker: dict[str, Any]  # the move's marker: target queue, ttl, time
-
-
-def marks(record: Record) -> tallies.Marks:
-    """What the message's tally instants depend on, in seconds."""
-    return tallies.Marks(created=record.created / US, due=record.due / US,
-                         expires=record.expires / US,
-                         claim_expires=record.claim_expires / US)
-
-
-def page_of(block: tallies.Block) -> Page:
-    _, level, number = block
-    return level, tallies.page(level, number)
-
-
-class TallyBook:
-    """This process's tallies, in memory: per queue, the changes it counted and has not
-    written yet (*pending*), and the sums its writer slot's object of each page holds
-    (*written*: last written, or read when the slot was taken), which the next write of
-    the page adds to (a tally object holds the slot's running sum). A page absent from
-    *written* is unknown: the slot's earlier holders may have written it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[QueueKey, Counter[tallies.Block]] = {}
-        self._written: dict[QueueKey, dict[Page, Counter[tallies.Block]]] = {}
-        # The pages of *written* whose object is known to be in Swift (a page read as
-        # absent is not), which ``probe`` chooses from.
-        self._stored: dict[QueueKey, set[Page]] = {}
-
-    def add(self, key: QueueKey, deltas: Counter[tallies.Block]) -> None:
-        if deltas:
-            with self._lock:
-                self._pending.setdefault(key, Counter()).update(deltas)
-
-    def pending(self, key: QueueKey) -> Counter[tallies.Block]:
-        with self._lock:
-            return Counter(self._pending.get(key, {}))
-
-    def take(self) -> dict[QueueKey, Counter[tallies.Block]]:
-        """Everything pending, which the caller writes (or hands back with ``add``)."""
-        with self._lock:
-            taken, self._pending = self._pending, {}
-        return taken
-
-    def written(self, key: QueueKey, page: Page) -> Counter[tallies.Block] | None:
-        """The sums the slot's object of *page* holds; None when unknown."""
-        with self._lock:
-            sums = self._written.get(key, {}).get(page)
-            return None if sums is None else Counter(sums)
-
-    def wrote(self, key: QueueKey, page: Page, sums: Counter[tallies.Block], *,
-              stored: bool = True) -> None:
-        """*sums* are what the slot's object of *page* holds (*stored* False: there is
-        no such object, read as absent)."""
-        with self._lock:
-            self._written.setdefault(key, {})[page] = sums
-            stored_pages = self._stored.setdefault(key, set())
-            if stored:
-                stored_pages.add(page)
-            else:
-                stored_pages.discard(page)
-
-    def probe(self, key: QueueKey) -> Page | None:
-        """A page of the queue in Swift under the slot that Swift keeps longest: gone, it
-        tells that the queue was purged or deleted since (with every tally object in
-        it)."""
-        with self._lock:
-            return max(self._stored.get(key, ()), default=None)
-
-    def forget_written(self, key: QueueKey | None = None) -> None:
-        """Forget what the slot's objects of the queue (of every queue: None) hold."""
-        with self._lock:
-            if key is None:
-                self._written.clear()
-                self._stored.clear()
-            else:
-                self._written.pop(key, None)
-                self._stored.pop(key, None)
-
-    def forget(self, key: QueueKey) -> None:
-        with self._lock:
-            self._written.pop(key, None)
-            self._stored.pop(key, None)
-            self._pending.pop(key, None)
-
-    def prune(self, now: float) -> None:
-        """Forget the sums of pages Swift has removed (``page_end`` + ``HINDSIGHT``)."""
-        with self._lock:
-            for key, pages in self._written.items():
-                for page in [p for p in pages if not tally_page_kept(*p, now)]:
-                    del pages[page]
-                    self._stored.get(key, set()).discard(page)
-
-
-def tally_page_kept(level: int, page: int, now: float) -> bool:
-    """False for a page no count reads any more, which Swift drops (or soon will)."""
-    return tallies.page_end(level, page) + tallies.HINDSIGHT > now + TALLY_PAGE_MARGIN
-
-
-def tally_delete_at(level: int, page: int) -> str:
-    return str(min(LATEST_DELETE_AT,
-                   math.ceil(tallies.page_end(level, page)) + tallies.HINDSIGHT))
-
-
-@dataclass
-class Lease:
-    """The tally writer slot this process holds (``slot/<n>`` in the writers container).
-
-    Times are ``time.monotonic()``'s, which a step of the wall clock does not move.
-    """
-
-    slot: int
-    holder: str  # the nonce in the lease object: it is this process's while it holds it
-    renewed: float  # when its last (re)newal was sent
-    deadline: float  # from then on, Swift may have expired it and another process taken it
-    tried: float = 0.0  # when a renewal was last tried
-
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
 
 
 class Lost:
@@ -334,28 +156,23 @@ class Driver(base.Driver):
         *clock* replaces the proxy's clock (tests); *events_settings* turns the event
         trail on or off; *tally_flush_interval* is the seconds between writes of this
         process's tallies, *tally_writer_lease* the seconds of the lease on its writer
-        slot (at least ``MIN_LEASE``: tests use a few seconds, the option at least 30);
+        slot (at least ``tallies.MIN_LEASE``: tests use a few seconds, the option at
+        least 30);
         *expired_retention* the seconds an expired message stays stored for the reaper;
         *reap_interval* the seconds between passes of the background reaper (0: none,
         as tests want: they call ``reap`` themselves)."""
-        if tally_writer_lease < MIN_LEASE:
-            raise ValueError(f"tally_writer_lease must be at least {MIN_LEASE} s")
         self._objects = Objects(connect, prefix=prefix, concurrency=concurrency,
                                 claim_settle_time=claim_settle_time,
                                 expired_retention=expired_retention)
         self._events = events_settings
         # Names this process's event objects: random, so no two processes' names collide
-        # (its tally objects are named by its writer slot instead, see Lease).
+        # (its tally objects are named by its writer slot instead).
         self._event_writer = secrets.token_hex(4)
-        self._book = TallyBook()
-        self._flush_interval = tally_flush_interval
-        self._lease_time = tally_writer_lease
-        self._lease: Lease | None = None  # taken at the first write of a tally
-        # Held while tallies are written, while a count reads them (so a count never sees
-        # a page both in Swift and still pending here) and while the lease changes.
-        self._flush_lock = threading.Lock()
-        self._flusher: threading.Thread | None = None
+        # Set on close: the flusher and a reaper pass under way stop.
         self._stop = threading.Event()
+        self._tallies = Tallies(self._objects, self._now_us, self._stop,
+                                flush_interval=tally_flush_interval,
+                                lease_time=tally_writer_lease)
         self._serial = 0
         self._last_id_us = 0
         self._lock = threading.Lock()
@@ -422,16 +239,7 @@ class Driver(base.Driver):
         self._stop.set()
         if self._reaper is not None:
             self._reaper.stop()
-        with self._lock:
-            flusher = self._flusher
-        if flusher is not None:
-            flusher.join(TALLY_CLOSE_WAIT)
-        try:
-            with unavailable_as_503():
-                self.flush_tallies()
-        except errors.StorageUnavailable as exc:
-            LOG.warning("Tallies not written on close, lost: %s", exc.description)
-        self._release_slot()
+        self._tallies.close()
         self._objects.close()
 
     # The reaper
@@ -441,7 +249,7 @@ class Driver(base.Driver):
         deployment that won it. The lease is never renewed nor deleted: it lapses before
         the next pass is due (``delayq.storage.reaper``)."""
         container = lay.writers_container(self._objects.prefix)
-        body = self._lease_body(secrets.token_hex(8))
+        body = lay.lease_body(secrets.token_hex(8))
         # Whole seconds, as Swift keeps them; a lease of less than one would be none.
         headers = {DELETE_AFTER: str(max(1, int(seconds)))}
         with unavailable_as_503():
@@ -573,267 +381,14 @@ class Driver(base.Driver):
 
     # Tallies
 
-    def _tally(self, project: str, queue: str, before: Record | None,
-               after: Record | None) -> None:
-        """Count a message going from *before* to *after* (None: not in *queue*).
-
-        Called once per transition, by the request whose step made it take effect, with
-        the states that step knows: the post's PUT, the winner of a marker (claim, move,
-        edit, redrive), a claim's renewal or release by its holder, the DELETE that found
-        the message. Whoever completes another request's half-done change counts nothing.
-        """
-        deltas = tallies.change(None if before is None else marks(before),
-                                None if after is None else marks(after))
-        if not deltas:
-            return
-        self._book.add((project, queue), deltas)
-        with self._lock:
-            if self._flusher is None and not self._stop.is_set():
-                self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                                 name="delayq-swift-tallies")
-                self._flusher.start()
-
-    def _flush_loop(self) -> None:
-        # Wakes to flush every tally_flush_interval and, in between, often enough to renew
-        # the lease on time (and to retry a renewal that failed) however long that is.
-        wake = min(self._flush_interval, self._lease_time / (2 * LEASE_RENEWAL))
-        next_flush = time.monotonic() + self._flush_interval
-        while not self._stop.wait(max(0.0, min(wake, next_flush - time.monotonic()))):
-            try:
-                with unavailable_as_503():
-                    with self._flush_lock:
-                        self._held_lease()
-                    if time.monotonic() >= next_flush:
-                        next_flush = time.monotonic() + self._flush_interval
-                        self.flush_tallies()
-            except errors.StorageUnavailable as exc:
-                LOG.warning("Tallies not written, retried in %.1f s: %s",
-                            self._flush_interval, exc.description)
-            except Exception:
-                LOG.exception("Tallies not written")
-
     def flush_tallies(self) -> None:
         """Write every tally page this process changed since it last wrote it."""
-        with self._flush_lock:
-            batch = self._book.take()
-            if not batch:
-                return
-            now = self._now_us() / US
-            self._book.prune(now)
-            for number, (key, deltas) in enumerate(batch.items()):
-                try:
-                    self._flush_queue(key, deltas, now)
-                except Exception:
-                    for later in list(batch.items())[number + 1:]:
-                        self._book.add(*later)
-                    raise
-
-    def _flush_queue(self, key: QueueKey, deltas: Counter[tallies.Block], now: float
-                     ) -> None:
-        """Write *deltas* into the queue's tally pages; on failure, keep what is not
-        written for the next flush."""
-        container = self._objects.container(*key)
-        pages: dict[Page, Counter[tallies.Block]] = {}
-        for block, n in deltas.items():
-            if n and tally_page_kept(*page_of(block), now):
-                pages.setdefault(page_of(block), Counter())[block] = n
-        unwritten = list(pages)
-        try:
-            if not pages:
-                return
-            slot = self._writer_slot()
-            probe = self._book.probe(key)
-            if probe is not None and not self._objects.exists(container,
-                                                              lay.tally_name(*probe, slot)):
-                # A purge or deletion of the queue since the last write dropped every
-                # tally object in it: this process's sums start again from what it
-                # counted since.
-                self._book.forget_written(key)
-            # What the slot's earlier holders left in the pages not known yet, read at
-            # once rather than one before each write.
-            self._objects.parallel(lambda page: self._slot_sums(container, key, page, slot), pages)
-            for page in list(unwritten):
-                # Renewed when due; another slot (whose sums are read again) if this one
-                # can no longer be relied on: never a write under a slot possibly lost.
-                slot = self._writer_slot()
-                sums = self._slot_sums(container, key, page, slot)
-                sums.update(pages[page])
-                try:
-                    self._objects.swift.put_object(
-                        container, lay.tally_name(*page, slot),
-                        lay.encode_tally((kind, block, n)
-                                         for (kind, _, block), n in sums.items() if n),
-                        headers={"X-Delete-At": tally_delete_at(*page)})
-                except ClientException as exc:
-                    if not is_status(exc, 404):
-                        raise
-                    # The queue was deleted: nothing of it is counted any more.
-                    self._book.forget(key)
-                    unwritten.clear()
-                    return
-                self._book.wrote(key, page, sums)
-                unwritten.remove(page)
-        finally:
-            for page in unwritten:
-                self._book.add(key, pages[page])
-
-    def _slot_sums(self, container: str, key: QueueKey, page: Page, slot: int
-                   ) -> Counter[tallies.Block]:
-        """The sums writer slot *slot*'s object of *page* holds: known, or read (a slot
-        taken holds what its earlier holders wrote, which this process continues)."""
-        known = self._book.written(key, page)
-        if known is not None:
-            return known
-        level = page[0]
-        try:
-            # Newest: the last holder's last write, whichever replica has it. Only the
-            # slot's holder writes the object, so a 404 here races no write of it.
-            _, body = self._objects.swift.get_object(container, lay.tally_name(*page, slot),
-                                                     headers={"X-Newest": "true"})
-        except ClientException as exc:
-            if not is_status(exc, 404):
-                raise
-            self._book.wrote(key, page, Counter(), stored=False)
-            return Counter()
-        sums = Counter({(kind, level, block): n
-                        for kind, block, n in lay.decode_tally(body) if n})
-        self._book.wrote(key, page, sums)
-        return Counter(sums)
-
-    # Writer slots: the names tallies are written under, leased
-
-    def _writer_slot(self) -> int:
-        """The slot this process may write tallies under now: the one it holds (renewed
-        when due), or one taken now. Called with the flush lock held."""
-        lease = self._held_lease()
-        if lease is None:
-            lease = self._lease = self._take_slot()
-        return lease.slot
-
-    def _held_lease(self) -> Lease | None:
-        """The lease held, renewed when due; None when none is, or when it can no longer
-        be relied on: then what this process knew of its slot's objects is forgotten
-        (its counts still pending are not), to be read again under the next slot. Called
-        with the flush lock held."""
-        lease = self._lease
-        if lease is None:
-            return None
-        now = time.monotonic()
-        if (now - lease.renewed >= self._lease_time / LEASE_RENEWAL
-                and now - lease.tried >= self._lease_time / (2 * LEASE_RENEWAL)):
-            self._renew(lease)
-        if lease.left() > self._lease_time / LEASE_MARGIN:
-            return lease
-        LOG.warning("Tally writer slot %d given up: its lease was lost or not renewed in "
-                    "time; this process's tallies go on under a slot taken again",
-                    lease.slot)
-        self._lease = None
-        self._book.forget_written()
-        return None
-
-    def _lease_body(self, holder: str) -> dict[str, Any]:
-        # Host and pid tell an operator whose slot it is; the holder nonce tells the
-        # process itself.
-        return {"kind": lay.LEASE, "holder": holder, "host": socket.gethostname(),
-                "pid": os.getpid()}
-
-    def _take_slot(self) -> Lease:
-        """Lease the lowest writer slot no live process holds (one whose lease expired,
-        or was deleted by a process that closed, is free)."""
-        container = lay.writers_container(self._objects.prefix)
-        holder = secrets.token_hex(8)
-        headers = {DELETE_AFTER: str(self._lease_time)}
-        for slot in itertools.count():
-            sent = time.monotonic()
-            name = lay.slot_name(slot)
-            try:
-                # A bid, like a marker's: If-None-Match alone lets racers both succeed.
-                won = self._objects.bid(container, name, self._lease_body(holder), headers)
-            except ClientException as exc:
-                if not is_status(exc, 404):
-                    raise
-                self._objects.swift.put_container(container)  # the deployment's first lease
-                won = self._objects.bid(container, name, self._lease_body(holder), headers)
-            if not won:
-                continue
-            lease = Lease(slot, holder, renewed=sent,
-                          deadline=sent + self._lease_time - LEASE_ROUNDING, tried=sent)
-            if lease.left() <= self._lease_time / LEASE_MARGIN:
-                raise errors.StorageUnavailable(
-                    f"Tally writer slot {slot} taken too slowly for its lease of "
-                    f"{self._lease_time} s; tallies retried at the next flush.",
-                    store=NAME)
-            LOG.info("Tally writer slot %d taken", slot)
-            return lease
-        raise AssertionError("unreachable")  # itertools.count() never ends
-
-    def _renew(self, lease: Lease) -> None:
-        """Push the lease's expiry forward, then check the lease object is still this
-        process's. A failure leaves the lease as it was (it is retried); a lease found
-        gone or someone else's is over (its deadline passed)."""
-        container = lay.writers_container(self._objects.prefix)
-        name = lay.slot_name(lease.slot)
-        lease.tried = sent = time.monotonic()
-        try:
-            with unavailable_as_503():
-                renewed = self._objects.unless_absent(lambda _: self._objects.swift.post_object(
-                    container, name, headers={DELETE_AFTER: str(self._lease_time)}) or True)
-                # An exclusive create racing the POST (a process taking a slot) may have
-                # found the object absent and replaced it: then the slot is its.
-                found = self._objects.get(container, name, newest=True) if renewed else None
-        except errors.StorageUnavailable as exc:
-            LOG.warning("Tally writer slot %d not renewed, %.0f s of its lease left: %s",
-                        lease.slot, lease.left(), exc.description)
-            return
-        if found is None or json.loads(found[1]).get("holder") != lease.holder:
-            LOG.warning("Tally writer slot %d lost: its lease is gone or another "
-                        "process's", lease.slot)
-            lease.deadline = -math.inf
-            return
-        lease.renewed = sent
-        lease.deadline = sent + self._lease_time - LEASE_ROUNDING
-
-    def _release_slot(self) -> None:
-        """Delete the lease (on close), so that the next process takes the slot at once;
-        a lease this process cannot be sure it still holds is left to expire."""
-        with self._flush_lock:
-            lease, self._lease = self._lease, None
-            self._book.forget_written()
-        if lease is None or lease.left() <= self._lease_time / LEASE_MARGIN:
-            return
-        container = lay.writers_container(self._objects.prefix)
-        name = lay.slot_name(lease.slot)
-        try:
-            with unavailable_as_503():
-                found = self._objects.get(container, name, newest=True)
-                if found is not None and json.loads(found[1]).get("holder") == lease.holder:
-                    self._objects.delete(container, name)
-        except errors.StorageUnavailable as exc:
-            LOG.warning("Tally writer slot %d not freed, free once its lease expires: %s",
-                        lease.slot, exc.description)
+        self._tallies.flush()
 
     @operation
     def queue_counts(self, project: str, name: str) -> QueueCounts:
-        """From the tallies: one listing per level (``tallies.reading``) and one GET per
-        writer slot's object found (at most the processes alive at once), however many
-        messages the queue holds; this process's own changes not written yet are added
-        from memory."""
-        container = self._objects.container(project, name)
-        with unavailable_as_503():
-            now = self._now_us() / US
-            with self._flush_lock:
-                names = [found for listing in self._objects.parallel(
-                    lambda page: self._objects.names(container, lay.tally_page_prefix(*page)),
-                    tallies.reading(now)) for found in listing]
-                bodies = self._objects.parallel(lambda n: self._objects.get(container, n), names)
-                tally = self._book.pending((project, name))
-        for object_name, found in zip(names, bodies, strict=True):
-            if found is None:  # removed since the listing (X-Delete-At, a purge)
-                continue
-            level = lay.tally_level(object_name)
-            for kind, block, n in lay.decode_tally(found[1]):
-                tally[(kind, level, block)] += n
-        return tallies.counts(tally, now)
+        """From the tallies (``tallies.Tallies.count``), never the messages."""
+        return self._tallies.count(project, name)
 
     # Queues
 
@@ -866,7 +421,7 @@ class Driver(base.Driver):
                 # A container without metadata holding messages is a creation that died
                 # half way after a post stored them: finish it. One holding no message is
                 # no queue: an unfinished creation, or a deleted queue's container that a
-                # racing tally write brought back (see _drop_stray_tallies).
+                # racing tally write brought back (see Tallies.drop_stray).
                 try:
                     _, held = self._objects.swift.get_container(
                         container, prefix=lay.MESSAGE_PREFIX, limit=1)
@@ -875,25 +430,11 @@ class Driver(base.Driver):
                         return None  # no container: nothing to tidy either
                     raise
                 if not held:
-                    self._drop_stray_tallies(container)
+                    self._tallies.drop_stray(container)
                     return None
                 self._objects.create(container, lay.META, lay.encode({}), {})
                 found = self._objects.get(container, lay.META)
         return json.loads(found[1]) if found else None
-
-    def _drop_stray_tallies(self, container: str) -> None:
-        """Delete the tally objects of a container that holds no queue and no message.
-
-        Another process's tally write racing a deletion can bring the deleted container
-        back (Swift adds the object's row to the deleted container's database) holding
-        only that write: sums of the queue that was, which a queue created again under
-        the name must not count. The writer finds its object gone at its next write and
-        starts again from what it counts after, as after a purge.
-        """
-        stray = self._objects.names(container, lay.TALLY_PREFIX)
-        # Checked again just before: a queue created meanwhile keeps its tallies.
-        if stray and self._objects.get(container, lay.META) is None:
-            self._objects.delete_objects(container, stray)
 
     @operation
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
@@ -908,13 +449,8 @@ class Driver(base.Driver):
         container = self._objects.container(project, name)
         with unavailable_as_503():
             now = self._now_us()
-            # No write of this process's tallies overlaps: one could put back, after the
-            # deletion, a page it had taken before.
-            with self._flush_lock:
+            with self._tallies.dropping(project, name):
                 deleted = self._objects.delete_container(container, name)
-                # The tally objects went with the container (other processes find theirs
-                # gone at their next write).
-                self._book.forget((project, name))
             if deleted:
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
@@ -924,12 +460,10 @@ class Driver(base.Driver):
         container = self._objects.container(project, name)
         with unavailable_as_503():
             now = self._now_us()
-            # The tally objects too (an empty queue counts nothing), with no write of
-            # this process's tallies overlapping, as for a deletion.
-            with self._flush_lock:
+            # The tally objects too: an empty queue counts nothing.
+            with self._tallies.dropping(project, name):
                 listing = self._objects.names(container, "")
                 self._objects.delete_objects(container, [n for n in listing if n != lay.META])
-                self._book.forget((project, name))
             if listing:  # an absent queue is not purged
                 self._record(project, name, now,
                              [self._event(project, name, events.PURGED, now)])
@@ -1023,7 +557,7 @@ class Driver(base.Driver):
                     raise
                 if message_id not in counted:
                     counted.add(message_id)
-                    self._tally(project, queue, None, record)
+                    self._tallies.tally(project, queue, None, record)
 
             try:
                 self._objects.parallel(store, records)
@@ -1048,7 +582,7 @@ class Driver(base.Driver):
         count the queue before the others' messages are counted, and other processes'
         changes reach the count within ``tally_flush_interval`` (their posts may pass
         the quota meanwhile; room their deletions make is seen only then). A tally
-        change lost (the module's "Tallies") miscounts its messages until they would
+        change lost (``tallies.py``) miscounts its messages until they would
         have expired.
         """
         held = self.queue_counts(project, queue)
@@ -1169,7 +703,7 @@ class Driver(base.Driver):
             # A message marked moving has left this queue already: its move is recorded
             # and counted.
             if self._forget(container, message_id, record) and not record.moving:
-                self._tally(project, queue, record, None)
+                self._tallies.tally(project, queue, record, None)
                 self._record(project, queue, now, [
                     self._deleted(project, queue, now, message_id, record, holder)])
 
@@ -1191,7 +725,7 @@ class Driver(base.Driver):
                     return None
                 deleted = self._forget(container, message_id, record)
                 if deleted and not record.moving:
-                    self._tally(project, queue, record, None)
+                    self._tallies.tally(project, queue, record, None)
                 # A moving one ended with its move.
                 if not deleted or record.moving:
                     return None
@@ -1211,7 +745,7 @@ class Driver(base.Driver):
             forgotten = self._objects.parallel(lambda t: self._forget(container, t[0], t[1]), taken)
             for (_, record, _, _), deleted in zip(taken, forgotten, strict=True):
                 if deleted:
-                    self._tally(project, queue, record, None)
+                    self._tallies.tally(project, queue, record, None)
             # Popped as it was before the pop marked it; one a concurrent delete took
             # first is that delete's to record.
             self._record(project, queue, now, expired + [
@@ -1296,13 +830,13 @@ class Driver(base.Driver):
                            "generation": entry.generation + 1, "claim": claim_id,
                            "claim_expires": claim_expires,
                            "expires": max(before.expires, claim_expires + grace * US)})
-        self._tally(project, queue, before, record)  # the bid won made it a claim
+        self._tallies.tally(project, queue, before, record)  # the bid won made it a claim
         self._objects.write_record(container, message_id, record)
         if not self._objects.move_entry(container, message_id, entry, record.entry(message_id)):
             # Deleted (without a claim id) while being claimed: that delete counted the
             # end of the state it read, unclaimed (a delete without a claim id refuses
             # a claimed message).
-            self._tally(project, queue, record, before)
+            self._tallies.tally(project, queue, record, before)
             return None
         return message_id, record, body, before
 
@@ -1330,9 +864,9 @@ class Driver(base.Driver):
         move = self._moving(project, message_id, marker)
         moving = Record(**{**vars(before), "count": entry.count, "moving": json.dumps(move)})
         # Counted by the winner, in both queues: whoever completes the move counts nothing.
-        self._tally(project, queue, before, None)
-        self._tally(project, move["queue"], None,
-                    self._arrival(queue, moving, move)[0])
+        self._tallies.tally(project, queue, before, None)
+        self._tallies.tally(project, move["queue"], None,
+                            self._arrival(queue, moving, move)[0])
         self._objects.write_record(self._objects.container(project, queue), message_id, moving)
         self._finish_move(project, queue, message_id, moving, body, move, now, entry)
         return Moved(message_id, moving, body, move)
@@ -1487,14 +1021,14 @@ class Driver(base.Driver):
                 if self._objects.bid(container, lay.marker_name(message_id, generation), marker,
                                      {"X-Delete-At": self._objects.marker_until(record.expires)}):
                     counted = self._edited(record, marker, generation)
-                    self._tally(project, queue, record, counted)
+                    self._tallies.tally(project, queue, record, counted)
                     edited = self._complete_edit(container, message_id, record, old_body,
                                                  marker, generation,
                                                  record.entry(message_id))
                     if edited is None:
                         # Deleted meanwhile: the delete counted the end of the state it
                         # read, most likely the one before this edit.
-                        self._tally(project, queue, counted, record)
+                        self._tallies.tally(project, queue, counted, record)
                         raise errors.MessageNotFound(f"Message {message_id} does not exist.")
                     self._record(project, queue, now, [self._event(
                         project, queue, events.EDITED, now, message_id=message_id,
@@ -1589,7 +1123,7 @@ class Driver(base.Driver):
             return None
         if not self._remove(container, message_id, record, entry):
             return None  # deleted by another request (a delete by ids that read it live)
-        self._tally(project, queue, record, None)
+        self._tallies.tally(project, queue, record, None)
         return self._event(project, queue, events.EXPIRED, record.expires,
                            message_id=message_id, claim_count=record.count,
                            expires=record.expires / US)
@@ -1676,7 +1210,7 @@ class Driver(base.Driver):
             headers={"X-Delete-At": self._objects.marker_until(record.expires)})
         released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
         self._objects.write_record(container, message_id, released)
-        self._tally(project, queue, record, released)
+        self._tallies.tally(project, queue, record, released)
         self._objects.move_entry(container, message_id, record.entry(message_id),
                                  released.entry(message_id))
 
@@ -1769,7 +1303,7 @@ class Driver(base.Driver):
                                                    "at": now, "queue": None, "ttl": None}),
                     headers={"X-Delete-At": self._objects.marker_until(renewed.expires)})
                 self._objects.write_record(container, message_id, renewed)
-                self._tally(project, queue, record, renewed)
+                self._tallies.tally(project, queue, record, renewed)
                 self._objects.move_entry(container, message_id, record.entry(message_id),
                                          renewed.entry(message_id))
 

@@ -77,7 +77,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -173,6 +175,14 @@ def slot_name(slot: int) -> str:
 # The reaper's lease, in the writers container (no slot's name, which begins with
 # SLOT_PREFIX).
 REAPER = "reaper"
+
+
+def lease_body(holder: str) -> dict[str, Any]:
+    """The body of a writer slot's or the reaper's lease, as its bid writes it."""
+    # Host and pid tell an operator whose lease it is; the holder nonce tells the
+    # process itself.
+    return {"kind": LEASE, "holder": holder, "host": socket.gethostname(),
+            "pid": os.getpid()}
 
 
 def parse_container(prefix: str, name: str) -> tuple[str, str] | None:
