@@ -1,8 +1,8 @@
 """The Swift driver.
 
 ``layout.py`` describes the objects; ``objects.py`` the requests and what Swift's answers
-need before they can be trusted (bids, 404 rechecks, the proxy's clock); ``tallies.py``
-the tallies behind ``queue_counts``. The protocol is:
+need before they can be trusted (bids, 404 rechecks, the proxy's clock); ``trail.py``
+the event trail, ``tallies.py`` the tallies behind ``queue_counts``. The protocol is:
 
 Claim
     List the queue's availability index (``a/``) up to now: the claimable messages, oldest
@@ -43,17 +43,6 @@ Expiry
     A message being moved is completed by ``_finish_move``, never reaped. Left: a
     ``DELETE ?ids=`` that read a message just before it expired and a removal of it may
     both report it.
-Event trail
-    Each request that changed messages writes its events (``delayq.events``) as one more
-    object, ``PUT`` right *after* the change succeeded, into the queue's events container
-    (``layout.py``), which outlives the queue's; ``X-Delete-At`` is the retention. Swift
-    cannot write both at once, so a process dying (or Swift failing) in between loses
-    those events; none is recorded for a change this request did not make: only the
-    winner of a marker records the claim or move it won, and only the request whose
-    ``DELETE`` found a message records its deletion or pop. A failed event write is
-    logged, not answered with 503: the change is done, and a client retrying would post or
-    claim again. Each expired message's ``expired`` event is written by the winner of its
-    ``expire`` marker, once its DELETE found the message, with the time it expired.
 """
 
 from __future__ import annotations
@@ -96,6 +85,7 @@ from delayq.storage.swift.objects import (
 )
 from delayq.storage.swift.options import GROUP
 from delayq.storage.swift.tallies import Tallies
+from delayq.storage.swift.trail import Trail
 
 LOG = logging.getLogger(__name__)
 
@@ -107,7 +97,6 @@ REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requ
 # deleting, and the winner reports the expiry only when its DELETE found the message.
 EXPIRY_ABANDONED = 60 * 1_000_000
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
-TRAIL_BATCH = 64  # event objects read at once by read_events
 MESSAGES_BATCH = 100  # messages read at once by read_messages
 # Bids an edit makes for a message that other requests keep changing before it answers
 # 409: each lost bid means another claim, move or edit of it won meanwhile.
@@ -164,18 +153,16 @@ class Driver(base.Driver):
         self._objects = Objects(connect, prefix=prefix, concurrency=concurrency,
                                 claim_settle_time=claim_settle_time,
                                 expired_retention=expired_retention)
-        self._events = events_settings
-        # Names this process's event objects: random, so no two processes' names collide
-        # (its tally objects are named by its writer slot instead).
-        self._event_writer = secrets.token_hex(4)
         # Set on close: the flusher and a reaper pass under way stop.
         self._stop = threading.Event()
         self._tallies = Tallies(self._objects, self._now_us, self._stop,
                                 flush_interval=tally_flush_interval,
                                 lease_time=tally_writer_lease)
-        self._serial = 0
+        # ``endings`` is looked up at each call: the API sets it once the driver is made.
+        self._trail = Trail(self._objects, events_settings,
+                            lambda kinds: self.endings(kinds))
         self._last_id_us = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _last_id_us
         clock_object = lay.clock_object(secrets.token_hex(8))
         self._clock = clock or ServerClock(
             lambda: self._objects.proxy_time_ms(clock_object), clock_sync_interval)
@@ -276,7 +263,7 @@ class Driver(base.Driver):
                 with unavailable_as_503():
                     project = lay.project_of_part(part)
                     if project is None:
-                        project = self._project_of_queue(part, queue)
+                        project = self._trail.project_of_queue(part, queue)
                     if project is None:
                         LOG.debug("Queue %s of a hashed project part %s left unreaped: "
                                   "no event of its trail names the project", queue, part)
@@ -287,12 +274,6 @@ class Driver(base.Driver):
                 # the others theirs.
                 LOG.warning("Expired messages of queue %s not reaped in this pass: %s",
                             queue, getattr(exc, "description", exc))
-
-    def _project_of_queue(self, part: str, queue: str) -> str | None:
-        """The project of a hashed project part, from the queue's trail, if it has one."""
-        first = self._objects.names(
-            lay.events_container_of_part(self._objects.prefix, part, queue), "", limit=1)
-        return self._project_of_trail(part, queue, first[0]) if first else None
 
     def reap_queue(self, project: str, queue: str) -> None:
         """Remove the queue's expired messages: every index entry available by now whose
@@ -315,7 +296,7 @@ class Driver(base.Driver):
                     trail = self._objects.parallel(
                         lambda entry: self._expire(project, queue, entry, now),
                         expired[start:start + REAP_BATCH], pool=REAPER_POOL)
-                    self._record(project, queue, now, [event for event in trail if event])
+                    self._trail.record(project, queue, now, [event for event in trail if event])
                 if len(names) < LISTING_PAGE:
                     return
                 after = names[-1]
@@ -328,56 +309,6 @@ class Driver(base.Driver):
             claim_id=record.claim or None, claim_expires=record.claim_expires / US,
             claim_count=record.count, as_of=now / US, source_queue=record.source or None,
             moved_at=record.moved / US if record.moved else None)
-
-    # The event trail
-
-    def _event(self, project: str, queue: str, kind: str, now: int, **fields: Any
-               ) -> events.Event:
-        """An event of *kind* at *now* (µs); *fields* as ``events.Event`` has them."""
-        return events.Event(project=project, queue=queue, kind=kind, time=now / US, **fields)
-
-    def _record(self, project: str, queue: str, now: int, trail: list[events.Event]
-                ) -> None:
-        """Write a request's events as one object, once the change they record is done.
-
-        Swift failing now loses these events, and only them: the change stands, so the
-        request must not fail (a client would repeat it). The messages they end go to
-        ``endings`` whether the trail is on or not.
-        """
-        ended = [event.kind for event in trail if event.kind in events.ENDINGS]
-        if ended:
-            self.endings(ended)
-        if not trail or not self._events.enabled:
-            return
-        container = lay.events_container(self._objects.prefix, project, queue)
-        with self._lock:
-            self._serial += 1
-            name = lay.event_object(now, self._serial, self._event_writer)
-        body = lay.encode_events(trail)
-        headers = {"X-Delete-At": delete_at(now, self._events.retention)}
-        try:
-            with unavailable_as_503():
-                try:
-                    self._put_events(container, name, body, headers)
-                except ClientException as exc:
-                    if not is_status(exc, 404):
-                        raise
-                    # A queue made before its trail was on: its events container now.
-                    self._objects.swift.put_container(container)
-                    self._put_events(container, name, body, headers)
-        except errors.StorageUnavailable as exc:
-            LOG.warning("%d event(s) of the trail lost: Swift failed after the change "
-                        "they record was made: %s", len(trail), exc.description)
-
-    def _put_events(self, container: str, name: str, body: bytes, headers: dict[str, str]
-                    ) -> None:
-        self._objects.swift.put_object(container, name, body, content_type=lay.EVENTS_CONTENT_TYPE,
-                                       headers=headers)
-
-    def _deleted(self, project: str, queue: str, now: int, message_id: str, record: Record,
-                 claim_id: str | None = None) -> events.Event:
-        return self._event(project, queue, events.DELETED, now, message_id=message_id,
-                           claim_id=claim_id, claim_count=record.count)
 
     # Tallies
 
@@ -400,7 +331,7 @@ class Driver(base.Driver):
         """
         container = self._objects.container(project, queue)
         self._objects.swift.put_container(container)
-        if self._events.enabled:
+        if self._trail.enabled:
             self._objects.swift.put_container(
                 lay.events_container(self._objects.prefix, project, queue))
         # The metadata object is what makes a queue exist for readers; a creation
@@ -452,8 +383,8 @@ class Driver(base.Driver):
             with self._tallies.dropping(project, name):
                 deleted = self._objects.delete_container(container, name)
             if deleted:
-                self._record(project, name, now,
-                             [self._event(project, name, events.PURGED, now)])
+                self._trail.record(project, name, now,
+                                   [self._trail.event(project, name, events.PURGED, now)])
 
     @operation
     def purge_queue(self, project: str, name: str) -> None:
@@ -465,8 +396,8 @@ class Driver(base.Driver):
                 listing = self._objects.names(container, "")
                 self._objects.delete_objects(container, [n for n in listing if n != lay.META])
             if listing:  # an absent queue is not purged
-                self._record(project, name, now,
-                             [self._event(project, name, events.PURGED, now)])
+                self._trail.record(project, name, now,
+                                   [self._trail.event(project, name, events.PURGED, now)])
 
     @operation
     def list_queues(self, project: str, marker: str | None, limit: int
@@ -566,9 +497,9 @@ class Driver(base.Driver):
                     raise
                 self._ensure_queue(project, queue, {})
                 self._objects.parallel(store, records)
-            self._record(project, queue, now, [
-                self._event(project, queue, events.POSTED, now, message_id=message_id,
-                            due=record.due / US, ttl=record.ttl, expires=record.expires / US)
+            self._trail.record(project, queue, now, [
+                self._trail.event(project, queue, events.POSTED, now, message_id=message_id,
+                                  due=record.due / US, ttl=record.ttl, expires=record.expires / US)
                 for message_id, _, record in records])
         return [message_id for message_id, _, _ in records]
 
@@ -704,8 +635,8 @@ class Driver(base.Driver):
             # and counted.
             if self._forget(container, message_id, record) and not record.moving:
                 self._tallies.tally(project, queue, record, None)
-                self._record(project, queue, now, [
-                    self._deleted(project, queue, now, message_id, record, holder)])
+                self._trail.record(project, queue, now, [
+                    self._trail.deleted(project, queue, now, message_id, record, holder)])
 
     @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
@@ -729,10 +660,10 @@ class Driver(base.Driver):
                 # A moving one ended with its move.
                 if not deleted or record.moving:
                     return None
-                return self._deleted(project, queue, now, message_id, record)
+                return self._trail.deleted(project, queue, now, message_id, record)
 
             trail = self._objects.parallel(forget, sorted(set(ids)))
-            self._record(project, queue, now, [event for event in trail if event])
+            self._trail.record(project, queue, now, [event for event in trail if event])
 
     @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
@@ -748,9 +679,9 @@ class Driver(base.Driver):
                     self._tallies.tally(project, queue, record, None)
             # Popped as it was before the pop marked it; one a concurrent delete took
             # first is that delete's to record.
-            self._record(project, queue, now, expired + [
-                self._event(project, queue, events.POPPED, now, message_id=message_id,
-                            claim_count=before.count)
+            self._trail.record(project, queue, now, expired + [
+                self._trail.event(project, queue, events.POPPED, now, message_id=message_id,
+                                  claim_count=before.count)
                 for (message_id, _, _, before), deleted in zip(taken, forgotten, strict=True)
                 if deleted])
             return [self._message(i, before, body, now) for i, _, body, before in taken]
@@ -967,10 +898,10 @@ class Driver(base.Driver):
                         lambda e: self._redrive_one(project, queue, e, now, redrive_id,
                                                     destination), batch)
                               if isinstance(result, Moved)]
-            self._record(project, queue, now, [
-                self._event(project, queue, events.REDRIVEN, now, message_id=move.message_id,
-                            claim_count=move.record.count, source=queue,
-                            target=move.marker["queue"], expires=move.record.expires / US)
+            self._trail.record(project, queue, now, [
+                self._trail.event(project, queue, events.REDRIVEN, now, message_id=move.message_id,
+                                  claim_count=move.record.count, source=queue,
+                                  target=move.marker["queue"], expires=move.record.expires / US)
                 for move in moved])
         return len(moved)
 
@@ -1030,7 +961,7 @@ class Driver(base.Driver):
                         # read, most likely the one before this edit.
                         self._tallies.tally(project, queue, counted, record)
                         raise errors.MessageNotFound(f"Message {message_id} does not exist.")
-                    self._record(project, queue, now, [self._event(
+                    self._trail.record(project, queue, now, [self._trail.event(
                         project, queue, events.EDITED, now, message_id=message_id,
                         due=edited[0].due / US, claim_count=edited[0].count)])
                     return self._message(message_id, *edited, now)
@@ -1124,9 +1055,9 @@ class Driver(base.Driver):
         if not self._remove(container, message_id, record, entry):
             return None  # deleted by another request (a delete by ids that read it live)
         self._tallies.tally(project, queue, record, None)
-        return self._event(project, queue, events.EXPIRED, record.expires,
-                           message_id=message_id, claim_count=record.count,
-                           expires=record.expires / US)
+        return self._trail.event(project, queue, events.EXPIRED, record.expires,
+                                 message_id=message_id, claim_count=record.count,
+                                 expires=record.expires / US)
 
     def _remove(self, container: str, message_id: str, record: Record, met: Entry) -> bool:
         """Delete an expired message, then its index entries; False if it was gone.
@@ -1228,16 +1159,16 @@ class Driver(base.Driver):
             trail = expired + [self._dead_lettered(project, queue, now, move)
                                for move in moved]
             if not taken:
-                self._record(project, queue, now, trail)
+                self._trail.record(project, queue, now, trail)
                 return None
             claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
                      "messages": [[i, record.generation] for i, record, _, _ in taken]}
             self._objects.swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
                                            headers={"X-Delete-At": delete_at(expires)})
-            self._record(project, queue, now, trail + [
-                self._event(project, queue, events.CLAIMED, now, message_id=message_id,
-                            claim_id=claim_id, claim_count=record.count,
-                            expires=record.expires / US)
+            self._trail.record(project, queue, now, trail + [
+                self._trail.event(project, queue, events.CLAIMED, now, message_id=message_id,
+                                  claim_id=claim_id, claim_count=record.count,
+                                  expires=record.expires / US)
                 for message_id, record, _, _ in taken])
         return Claim(id=claim_id, ttl=ttl, grace=grace, created=now / US,
                      expires=expires / US, as_of=now / US,
@@ -1249,10 +1180,10 @@ class Driver(base.Driver):
         """The event of a move, for the source's trail, with the message as the target
         queue holds it."""
         ttl, expires = dead_lettered(move.record, move.marker)
-        return self._event(project, queue, events.DEAD_LETTERED, now,
-                           message_id=move.message_id, claim_count=move.record.count,
-                           source=queue, target=move.marker["queue"], ttl=ttl,
-                           expires=expires / US, body=move.body.decode())
+        return self._trail.event(project, queue, events.DEAD_LETTERED, now,
+                                 message_id=move.message_id, claim_count=move.record.count,
+                                 source=queue, target=move.marker["queue"], ttl=ttl,
+                                 expires=expires / US, body=move.body.decode())
 
     def _live_claim(self, container: str, claim_id: str, now: int) -> dict[str, Any]:
         found = None
@@ -1344,52 +1275,10 @@ class Driver(base.Driver):
     # may lag a little behind the latest writes.
 
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
-        starts = ([f"{self._objects.prefix}:"] if project is None else
-                  [lay.queue_prefix(self._objects.prefix, project),
-                   lay.events_prefix(self._objects.prefix, project)])
-        with unavailable_as_503():
-            containers = [name for start in starts for name in self._objects.account(start)]
-            queues = {parsed for parsed in (lay.parse_container(self._objects.prefix, name)
-                                            for name in containers) if parsed}
-            trails = [parsed for parsed in (lay.parse_events_container(self._objects.prefix, name)
-                                            for name in containers) if parsed]
-            # A deleted queue's events container stays, empty once its events expired.
-            firsts = self._objects.parallel(lambda parsed: self._objects.names(
-                lay.events_container_of_part(self._objects.prefix, *parsed), "", limit=1), trails)
-            held = {parsed: names[0] for parsed, names in zip(trails, firsts, strict=True)
-                    if names}
-            parts = {part for part, _ in queues | held.keys()}
-            projects = {part: project if project is not None else lay.project_of_part(part)
-                        for part in parts}
-            for (part, queue), first in held.items():
-                if projects[part] is None:  # a hashed project part: its events name it
-                    projects[part] = self._project_of_trail(part, queue, first)
-        return sorted((projects[part], queue) for part, queue in queues | held.keys()
-                      if projects[part] is not None)
-
-    def _project_of_trail(self, part: str, queue: str, name: str) -> str | None:
-        """The project of a hashed project part, from the events object *name*."""
-        found = self._objects.get(
-            lay.events_container_of_part(self._objects.prefix, part, queue), name)
-        trail = lay.decode_events(found[1]) if found else []
-        return trail[0].project if trail else None
+        return self._trail.queues(project)
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
-        container = lay.events_container(self._objects.prefix, project, queue)
-        after = ""
-        while True:
-            with unavailable_as_503():
-                names = self._objects.names(container, "", marker=after, limit=LISTING_PAGE)
-            for start in range(0, len(names), TRAIL_BATCH):
-                with unavailable_as_503():
-                    bodies = self._objects.parallel(lambda name: self._objects.get(container, name),
-                                                    names[start:start + TRAIL_BATCH])
-                for found in bodies:
-                    if found is not None:  # past its retention (X-Delete-At)
-                        yield from lay.decode_events(found[1])
-            if len(names) < LISTING_PAGE:
-                return
-            after = names[-1]
+        return self._trail.read(project, queue)
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
         container = self._objects.container(project, queue)
