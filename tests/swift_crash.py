@@ -2,8 +2,8 @@
 (or holding a tally writer slot).
 
 Each kind changes nothing but *when the process dies*: it wraps one step of the claim,
-dead-letter or edit protocol (a method of the driver or of its ``Objects``,
-delayq/storage/swift/driver.py and objects.py) so that the process kills itself with
+dead-letter or edit protocol (a method of the driver's ``Objects`` or ``Markers``,
+delayq/storage/swift/objects.py and markers.py) so that the process kills itself with
 SIGKILL right after (or, for the last step of a move, instead of) that step, as a crash
 would, leaving Swift exactly as that step left it.
 """
@@ -86,7 +86,7 @@ def before_deleting_the_source(driver: Driver) -> None:
                      ) -> None:
         die()
 
-    driver._leave_source = leave_source
+    driver._markers.leave_source = leave_source
 
 
 def after_rewriting_the_edited(driver: Driver) -> None:

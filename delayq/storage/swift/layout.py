@@ -86,6 +86,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from delayq import events
+from delayq.message import Message
 
 META = "meta"
 MESSAGE_PREFIX = "m/"
@@ -367,6 +368,15 @@ class Record:
             return Entry(self.claim_expires, message_id, self.count, self.generation,
                          CLAIMED, self.expires)
         return free_entry(self.due, message_id, self.count, self.generation, self.expires)
+
+    def message(self, message_id: str, body: bytes, now_us: int) -> Message:
+        """The message this state and *body* make, as read at *now_us*."""
+        return Message(
+            id=message_id, body=json.loads(body), ttl=self.ttl, created=self.created / US,
+            expires=self.expires / US, due=self.due / US, client_id=self.client,
+            claim_id=self.claim or None, claim_expires=self.claim_expires / US,
+            claim_count=self.count, as_of=now_us / US, source_queue=self.source or None,
+            moved_at=self.moved / US if self.moved else None)
 
 
 def free_entry(due: int, message_id: str, count: int, generation: int, expires: int
