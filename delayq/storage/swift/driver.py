@@ -466,7 +466,7 @@ class Driver(base.Driver):
                 # Its expiry here does not matter: the move decides whether it lives on
                 # in the queue it was moving to.
                 self._markers.finish_move(project, queue, message_id, read[0], read[1],
-                                          json.loads(read[0].moving), now)
+                                          read[0].move(), now)
                 continue
             if read[0].expires > now:
                 live.append(read[0].message(message_id, read[1], now))

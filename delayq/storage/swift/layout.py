@@ -22,13 +22,13 @@ Inside it:
     claim count, generation, state (``f`` free or delayed, ``c`` claimed) and expiry —
     which is also all ``stats`` needs. ``X-Delete-At`` as its message's.
 ``c/<id>/<generation>``
-    Generation markers, the source of truth for exclusivity: the n-th claim (or the
-    dead-letter move, edit, or expiry) of a message is the one request that creates
-    ``c/<id>/<n>`` with ``If-None-Match: *``. Body: kind (claim, move, edit or expire),
-    claim id, claim expiry; an edit's marker carries the edit itself (new due time, new
-    body), so that whoever meets it can complete it. An ``expire`` marker is the right to
-    delete an expired message and report it: of all the claims and reapers that meet it,
-    only its winner does.
+    Generation markers (``Marker``), the source of truth for exclusivity: the n-th claim
+    (or the dead-letter move, edit, or expiry) of a message is the one request that
+    creates ``c/<id>/<n>`` with ``If-None-Match: *``. Body: kind (claim, move, edit or
+    expire), claim id, claim expiry; an edit's marker carries the edit itself (new due
+    time, new body), so that whoever meets it can complete it. An ``expire`` marker is
+    the right to delete an expired message and report it: of all the claims and reapers
+    that meet it, only its winner does.
 ``k/<claim id>``
     A claim: ttl, grace, times and the ``[id, generation]`` pairs it holds.
 ``t/<level>/<page>/<slot>``
@@ -369,6 +369,10 @@ class Record:
                          CLAIMED, self.expires)
         return free_entry(self.due, message_id, self.count, self.generation, self.expires)
 
+    def move(self) -> Marker:
+        """The move under way (``moving``): its marker, with the move's ``base``."""
+        return Marker.parse(self.moving)
+
     def message(self, message_id: str, body: bytes, now_us: int) -> Message:
         """The message this state and *body* make, as read at *now_us*."""
         return Message(
@@ -385,6 +389,57 @@ def free_entry(due: int, message_id: str, count: int, generation: int, expires: 
     expiry when its delay runs past its ttl, so that listing the index up to now finds
     every expired message (a claim's expiry never passes the message's)."""
     return Entry(min(due, expires), message_id, count, generation, FREE, expires)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A generation marker ``c/<id>/<n>``: what the request that won generation *n* of a
+    message does with it (times in microseconds).
+
+    The same, with ``base`` set, is the description of a move under way that the source
+    message carries (``Record.moving``) until the move is done.
+    """
+
+    kind: str  # CLAIM, MOVE, EDIT or EXPIRE
+    at: int  # when it was bid for
+    claim: str | None = None  # the claim's id (a redrive's, for its moves)
+    expires: int = 0  # the claim's expiry; 0 once released
+    grace: int = 0
+    queue: str | None = None  # a move's target queue
+    ttl: int | None = None  # a dead-letter move's ttl there (None: the message keeps its)
+    redrive: bool = False  # a move back by redrive, not a dead-letter move
+    due: int | None = None  # an edit's new due time (None: unchanged)
+    body: str | None = None  # an edit's new body, JSON (None: unchanged)
+    nonce: str | None = None  # the winning bid's, once stored
+    base: int | None = None  # a move's first generation in its target queue
+
+    @classmethod
+    def parse(cls, stored: bytes | str) -> Marker:
+        """The marker of a marker object's body (or of ``Record.moving``)."""
+        fields = json.loads(stored)
+        return cls(kind=fields["kind"], at=fields["at"], claim=fields.get("claim"),
+                   expires=fields.get("expires", 0), grace=fields.get("grace", 0),
+                   queue=fields.get("queue"), ttl=fields.get("ttl"),
+                   redrive=bool(fields.get("redrive")), due=fields.get("due"),
+                   body=fields.get("body"), nonce=fields.get("nonce"), base=fields.get("base"))
+
+    def stored(self) -> dict[str, Any]:
+        """The stored form: the fields its kind has, always in this order."""
+        if self.kind == EXPIRE:
+            fields: dict[str, Any] = {"kind": self.kind, "at": self.at}
+        else:
+            fields = {"kind": self.kind, "claim": self.claim, "expires": self.expires,
+                      "grace": self.grace, "at": self.at, "queue": self.queue,
+                      "ttl": self.ttl}
+            if self.redrive:
+                fields["redrive"] = True
+            if self.kind == EDIT:
+                fields.update(due=self.due, body=self.body)
+        if self.nonce is not None:
+            fields["nonce"] = self.nonce
+        if self.base is not None:
+            fields["base"] = self.base
+        return fields
 
 
 def encode(value: Any) -> bytes:

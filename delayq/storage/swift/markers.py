@@ -2,7 +2,7 @@
 edits and expiries, each won by bidding for a message's next generation marker.
 
 The n+1-th change of a message's generation is the one request whose bid (``objects``)
-creates ``c/<id>/<n+1>``; every racer reads the same winner.
+creates ``c/<id>/<n+1>`` (``layout.Marker``); every racer reads the same winner.
 
 Claim
     List the queue's availability index (``a/``) up to now: the claimable messages, oldest
@@ -51,7 +51,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from swiftclient.exceptions import ClientException
@@ -60,7 +60,7 @@ from delayq import errors, events
 from delayq.message import NO_CHANGE, Message, Unchanged
 from delayq.queue import DeadLetterPolicy, dead_lettered_ttl
 from delayq.storage.swift import layout as lay
-from delayq.storage.swift.layout import US, Entry, Record
+from delayq.storage.swift.layout import US, Entry, Marker, Record
 from delayq.storage.swift.objects import Objects, is_status
 from delayq.storage.swift.tallies import Tallies
 from delayq.storage.swift.trail import Trail
@@ -84,22 +84,22 @@ class Moved:
     message_id: str
     record: Record  # the source's record, marked moving
     body: bytes
-    marker: dict[str, Any]  # the move's marker: target queue, ttl, time
+    move: Marker  # the move's marker: target queue, ttl, time
 
     def dead_lettered(self, project: str, queue: str, now: int) -> events.Event:
         """The event of a dead-letter move, for the source's trail, with the message as
         the target queue holds it."""
-        ttl, expires = dead_lettered(self.record, self.marker)
+        ttl, expires = dead_lettered(self.record, self.move)
         return Trail.event(project, queue, events.DEAD_LETTERED, now,
                            message_id=self.message_id, claim_count=self.record.count,
-                           source=queue, target=self.marker["queue"], ttl=ttl,
+                           source=queue, target=self.move.queue, ttl=ttl,
                            expires=expires / US, body=self.body.decode())
 
     def redriven(self, project: str, queue: str, now: int) -> events.Event:
         """The event of a redrive, for the source's trail."""
         return Trail.event(project, queue, events.REDRIVEN, now, message_id=self.message_id,
                            claim_count=self.record.count, source=queue,
-                           target=self.marker["queue"], expires=self.record.expires / US)
+                           target=self.move.queue, expires=self.record.expires / US)
 
 
 class Lost:
@@ -109,35 +109,33 @@ class Lost:
 LOST = Lost()
 
 
-def dead_lettered(record: Record, marker: dict[str, Any]) -> tuple[int, int]:
-    """The ttl and expiry (µs) of a message the move *marker* takes to its queue."""
-    return dead_lettered_ttl(marker["ttl"], record.ttl, record.created, marker["at"], US)
+def dead_lettered(record: Record, move: Marker) -> tuple[int, int]:
+    """The ttl and expiry (µs) of a message the *move* takes to its queue."""
+    return dead_lettered_ttl(move.ttl, record.ttl, record.created, move.at, US)
 
 
-def arrival(queue: str, record: Record, marker: dict[str, Any]) -> tuple[Record, int]:
-    """The record a move (or redrive) *marker* gives the message leaving *queue* as
-    *record*, in its new queue, and when it is available there (µs)."""
-    moved_at = marker["at"]
-    base = marker.get("base", 0)
-    if marker.get("redrive"):
-        moved = Record(ttl=record.ttl, created=record.created,
-                       due=min(record.due, moved_at), client=record.client,
-                       expires=record.expires, generation=base)
+def arrival(queue: str, record: Record, move: Marker) -> tuple[Record, int]:
+    """The record a *move* (or redrive) gives the message leaving *queue* as *record*, in
+    its new queue, and when it is available there (µs)."""
+    base = move.base or 0
+    if move.redrive:
+        moved = Record(ttl=record.ttl, created=record.created, due=min(record.due, move.at),
+                       client=record.client, expires=record.expires, generation=base)
         return moved, moved.due
-    ttl, expires = dead_lettered(record, marker)
+    ttl, expires = dead_lettered(record, move)
     return Record(ttl=ttl, created=record.created, due=record.due, client=record.client,
                   expires=expires, count=record.count, generation=base, source=queue,
-                  moved=moved_at), moved_at
+                  moved=move.at), move.at
 
 
-def edited(record: Record, edit: dict[str, Any], generation: int) -> Record:
+def edited(record: Record, edit: Marker, generation: int) -> Record:
     """The record after the *edit* marker of *generation*: the same for every process
     that applies it to the same record."""
     result = Record(**{**vars(record), "generation": generation})
-    if edit["due"] is not None:
+    if edit.due is not None:
         # A message edited is free: a claim that expired no longer sets when it is
         # available, its new due time does (its claim count stays).
-        result.due = edit["due"]
+        result.due = edit.due
         result.claim = ""
         result.claim_expires = 0
     return result
@@ -216,10 +214,10 @@ class Markers:
             # the next claims do not meet it again.
             return self.expire(project, queue, entry, now)
         move = dead_letter is not None and entry.count >= dead_letter.max_claim_count
-        marker = {"kind": lay.MOVE if move else lay.CLAIM, "claim": claim_id,
-                  "expires": claim_expires, "grace": grace, "at": now,
-                  "queue": dead_letter.queue if move else None,
-                  "ttl": dead_letter.messages_ttl if move else None}
+        marker = Marker(kind=lay.MOVE if move else lay.CLAIM, at=now, claim=claim_id,
+                        expires=claim_expires, grace=grace,
+                        queue=dead_letter.queue if move else None,
+                        ttl=dead_letter.messages_ttl if move else None)
         won = self._win(project, queue, entry, marker, now)
         if not isinstance(won, tuple):
             return won
@@ -240,7 +238,7 @@ class Markers:
             return None
         return message_id, record, body, before
 
-    def _win(self, project: str, queue: str, entry: Entry, marker: dict[str, Any], now: int
+    def _win(self, project: str, queue: str, entry: Entry, marker: Marker, now: int
              ) -> tuple[Record, bytes] | Lost | None:
         """Bid for the next generation of *entry*'s message with *marker*: the message's
         record and body when won, LOST (after repairing the entry) when another took it,
@@ -249,7 +247,7 @@ class Markers:
         container = objects.container(project, queue)
         message_id = entry.message_id
         won = objects.bid(container, lay.marker_name(message_id, entry.generation + 1),
-                          marker, {"X-Delete-At": objects.marker_until(entry.expires)})
+                          marker.stored(), {"X-Delete-At": objects.marker_until(entry.expires)})
         if not won:
             self.repair(project, queue, entry, now)
             return LOST
@@ -266,10 +264,10 @@ class Markers:
         container = objects.container(project, queue)
         renewed = Record(**{**vars(record), "claim_expires": expires,
                             "expires": max(record.expires, expires + grace * US)})
+        marker = Marker(kind=lay.CLAIM, at=now, claim=claim_id, expires=expires, grace=grace)
         objects.swift.put_object(
             container, lay.marker_name(message_id, record.generation),
-            lay.encode({"kind": lay.CLAIM, "claim": claim_id, "expires": expires,
-                        "grace": grace, "at": now, "queue": None, "ttl": None}),
+            lay.encode(marker.stored()),
             headers={"X-Delete-At": objects.marker_until(renewed.expires)})
         objects.write_record(container, message_id, renewed)
         self._tallies.tally(project, queue, record, renewed)
@@ -285,10 +283,11 @@ class Markers:
         found = objects.get(container, name)
         if found is None:
             return
-        state = json.loads(found[1])
-        if state.get("claim") != record.claim or state.get("expires", 0) <= now:
+        marker = Marker.parse(found[1])
+        if marker.claim != record.claim or marker.expires <= now:
             return
-        objects.swift.put_object(container, name, lay.encode({**state, "expires": 0}),
+        objects.swift.put_object(container, name, lay.encode(replace(marker,
+                                                                     expires=0).stored()),
                                  headers={"X-Delete-At": objects.marker_until(record.expires)})
         released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
         objects.write_record(container, message_id, released)
@@ -299,21 +298,21 @@ class Markers:
     # Moves
 
     def _move(self, project: str, queue: str, entry: Entry, before: Record, body: bytes,
-              marker: dict[str, Any], now: int) -> Moved:
+              marker: Marker, now: int) -> Moved:
         """Complete the move (or redrive) whose *marker* this request won."""
         message_id = entry.message_id
         move = self._moving(project, message_id, marker)
-        moving = Record(**{**vars(before), "count": entry.count, "moving": json.dumps(move)})
+        moving = Record(**{**vars(before), "count": entry.count,
+                           "moving": json.dumps(move.stored())})
         # Counted by the winner, in both queues: whoever completes the move counts nothing.
         self._tallies.tally(project, queue, before, None)
-        self._tallies.tally(project, move["queue"], None, arrival(queue, moving, move)[0])
+        self._tallies.tally(project, move.queue, None, arrival(queue, moving, move)[0])
         self._objects.write_record(self._objects.container(project, queue), message_id,
                                    moving)
         self.finish_move(project, queue, message_id, moving, body, move, now, entry)
         return Moved(message_id, moving, body, move)
 
-    def _moving(self, project: str, message_id: str, marker: dict[str, Any]
-                ) -> dict[str, Any]:
+    def _moving(self, project: str, message_id: str, marker: Marker) -> Marker:
         """The move's description kept on the source record until the move is done.
 
         It fixes the generation the message starts from in the dead-letter queue: past
@@ -321,13 +320,12 @@ class Markers:
         through a cycle of dead-letter policies), so its first claim there is not taken
         for one of its old ones.
         """
-        target = self._objects.container(project, marker["queue"])
+        target = self._objects.container(project, marker.queue)
         old = self._objects.names(target, lay.marker_prefix(message_id))
-        return {**marker, "base": int(old[-1].rsplit("/", 1)[1]) if old else 0}
+        return replace(marker, base=int(old[-1].rsplit("/", 1)[1]) if old else 0)
 
     def finish_move(self, project: str, queue: str, message_id: str, record: Record,
-                    body: bytes, marker: dict[str, Any], now: int, met: Entry | None = None
-                    ) -> None:
+                    body: bytes, move: Marker, now: int, met: Entry | None = None) -> None:
         """Copy the message into the dead-letter queue, then delete it from *queue*.
 
         Every step can be repeated: the copy is conditional, the entry's name depends
@@ -337,8 +335,8 @@ class Markers:
         """
         objects = self._objects
         source = objects.container(project, queue)
-        target = objects.container(project, marker["queue"])
-        moved, available = arrival(queue, record, marker)
+        target = objects.container(project, move.queue)
+        moved, available = arrival(queue, record, move)
         entry = lay.free_entry(available, message_id, moved.count, moved.generation,
                                moved.expires)
         expires = moved.expires
@@ -349,7 +347,7 @@ class Markers:
             except ClientException as exc:
                 if not is_status(exc, 404):
                     raise
-                self._ensure_queue(project, marker["queue"], {})
+                self._ensure_queue(project, move.queue, {})
                 objects.create(target, lay.message_name(message_id), body, headers)
             objects.put_entry(target, entry)
         self.leave_source(source, message_id, record, met)
@@ -406,15 +404,15 @@ class Markers:
         if found[0].moving:
             # A move (or redrive) whose mover died: completed here, entry included.
             self.finish_move(project, queue, message_id, found[0], found[1],
-                             json.loads(found[0].moving), now, entry)
+                             found[0].move(), now, entry)
             return None
         if found[0].expires <= now:
             return None
         target = destination or found[0].source
         if not target:
             return None  # never dead-lettered: it stays unless a destination is given
-        marker = {"kind": lay.MOVE, "claim": redrive_id, "expires": 0, "grace": 0,
-                  "at": now, "queue": target, "ttl": None, "redrive": True}
+        marker = Marker(kind=lay.MOVE, at=now, claim=redrive_id, expires=0, grace=0,
+                        queue=target, redrive=True)
         won = self._win(project, queue, entry, marker, now)
         if not isinstance(won, tuple):
             return won
@@ -432,11 +430,11 @@ class Markers:
             now = now_us()
             record, old_body = self._editable(project, queue, message_id, now)
             generation = record.generation + 1
-            marker = {"kind": lay.EDIT, "claim": None, "expires": 0, "grace": 0,
-                      "at": now, "queue": None, "ttl": None,
-                      "due": None if delay is None else now + round(delay * US),
-                      "body": None if body is NO_CHANGE else lay.encode(body).decode()}
-            if objects.bid(container, lay.marker_name(message_id, generation), marker,
+            marker = Marker(kind=lay.EDIT, at=now,
+                            due=None if delay is None else now + round(delay * US),
+                            body=None if body is NO_CHANGE else lay.encode(body).decode())
+            if objects.bid(container, lay.marker_name(message_id, generation),
+                           marker.stored(),
                            {"X-Delete-At": objects.marker_until(record.expires)}):
                 counted = edited(record, marker, generation)
                 self._tallies.tally(project, queue, record, counted)
@@ -467,7 +465,7 @@ class Markers:
                  else None)
         if found is not None and found[0].moving:
             self.finish_move(project, queue, message_id, found[0], found[1],
-                             json.loads(found[0].moving), now)
+                             found[0].move(), now)
             found = None
         if found is None or found[0].expires <= now:
             raise errors.MessageNotFound(f"Message {message_id} does not exist.")
@@ -476,17 +474,17 @@ class Markers:
         return found
 
     def _complete_edit(self, container: str, message_id: str, record: Record, body: bytes,
-                       edit: dict[str, Any], generation: int, met: Entry
+                       edit: Marker, generation: int, met: Entry
                        ) -> tuple[Record, bytes] | None:
         """Apply the won *edit* marker to the message read as *record* and *body*, then
         move its index entry from *met*; the new record and body, or None when the
         message is gone (deleted meanwhile)."""
         objects = self._objects
         result = edited(record, edit, generation)
-        if edit["body"] is None:
+        if edit.body is None:
             objects.write_record(container, message_id, result)
         else:
-            body = edit["body"].encode()
+            body = edit.body.encode()
             # Swift has no conditional overwrite: a PUT would bring back a message a
             # delete has just removed, so absence is checked first (operator guide).
             if not objects.exists(container, lay.message_name(message_id)):
@@ -523,7 +521,7 @@ class Markers:
             self.repair(project, queue, entry, now)
             return None
         if not objects.bid(container, lay.marker_name(message_id, record.generation + 1),
-                           {"kind": lay.EXPIRE, "at": now},
+                           Marker(kind=lay.EXPIRE, at=now).stored(),
                            {"X-Delete-At": objects.marker_until(record.expires)}):
             # Another reaper or claim removes it; or a claim, move or edit won the
             # generation before the record showed it (its maker may have died).
@@ -572,35 +570,34 @@ class Markers:
             latest = objects.get(container, markers[-1], newest=True)
             if latest is None:
                 return
-            marker = json.loads(latest[1])
-            if now - marker["at"] < objects.settle * US:
+            marker = Marker.parse(latest[1])
+            if now - marker.at < objects.settle * US:
                 return  # a bid still settling: its winner is alive and finishes the job
-            if marker["kind"] == lay.EXPIRE:
+            if marker.kind == lay.EXPIRE:
                 # Its winner removes the message and reports it; one that died before
                 # its DELETE left the rest to whoever comes much later, uncounted.
-                if now - marker["at"] >= EXPIRY_ABANDONED:
+                if now - marker.at >= EXPIRY_ABANDONED:
                     self._remove(container, message_id, record, entry)
                 return
             # Every generation past the record's was a claim, but a final move or edit
             # (an edit bids only for the generation right after a record it read).
-            claims = generation - record.generation - (marker["kind"] != lay.CLAIM)
+            claims = generation - record.generation - (marker.kind != lay.CLAIM)
             record = Record(**{**vars(record), "count": record.count + claims})
-            if marker["kind"] == lay.EDIT:
+            if marker.kind == lay.EDIT:
                 # An editor that died after winning: its edit is completed as it would.
                 self._complete_edit(container, message_id, record, body, marker, generation,
                                     entry)
                 return
-            if marker["kind"] == lay.MOVE:
-                record.moving = json.dumps(self._moving(project, message_id, marker))
+            if marker.kind == lay.MOVE:
+                record.moving = json.dumps(self._moving(project, message_id, marker).stored())
             else:
                 record.generation = generation
-                record.claim = marker["claim"]
-                record.claim_expires = marker["expires"]
-                record.expires = max(record.expires,
-                                     marker["expires"] + marker["grace"] * US)
+                record.claim = marker.claim or ""
+                record.claim_expires = marker.expires
+                record.expires = max(record.expires, marker.expires + marker.grace * US)
             objects.write_record(container, message_id, record)
         if record.moving:
-            self.finish_move(project, queue, message_id, record, body,
-                             json.loads(record.moving), now, entry)
+            self.finish_move(project, queue, message_id, record, body, record.move(), now,
+                             entry)
             return
         objects.move_entry(container, message_id, entry, record.entry(message_id))
