@@ -4,16 +4,13 @@
 before they can be trusted (bids, 404 rechecks, the proxy's clock) are ``objects.py``'s;
 claims, moves, redrives, edits and expiries are won by bidding for generation markers
 (``markers.py``); the event trail is ``trail.py``'s, the tallies behind ``queue_counts``
-``tallies.py``'s. This module answers the storage interface with them, and makes the
-reaper's passes: each expired message is removed and reported by whoever wins its expire
-marker; one process of the deployment makes each pass, the one that wins its lease
-(``reaper`` in the writers container).
+``tallies.py``'s, the reaper's passes ``expiry.py``'s. This module answers the storage
+interface with them.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 import threading
 import uuid
@@ -34,12 +31,11 @@ from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.reaper import Reaper
 from delayq.storage.swift import layout as lay
+from delayq.storage.swift.expiry import Expiry
 from delayq.storage.swift.layout import US, Entry, Record
 from delayq.storage.swift.markers import Markers
 from delayq.storage.swift.objects import (
-    DELETE_AFTER,
     EXPIRED_RETENTION,
-    LISTING_PAGE,
     NAME,
     Objects,
     delete_at,
@@ -50,10 +46,6 @@ from delayq.storage.swift.options import GROUP
 from delayq.storage.swift.tallies import Tallies
 from delayq.storage.swift.trail import Trail
 
-LOG = logging.getLogger(__name__)
-
-REAP_BATCH = 64  # expired index entries a reaper pass handles at once
-REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requests
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
 MESSAGES_BATCH = 100  # messages read at once by read_messages
 
@@ -95,6 +87,8 @@ class Driver(base.Driver):
                             lambda kinds: self.endings(kinds))
         self._markers = Markers(self._objects, self._tallies, self._trail,
                                 self._ensure_queue)
+        self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
+                              self._stop)
         self._last_id_us = 0
         self._lock = threading.Lock()  # guards _last_id_us
         clock_object = lay.clock_object(secrets.token_hex(8))
@@ -102,7 +96,7 @@ class Driver(base.Driver):
             lambda: self._objects.proxy_time_ms(clock_object), clock_sync_interval)
         self._reaper: Reaper | None = None
         if reap_interval > 0:
-            self._reaper = Reaper("delayq-swift-reaper", self.reap, self._reaper_lease,
+            self._reaper = Reaper("delayq-swift-reaper", self.reap, self._expiry.lease,
                                   reap_interval)
             self._reaper.start()
 
@@ -165,76 +159,16 @@ class Driver(base.Driver):
 
     # The reaper
 
-    def _reaper_lease(self, seconds: float) -> bool:
-        """Bid for this pass of the background reaper: True for the one process of the
-        deployment that won it. The lease is never renewed nor deleted: it lapses before
-        the next pass is due (``delayq.storage.reaper``)."""
-        container = lay.writers_container(self._objects.prefix)
-        body = lay.lease_body(secrets.token_hex(8))
-        # Whole seconds, as Swift keeps them; a lease of less than one would be none.
-        headers = {DELETE_AFTER: str(max(1, int(seconds)))}
-        with unavailable_as_503():
-            try:
-                return self._objects.bid(container, lay.REAPER, body, headers)
-            except ClientException as exc:
-                if not is_status(exc, 404):
-                    raise
-                self._objects.swift.put_container(container)  # the deployment's first lease
-                return self._objects.bid(container, lay.REAPER, body, headers)
-
     @operation
     def reap(self) -> None:
         """One pass: the expired messages of every queue container under this driver's
         prefix, each removed and reported by whoever wins its expire marker (so passes
         and claims racing report each once)."""
-        with unavailable_as_503():
-            containers = self._objects.account(f"{self._objects.prefix}:")
-        for part, queue in filter(None, (lay.parse_container(self._objects.prefix, name)
-                                         for name in containers)):
-            if self._stop.is_set():
-                return  # closing: the next pass, of whichever process, goes on
-            try:
-                with unavailable_as_503():
-                    project = lay.project_of_part(part)
-                    if project is None:
-                        project = self._trail.project_of_queue(part, queue)
-                    if project is None:
-                        LOG.debug("Queue %s of a hashed project part %s left unreaped: "
-                                  "no event of its trail names the project", queue, part)
-                        continue
-                    self.reap_queue(project, queue)
-            except (errors.StorageUnavailable, ClientException) as exc:
-                # One queue failing (Swift, or the queue deleted under the pass) leaves
-                # the others theirs.
-                LOG.warning("Expired messages of queue %s not reaped in this pass: %s",
-                            queue, getattr(exc, "description", exc))
+        self._expiry.reap()
 
     def reap_queue(self, project: str, queue: str) -> None:
-        """Remove the queue's expired messages: every index entry available by now whose
-        expiry has passed (``layout.free_entry``: an expired message's entry is listed),
-        a listing at a time, its entries in batches of ``REAP_BATCH``, each batch's
-        events one object."""
-        container = self._objects.container(project, queue)
-        with unavailable_as_503():
-            now = self._now_us()
-            end = lay.index_end(now)
-            after = lay.INDEX_PREFIX
-            while True:
-                names = self._objects.names(container, lay.INDEX_PREFIX, marker=after, end=end,
-                                            limit=LISTING_PAGE)
-                expired = [entry for entry in map(Entry.parse, names)
-                           if entry is not None and entry.expires <= now]
-                for start in range(0, len(expired), REAP_BATCH):
-                    if self._stop.is_set():
-                        return
-                    trail = self._objects.parallel(
-                        lambda entry: self._markers.expire(project, queue, entry, now),
-                        expired[start:start + REAP_BATCH], pool=REAPER_POOL)
-                    self._trail.record(project, queue, now,
-                                       [event for event in trail if event])
-                if len(names) < LISTING_PAGE:
-                    return
-                after = names[-1]
+        """Remove the queue's expired messages (``expiry.Expiry.reap_queue``)."""
+        self._expiry.reap_queue(project, queue)
 
     # Tallies
 

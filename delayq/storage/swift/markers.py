@@ -36,7 +36,7 @@ Expiry
     may both get 204), so the right to remove and report it is the marker
     ``c/<id>/<n+1>`` of kind ``expire``, bid for like a claim's (``expire``). Claims (and
     pops) bid for the expired messages they meet at the head of the index, so the next
-    ones do not meet them again; the reaper (``Driver.reap``) for every queue's. Losers
+    ones do not meet them again; the reaper (``expiry.py``) for every queue's. Losers
     repair the entry as a claim's loser does; a claim that won the generation first keeps
     the message, which was live when it bid. An entry's availability is never after its
     message's expiry (``layout.free_entry``), so listing the index up to now finds every
