@@ -109,7 +109,7 @@ def main() -> None:
     from falcon import testing
 
     from delayq.api.app import create_app
-    from delayq.storage import load_driver
+    from delayq.storage.registry import load_driver
 
     with tempfile.TemporaryDirectory(prefix="delayq-bench-") as tmp, \
             store(args.driver, Path(tmp)) as (conf, driver):

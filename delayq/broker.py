@@ -86,7 +86,7 @@ class Broker:
     def queue_metadata(self, project: str, name: str) -> Steps[dict[str, Any]]:
         metadata = yield from self.driver.get_queue.steps(project, name)
         if metadata is None:
-            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+            raise errors.QueueNotFound.named(name)
         return self.with_reserved_defaults(metadata)
 
     @operation
@@ -95,7 +95,7 @@ class Broker:
         """Apply a JSON patch to the queue's metadata; the whole result is re-checked."""
         metadata = yield from self.driver.get_queue.steps(project, name)
         if metadata is None:
-            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+            raise errors.QueueNotFound.named(name)
         patched = apply_metadata_patch(metadata, operations)
         checked = validation.queue_metadata(patched, self.limits, name)
         yield from self.driver.set_queue_metadata.steps(project, name, checked)
@@ -248,7 +248,7 @@ class Broker:
     def get_message(self, project: str, queue: str, message_id: str) -> Steps[Message]:
         found = yield from self.driver.get_messages.steps(project, queue, [message_id])
         if not found:
-            raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+            raise errors.MessageNotFound.with_id(message_id)
         return found[0]
 
     @operation

@@ -22,13 +22,25 @@ class ValidationError(DelayqError):
 class QueueNotFound(DelayqError):
     """The queue does not exist in this project (HTTP 404)."""
 
+    @classmethod
+    def named(cls, name: str) -> QueueNotFound:
+        return cls(f"Queue {name!r} does not exist.")
+
 
 class MessageNotFound(DelayqError):
     """The message does not exist, or has expired (HTTP 404)."""
 
+    @classmethod
+    def with_id(cls, message_id: str) -> MessageNotFound:
+        return cls(f"Message {message_id} does not exist.")
+
 
 class ClaimNotFound(DelayqError):
     """The claim does not exist, or has expired (HTTP 404)."""
+
+    @classmethod
+    def with_id(cls, claim_id: str) -> ClaimNotFound:
+        return cls(f"Claim {claim_id} does not exist or has expired.")
 
 
 class MessageIsClaimed(DelayqError):

@@ -93,7 +93,7 @@ def loads_strict(text: str) -> Any:
     ``JSONDecodeError``), but refusing ``NaN``, ``Infinity`` and numbers beyond a float's
     range (ValueError).
 
-    ``JSONDecoder.decode`` and ``raw_decode`` written out: two Python calls fewer a body.
+    What ``JSONDecoder.decode`` does, without its two Python calls around the scanner.
     Whitespace is skipped only where there is some: most bodies have none around them.
     """
     start = _whitespace(text, 0).end() if text[:1] in WHITESPACE else 0

@@ -4,8 +4,8 @@ Times are POSIX seconds (floats) taken from the storage backend's clock, so ever
 process agrees on when a message is due, whatever its own clock says.
 
 These records (and ``Claim``) are read-only by convention, not frozen dataclasses: a
-frozen dataclass sets each field through ``object.__setattr__``, which made building a
-``Message`` four times slower (2.3 µs against 0.6), for every message a request returns.
+frozen dataclass sets each field through ``object.__setattr__``, several times slower to
+build, and a request builds one for every message it returns.
 """
 
 from __future__ import annotations

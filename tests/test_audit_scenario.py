@@ -414,7 +414,7 @@ class Store:
 
     def driver(self):
         """A driver on the real clock, as the audit opens it."""
-        from delayq.storage import load_driver
+        from delayq.storage.registry import load_driver
 
         return load_driver(delayq_conf.load([], config_files=[str(self.config_file)]))
 

@@ -35,7 +35,7 @@ from delayq.api.app import create_app
 from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.queue import QueueCounts
-from delayq.storage import load_driver
+from delayq.storage.registry import load_driver
 from delayq.storage.swift import layout
 from delayq.storage.swift.driver import Driver
 from delayq.validation import Limits, message_edit

@@ -39,8 +39,9 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asg
     """The API over *driver*, or over the driver *conf* selects."""
     metrics = Metrics()
     if driver is None:
-        driver = load_driver(conf)
-    driver.endings = metrics.count_endings
+        driver = load_driver(conf, endings=metrics.count_endings)
+    else:  # a driver the caller made (tests, embedding): told where its endings go
+        driver.endings = metrics.count_endings
     limits = Limits.from_conf(conf)
     broker = Broker(driver, limits, metrics, quotas=Quotas.from_conf(conf))
     wsgi = conf[WSGI_GROUP]

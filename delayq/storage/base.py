@@ -28,6 +28,13 @@ from delayq.events import Event
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.storage.reaper import Reaper
+
+Endings = Callable[[Iterable[str]], None]
+
+
+def ignore_endings(kinds: Iterable[str]) -> None:
+    """The endings of a driver nobody counts."""
 
 
 class Driver(abc.ABC):
@@ -50,13 +57,31 @@ class Driver(abc.ABC):
     waits_on_loop: bool = False
     # Told, once a transition is stored, the kind of each message that left a queue by
     # it (deleted, popped, dead_lettered, expired: one kind per message), whether or not
-    # the event trail is on. The API sets it to count them for /metrics.
-    endings: Callable[[Iterable[str]], None] = staticmethod(lambda kinds: None)
+    # the event trail is on: the API counts them for /metrics. Given at construction.
+    endings: Endings = staticmethod(ignore_endings)
+    _reaper: Reaper | None = None
+
+    def __init__(self, *, endings: Endings = ignore_endings) -> None:
+        self.endings = endings
+
+    def start_reaper(self, interval: float, lease: Callable[[float], bool]) -> None:
+        """Run ``reap`` every *interval* seconds in a background thread, in the one
+        process of the deployment that *lease* grants each pass to
+        (``delayq.storage.reaper``); none when *interval* is 0."""
+        if interval > 0:
+            self._reaper = Reaper(f"delayq-{self.name}-reaper", self.reap, lease, interval)
+            self._reaper.start()
+
+    def stop_reaper(self) -> None:
+        """Stop the background reaper, after its current pass."""
+        if self._reaper is not None:
+            self._reaper.stop()
 
     @classmethod
     @abc.abstractmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
-        """A connected driver, configured from its ``[drivers:message_store:NAME]`` group."""
+    def from_conf(cls, conf: cfg.ConfigOpts, *, endings: Endings = ignore_endings) -> Driver:
+        """A connected driver, configured from its ``[drivers:message_store:NAME]``
+        group, telling *endings* of the messages leaving queues."""
 
     @abc.abstractmethod
     def now(self) -> float:

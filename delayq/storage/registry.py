@@ -12,19 +12,20 @@ from oslo_config import cfg
 
 from delayq import conf as delayq_conf
 from delayq.conf import DRIVER_GROUPS, DRIVERS_GROUP
-from delayq.storage.base import Driver
+from delayq.storage.base import Driver, Endings, ignore_endings
 
 DRIVERS = {"sqlite": "sqlite", "redis": "redis", "mongodb": "mongo", "swift": "swift"}
 
 
-def load_driver(conf: cfg.ConfigOpts) -> Driver:
-    """The configured driver, connected."""
+def load_driver(conf: cfg.ConfigOpts, *, endings: Endings = ignore_endings) -> Driver:
+    """The configured driver, connected, telling *endings* of the messages leaving
+    queues."""
     name = conf[DRIVERS_GROUP].message_store
     if name not in DRIVERS:
         raise ValueError(f"[{DRIVERS_GROUP}] message_store = {name!r} is not one of "
                          f"{', '.join(DRIVERS)}.")
     module = importlib.import_module(f"delayq.storage.{DRIVERS[name]}.driver")
-    return module.Driver.from_conf(conf)
+    return module.Driver.from_conf(conf, endings=endings)
 
 
 def conf_for_uri(uri: str) -> cfg.ConfigOpts:

@@ -6,14 +6,11 @@ with 503 naming only the store, so a client retries instead of giving up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pymongo
 import pymongo.errors
 
-from delayq import errors
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.unavailable import Unavailability
 
 NAME = "mongodb"  # the store a 503 names
 
@@ -56,14 +53,14 @@ def is_missing_index(exc: pymongo.errors.PyMongoError) -> bool:
             and "hint" in str(exc))
 
 
-@contextmanager
-def unavailable_as_503() -> Iterator[None]:
-    try:
-        yield
-    except pymongo.errors.PyMongoError as exc:
-        if not is_unavailable(exc):
-            raise
-        raise errors.StorageUnavailable(f"MongoDB is unavailable: {exc}", store=NAME) from exc
+def describe_unavailable(exc: BaseException) -> str | None:
+    """What failed, when *exc* means MongoDB cannot serve now; None for anything else."""
+    if isinstance(exc, pymongo.errors.PyMongoError) and is_unavailable(exc):
+        return f"MongoDB is unavailable: {exc}"
+    return None
+
+
+unavailable = Unavailability(NAME, describe_unavailable)
 
 
 def parse_write_concern(value: str) -> int | str:

@@ -59,13 +59,12 @@ from delayq.storage.mongo.client import (
     is_missing_index,
     make_client,
     parse_write_concern,
-    unavailable_as_503,
+    unavailable,
 )
 from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.mongo.trail import Trail
-from delayq.storage.reaper import Reaper
 
 LOG = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def backend_call(method: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(method)
     def call(self: Driver, *args: Any, **kwargs: Any) -> T:
-        with unavailable_as_503():
+        with unavailable:
             self._indexes.ensure()
             try:
                 return method(self, *args, **kwargs)
@@ -89,9 +88,9 @@ def backend_call(method: Callable[..., T]) -> Callable[..., T]:
                 if not is_missing_index(exc):
                     raise
                 self._indexes.missing()
-                raise errors.StorageUnavailable(
-                    f"A MongoDB index of delayq is missing; creating it again: {exc}",
-                    store=NAME) from exc
+                raise unavailable.error(
+                    f"A MongoDB index of delayq is missing; creating it again: {exc}"
+                ) from exc
 
     return call
 
@@ -109,7 +108,8 @@ class Driver(base.Driver):
                  write_timeout: float = 10.0, clock_sync_interval: float = 30.0,
                  reap_interval: int = 0, expired_retention: int = 3600,
                  clock: Callable[[], float] | None = None, owns_client: bool = False,
-                 events_settings: events.Settings = events.ON) -> None:
+                 events_settings: events.Settings = events.ON,
+                 endings: base.Endings = base.ignore_endings) -> None:
         """*clock* replaces the primary's clock (tests); *owns_client* closes *client*
         with the driver; *events_settings* turns the event trail on or off.
 
@@ -117,6 +117,7 @@ class Driver(base.Driver):
         tests call ``reap`` themselves); *expired_retention* is how long MongoDB keeps
         an expired message before its TTL monitor drops it unseen (``layout.py``).
         """
+        super().__init__(endings=endings)
         self._client = client
         self._owns_client = owns_client
         concern = WriteConcern(w=write_concern, j=journal,
@@ -130,25 +131,23 @@ class Driver(base.Driver):
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
         self._tallies = tallies.Tallies(db[lay.TALLIES])
-        # ``endings`` is looked up at each call: the broker sets it on the driver made.
+        # ``endings`` is looked up at each call: a driver handed to the app is told its
+        # endings after it is made.
         self._trail = Trail(db[lay.EVENTS], events_settings, lambda kinds: self.endings(kinds))
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
-            with unavailable_as_503():
+            with unavailable:
                 self._indexes.ensure()
         except errors.StorageUnavailable as exc:
             LOG.warning("%s; creating the indexes at the next request.", exc.description)
-        self._reaper: Reaper | None = None
-        if reap_interval > 0:
-            self._reaper = Reaper("delayq-mongodb-reaper", self.reap, self._expiry.lease,
-                                  reap_interval)
-            self._reaper.start()
+        self.start_reaper(reap_interval, self._expiry.lease)
 
     @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+    def from_conf(cls, conf: cfg.ConfigOpts, *,
+                  endings: base.Endings = base.ignore_endings) -> Driver:
         group = conf[GROUP]
         client = make_client(group.uri, server_selection_timeout=group.server_selection_timeout,
                              connect_timeout=group.connect_timeout,
@@ -159,7 +158,7 @@ class Driver(base.Driver):
                    clock_sync_interval=group.clock_sync_interval,
                    reap_interval=group.reap_interval,
                    expired_retention=group.expired_retention, owns_client=True,
-                   events_settings=events_settings(conf))
+                   events_settings=events_settings(conf), endings=endings)
 
     # Time
 
@@ -171,7 +170,7 @@ class Driver(base.Driver):
 
     @operation
     def now(self) -> float:
-        with unavailable_as_503():
+        with unavailable:
             return lay.to_ms(self._clock()) / 1000
 
     def _now_ms(self) -> int:
@@ -187,8 +186,7 @@ class Driver(base.Driver):
 
     def close(self) -> None:
         # The reaper first: a pass under way finishes before the client goes.
-        if self._reaper is not None:
-            self._reaper.stop()
+        self.stop_reaper()
         if self._owns_client:
             self._client.close()
 
@@ -226,7 +224,7 @@ class Driver(base.Driver):
         result = self._queues.update_one({lay.PROJECT: project, lay.QUEUE: name},
                                          {"$set": {lay.METADATA: lay.encode_json(metadata)}})
         if result.matched_count == 0:
-            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+            raise errors.QueueNotFound.named(name)
 
     @operation
     @backend_call
@@ -515,7 +513,7 @@ class Driver(base.Driver):
                 return lay.message(doc, now)
             state = self._messages.find_one(live, {lay.CLAIM_EXPIRES: 1})
             if state is None:
-                raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+                raise errors.MessageNotFound.with_id(message_id)
             if lay.ms(state.get(lay.CLAIM_EXPIRES) or lay.EPOCH) > now:
                 raise errors.MessageHeld.editing(message_id)
             # Its claim expired between the two reads: edit it now.
@@ -591,7 +589,7 @@ class Driver(base.Driver):
         doc = self._claims.find_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
                                      lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}})
         if doc is None:
-            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+            raise errors.ClaimNotFound.with_id(claim_id)
         return doc
 
     def _held(self, project: str, queue: str, claim_id: ObjectId | str, now: int
@@ -628,7 +626,7 @@ class Driver(base.Driver):
             {"$set": {lay.TTL: ttl, lay.GRACE: grace, lay.EXPIRES: lay.date(expires)}},
             {lay.ID: 1})
         if doc is None:
-            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+            raise errors.ClaimNotFound.with_id(claim_id)
         held = self._held(project, queue, doc[lay.ID], now)
         lives = lay.date(expires + grace * 1000)
         renewal = {"$set": {lay.CLAIM_EXPIRES: lay.date(expires), lay.AVAILABLE: lay.date(expires)},
@@ -696,11 +694,11 @@ class Driver(base.Driver):
         return sorted(found | self._trail.queues(project))
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
-        with unavailable_as_503():
+        with unavailable:
             yield from self._trail.read(project, queue)
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_ms()
             cursor = self._messages.find(
                 {lay.PROJECT: project, lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}}

@@ -27,7 +27,7 @@ from pymongo.collection import Collection
 
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo import tallies
-from delayq.storage.mongo.client import unavailable_as_503
+from delayq.storage.mongo.client import unavailable
 from delayq.storage.mongo.trail import Trail
 
 # Expired messages a reaper pass reads (and then deletes, one by one) at a time.
@@ -63,7 +63,7 @@ class Expiry:
         others' filters no longer match. A lease needs no clock of its own: every
         process keeps the primary's (``ServerClock``).
         """
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_ms()
             try:
                 self._locks.find_one_and_update(

@@ -21,9 +21,8 @@ import pymongo
 import pymongo.errors
 from pymongo.database import Database
 
-from delayq import errors
 from delayq.storage.mongo import layout as lay
-from delayq.storage.mongo.client import NAME, is_unavailable
+from delayq.storage.mongo.client import is_unavailable, unavailable
 
 LOG = logging.getLogger(__name__)
 
@@ -48,8 +47,7 @@ class Indexes:
         if self._created:
             return
         if not self._lock.acquire(blocking=False):
-            raise errors.StorageUnavailable("Creating delayq's MongoDB indexes; retry.",
-                                            store=NAME)
+            raise unavailable.error("Creating delayq's MongoDB indexes; retry.")
         try:
             if not self._created:
                 for name, indexes in lay.indexes(self._expired_retention).items():

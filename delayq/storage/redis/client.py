@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import unquote
 
 import redis
@@ -10,8 +9,8 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
-from delayq import errors
 from delayq.storage.redis.options import GROUP
+from delayq.storage.unavailable import Unavailability
 
 NAME = "redis"  # the store a 503 names
 
@@ -79,42 +78,15 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
     return cluster, True
 
 
-def raise_unavailable(exc: BaseException) -> None:
-    """Raise a 503 (``StorageUnavailable``) from *exc* when it means Redis is unreachable
-    or a cluster slot is migrating; return when it means anything else."""
+def describe_unavailable(exc: BaseException) -> str | None:
+    """What failed, when *exc* means Redis is unreachable or a cluster slot is
+    migrating (the request may be retried); None for anything else."""
     if isinstance(exc, UNAVAILABLE):
-        raise errors.StorageUnavailable(f"Redis is unavailable: {exc}", store=NAME) from exc
+        return f"Redis is unavailable: {exc}"
     if isinstance(exc, redis.exceptions.ResponseError) and any(
             mark in str(exc) for mark in MIGRATING):
-        raise errors.StorageUnavailable(
-            f"The queue's Redis Cluster slot is being migrated; retry: {exc}",
-            store=NAME) from exc
+        return f"The queue's Redis Cluster slot is being migrated; retry: {exc}"
+    return None
 
 
-class _UnavailableAs503:
-    """Turns Redis being unreachable, or a cluster slot migrating, into 503s.
-
-    A class rather than a ``contextmanager`` generator: it wraps every call, and entering
-    and leaving a generator costs a few microseconds more. The calls a post, a claim and
-    a delete make catch errors themselves (``except`` + ``raise_unavailable``): a
-    ``with`` statement costs three Python calls even when nothing is raised.
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 traceback: Any) -> bool:
-        if exc is not None:
-            raise_unavailable(exc)
-        return False
-
-
-_UNAVAILABLE_AS_503 = _UnavailableAs503()
-
-
-def unavailable_as_503() -> _UnavailableAs503:
-    """``with unavailable_as_503():`` around a call to Redis."""
-    return _UNAVAILABLE_AS_503
+unavailable = Unavailability(NAME, describe_unavailable)

@@ -41,15 +41,8 @@ from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.storage import base
-from delayq.storage.reaper import Reaper
 from delayq.storage.redis import layout, persistence, trail
-from delayq.storage.redis.client import (
-    NAME,
-    connect,
-    parse_uri,
-    raise_unavailable,
-    unavailable_as_503,
-)
+from delayq.storage.redis.client import NAME, connect, parse_uri, unavailable
 from delayq.storage.redis.layout import US, Keys, client_bytes, new_nonce
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import METADATA_CHANGED, QUOTA_EXCEEDED, Scripts
@@ -77,7 +70,9 @@ class Driver(base.Driver):
                  connect_timeout: float = 2.0, max_connections: int = 64,
                  reap_interval: int = 0, move_marker_ttl: int = 3600,
                  clock: Callable[[], float] | None = None,
-                 events_settings: events.Settings = events.ON) -> None:
+                 events_settings: events.Settings = events.ON,
+                 endings: base.Endings = base.ignore_endings) -> None:
+        super().__init__(endings=endings)
         # A malformed URI stops the server at start, not at each request.
         seeds = parse_uri(uri)[3]
         # Script calls to a single server wait on the event loop (wire.py); a cluster's
@@ -106,20 +101,17 @@ class Driver(base.Driver):
             self._connected()
         except errors.StorageUnavailable as exc:
             LOG.warning("%s; connecting again at the next request.", exc.description)
-        self._reaper: Reaper | None = None
-        if reap_interval > 0:
-            self._reaper = Reaper("delayq-redis-reaper", self.reap, self._reaper_lease,
-                                  reap_interval)
-            self._reaper.start()
+        self.start_reaper(reap_interval, self._reaper_lease)
 
     @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+    def from_conf(cls, conf: cfg.ConfigOpts, *,
+                  endings: base.Endings = base.ignore_endings) -> Driver:
         group = conf[GROUP]
         return cls(group.uri, namespace=group.namespace, socket_timeout=group.socket_timeout,
                    connect_timeout=group.connect_timeout,
                    max_connections=group.max_connections, reap_interval=group.reap_interval,
                    move_marker_ttl=group.move_marker_ttl,
-                   events_settings=events_settings(conf))
+                   events_settings=events_settings(conf), endings=endings)
 
     # The connection: made at start, or at the first request after Redis came up.
 
@@ -134,16 +126,17 @@ class Driver(base.Driver):
         if link is not None:
             return link
         if not self._link_lock.acquire(blocking=False):
-            raise errors.StorageUnavailable("Connecting to Redis; retry.", store=NAME)
+            raise unavailable.error("Connecting to Redis; retry.")
         try:
             if self._link is None:
                 if time.monotonic() - self._link_failed_at < CONNECT_PAUSE:
-                    raise errors.StorageUnavailable(self._link_error, store=NAME)
+                    raise unavailable.error(self._link_error)
                 try:
-                    with unavailable_as_503():
+                    with unavailable:
                         client, clustered = connect(self._uri, **self._connect_options)
                         wire = None if clustered else Wire(client.connection_pool)
-                        # Read at each call: tests hand a driver a list to count into.
+                        # Read at each call: a driver handed to the app is told its
+                        # endings after it is made.
                         scripts = Scripts(client, self._events.retention,
                                           lambda kinds: self.endings(kinds), wire)
                         scripts.load(client)
@@ -188,7 +181,7 @@ class Driver(base.Driver):
     def now(self) -> float:
         if self._clock is not None:
             return self._clock()
-        with unavailable_as_503():
+        with unavailable:
             reply = self._client.time()
         if isinstance(reply, dict):  # a cluster answers per node
             reply = next(iter(reply.values()))
@@ -203,8 +196,7 @@ class Driver(base.Driver):
             return False
 
     def close(self) -> None:
-        if self._reaper is not None:
-            self._reaper.stop()
+        self.stop_reaper()
         if self._link is not None:
             self._link[2].close()
             self._link[0].close()
@@ -224,7 +216,7 @@ class Driver(base.Driver):
     @operation
     def create_queue(self, project: str, name: str, metadata: dict[str, Any]
                      ) -> Steps[bool]:
-        with unavailable_as_503():
+        with unavailable:
             created, _listed = yield self._scripts.queue_create.call(
                 [self.keys.queue(project, name)], [json.dumps(metadata), new_nonce()])
             # Always: this also repairs a queue a crashed delete left out of the listing.
@@ -233,7 +225,7 @@ class Driver(base.Driver):
 
     @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
-        with unavailable_as_503():
+        with unavailable:
             raw = self._client.hget(self.keys.queue(project, name), "meta")
         return json.loads(raw) if raw is not None else None
 
@@ -245,7 +237,7 @@ class Driver(base.Driver):
         key = self.keys.queue(project, name)
         cached = self._metadata.get(key)
         if cached is None:
-            with unavailable_as_503():
+            with unavailable:
                 raw = self._client.hget(key, "meta")
             if raw is None:
                 return None, None
@@ -263,16 +255,16 @@ class Driver(base.Driver):
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]
                            ) -> Steps[None]:
         self._metadata.pop(self.keys.queue(project, name), None)
-        with unavailable_as_503():
+        with unavailable:
             done = yield self._scripts.queue_update.call([self.keys.queue(project, name)],
                                                          ["meta", json.dumps(metadata)])
         if not done:
-            raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+            raise errors.QueueNotFound.named(name)
 
     @operation
     def delete_queue(self, project: str, name: str) -> Steps[None]:
         self._metadata.pop(self.keys.queue(project, name), None)
-        with unavailable_as_503():
+        with unavailable:
             # Unlist first: a post racing the delete then either lands before the drop
             # (and goes with it) or re-creates and re-lists the queue.
             self._client.zrem(self.keys.catalogue(project), name)
@@ -280,7 +272,7 @@ class Driver(base.Driver):
 
     @operation
     def purge_queue(self, project: str, name: str) -> Steps[None]:
-        with unavailable_as_503():
+        with unavailable:
             yield from self._drop(project, name, "purge")
 
     def _drop(self, project: str, name: str, how: str) -> Steps[None]:
@@ -295,7 +287,7 @@ class Driver(base.Driver):
                     ) -> list[tuple[str, dict[str, Any]]]:
         found: list[tuple[str, dict[str, Any]]] = []
         start = f"({marker}" if marker else "-"
-        with unavailable_as_503():
+        with unavailable:
             while len(found) < limit:
                 names = self._client.zrangebylex(self.keys.catalogue(project), start, "+",
                                                  start=0, num=limit - len(found))
@@ -313,13 +305,13 @@ class Driver(base.Driver):
 
     @operation
     def count_queues(self, project: str) -> int:
-        with unavailable_as_503():
+        with unavailable:
             return self._client.zcard(self.keys.catalogue(project))
 
     @operation
     def queue_stats(self, project: str, name: str) -> Steps[QueueStats]:
         key = self.keys.queue(project, name)
-        with unavailable_as_503():
+        with unavailable:
             while True:
                 reply = yield self._scripts.stats.call([key],
                                                        [self._now_arg(), READ_REAP_BUDGET])
@@ -352,7 +344,7 @@ class Driver(base.Driver):
             # No spaces; ASCII escapes keep lone surrogates (valid JSON, not UTF-8).
             body = jsontext.dumps_compact(m.body)
             args += [body, client, m.ttl, m.delay]
-        try:  # unavailable_as_503(), without its calls on the path of every post
+        try:  # ``with unavailable``, without its calls on the path of every post
             reply = yield self._scripts.post.call([key], args)
             if reply[0] == METADATA_CHANGED:
                 raise self._metadata_changed(key)
@@ -366,7 +358,7 @@ class Driver(base.Driver):
             if not reply[1]:  # the queue is not in its project's catalogue yet
                 yield from self._list_queue(project, queue)
         except Exception as exc:
-            raise_unavailable(exc)
+            unavailable.check(exc)
             raise
         nonce = reply[0]
         return [(nonce + seq).decode() for seq in reply[2:]]
@@ -390,7 +382,7 @@ class Driver(base.Driver):
         key = self.keys.queue(project, queue)
         page: list[Message] = []
         next_marker = None
-        with unavailable_as_503():
+        with unavailable:
             while len(page) < limit:
                 reply = yield self._scripts.list.call([key], [
                     self._now_arg(), after, limit - len(page), int(include_claimed),
@@ -411,7 +403,7 @@ class Driver(base.Driver):
     @operation
     def get_messages(self, project: str, queue: str, ids: list[str]) -> Steps[list[Message]]:
         key = self.keys.queue(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             reply = yield self._scripts.get.call([key], [self._now_arg(), *ids])
             if reply[2]:
                 yield from self._settle(project, queue)
@@ -421,25 +413,25 @@ class Driver(base.Driver):
     @operation
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> Steps[None]:
-        try:  # unavailable_as_503(), without its calls on the path of every delete
+        try:  # ``with unavailable``, without its calls on the path of every delete
             code = yield self._scripts.delete.call([self.keys.queue(project, queue)],
                                                    [self._now_arg(), message_id,
                                                     claim_id or ""])
         except Exception as exc:
-            raise_unavailable(exc)
+            unavailable.check(exc)
             raise
         refuse_delete(code, message_id, claim_id)
 
     @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> Steps[None]:
-        with unavailable_as_503():
+        with unavailable:
             yield self._scripts.delete_many.call([self.keys.queue(project, queue)],
                                                  [self._now_arg(), *ids])
 
     @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> Steps[list[Message]]:
         key = self.keys.queue(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             while True:
                 reply = yield self._scripts.pop.call([key],
                                                      [self._now_arg(), limit, CLAIM_BUDGET])
@@ -453,12 +445,12 @@ class Driver(base.Driver):
                      ) -> Steps[Message]:
         # ASCII escapes, as in a post; '' (never valid JSON) means "unchanged".
         text = "" if body is NO_CHANGE else jsontext.dumps_compact(body)
-        with unavailable_as_503():
+        with unavailable:
             reply = yield self._scripts.edit.call(
                 [self.keys.queue(project, queue)],
                 [self._now_arg(), message_id, text, "" if delay is None else repr(delay)])
         if reply[0] == 1:
-            raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+            raise errors.MessageNotFound.with_id(message_id)
         if reply[0] == 2:
             raise errors.MessageHeld.editing(message_id)
         nonce, as_of, seq, raw = reply[1:]
@@ -467,7 +459,7 @@ class Driver(base.Driver):
     @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> Steps[int]:
-        with unavailable_as_503():
+        with unavailable:
             moved, outbox = yield self._scripts.redrive.call(
                 [self.keys.queue(project, queue)],
                 [self._now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
@@ -486,7 +478,7 @@ class Driver(base.Driver):
         keys = [key]
         policy = ["", "", ""]
         target_nonce = ""  # only a dead-letter queue in this slot can be created here
-        try:  # unavailable_as_503(), without its calls on the path of every claim
+        try:  # ``with unavailable``, without its calls on the path of every claim
             if dead_letter is not None:
                 target = self.keys.queue(project, dead_letter.queue)
                 if self.same_slot(key, target):
@@ -508,7 +500,7 @@ class Driver(base.Driver):
                 if number or not more:
                     break
         except Exception as exc:
-            raise_unavailable(exc)
+            unavailable.check(exc)
             raise
         if not number:
             return None
@@ -518,11 +510,11 @@ class Driver(base.Driver):
 
     @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Steps[Claim]:
-        with unavailable_as_503():
+        with unavailable:
             reply = yield self._scripts.claim_get.call([self.keys.queue(project, queue)],
                                                        [self._now_arg(), claim_id])
         if len(reply) == 2:
-            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+            raise errors.ClaimNotFound.with_id(claim_id)
         nonce, as_of, ttl, grace, created, expires = reply[:6]
         return Claim(id=claim_id, ttl=ttl, grace=grace, created=created / US,
                      expires=expires / US, as_of=as_of / US,
@@ -531,15 +523,15 @@ class Driver(base.Driver):
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> Steps[None]:
-        with unavailable_as_503():
+        with unavailable:
             missing = yield self._scripts.renew.call([self.keys.queue(project, queue)],
                                                      [self._now_arg(), claim_id, ttl, grace])
         if missing:
-            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+            raise errors.ClaimNotFound.with_id(claim_id)
 
     @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> Steps[None]:
-        with unavailable_as_503():
+        with unavailable:
             yield self._scripts.release.call([self.keys.queue(project, queue)],
                                              [self._now_arg(), claim_id])
 
@@ -547,7 +539,7 @@ class Driver(base.Driver):
 
     @operation
     def available_in(self, project: str, queue: str) -> Steps[float | None]:
-        with unavailable_as_503():
+        with unavailable:
             reply = yield self._scripts.available_in.call([self.keys.queue(project, queue)],
                                                           [self._now_arg()])
         return reply[0] / US if reply else None
@@ -616,7 +608,7 @@ class Driver(base.Driver):
     # ragged at its edges, which audits of history can afford.
 
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
-        with unavailable_as_503():
+        with unavailable:
             return trail.queues(self._client, self.keys, project)
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
@@ -625,12 +617,12 @@ class Driver(base.Driver):
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
         key = self.keys.queue(project, queue)
         prefix = key[:-1]
-        with unavailable_as_503():
+        with unavailable:
             nonce = self._client.hget(key, "nonce") or b""
             buckets = self._client.zrange(prefix + "bi", 0, -1)
         as_of = round(self.now() * US)
         for bucket in buckets:
-            with unavailable_as_503():
+            with unavailable:
                 records = self._client.hgetall(f"{prefix}b:{bucket.decode()}")
                 seqs = sorted(records)
                 pipe = self._client.pipeline(transaction=False)

@@ -13,7 +13,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from delayq import events
-from delayq.storage.redis.client import unavailable_as_503
+from delayq.storage.redis.client import unavailable
 from delayq.storage.redis.layout import US, Keys
 
 PAGE = 1000  # stream entries read at a time
@@ -41,7 +41,7 @@ def events_of(client: redis.Redis | RedisCluster, keys: Keys, project: str, queu
     key = keys.trail(project, queue)
     start = "-"
     while True:
-        with unavailable_as_503():
+        with unavailable:
             entries = client.xrange(key, start, "+", count=PAGE)
         for _entry_id, fields in entries:
             yield trail_event(project, queue, fields)

@@ -28,8 +28,12 @@ from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.options import GROUP
+from delayq.storage.unavailable import Unavailability
 
 NAME = "sqlite"  # the store a 503 names
+# SQLite's 503s are conditions the driver finds (a file it cannot open, a lock it cannot
+# take in time), each raised with what failed.
+unavailable = Unavailability(NAME, lambda exc: None)
 
 SEQ = sql.MESSAGE_COLUMNS.index("seq")
 ID = sql.MESSAGE_COLUMNS.index("id")
@@ -67,7 +71,9 @@ class Driver(base.Driver):
 
     def __init__(self, path: str, *, busy_timeout: int = 30000, synchronous: str = "NORMAL",
                  expiry_batch: int = 64, clock: Callable[[], float] = time.time,
-                 events_settings: events.Settings = events.ON) -> None:
+                 events_settings: events.Settings = events.ON,
+                 endings: base.Endings = base.ignore_endings) -> None:
+        super().__init__(endings=endings)
         self.path = path
         self._events = events_settings
         self._busy_timeout = busy_timeout
@@ -83,11 +89,12 @@ class Driver(base.Driver):
         self._install_tallies()
 
     @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+    def from_conf(cls, conf: cfg.ConfigOpts, *,
+                  endings: base.Endings = base.ignore_endings) -> Driver:
         group = conf[GROUP]
         return cls(group.path, busy_timeout=group.busy_timeout,
                    synchronous=group.synchronous, expiry_batch=group.expiry_batch,
-                   events_settings=events_settings(conf))
+                   events_settings=events_settings(conf), endings=endings)
 
     # Connections and transactions
 
@@ -108,8 +115,8 @@ class Driver(base.Driver):
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                  timeout=self._busy_timeout / 1000)
         except sqlite3.OperationalError as exc:
-            raise errors.StorageUnavailable(
-                f"SQLite database {self.path} cannot be opened: {exc}", store=NAME) from exc
+            raise unavailable.error(
+                f"SQLite database {self.path} cannot be opened: {exc}") from exc
         try:
             for pragma in sql.PRAGMAS:
                 db.execute(pragma)
@@ -117,8 +124,8 @@ class Driver(base.Driver):
             db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout)}")
         except sqlite3.OperationalError as exc:
             db.close()
-            raise errors.StorageUnavailable(
-                f"SQLite database {self.path} cannot be set up: {exc}", store=NAME) from exc
+            raise unavailable.error(
+                f"SQLite database {self.path} cannot be set up: {exc}") from exc
         return db
 
     @contextmanager
@@ -128,8 +135,7 @@ class Driver(base.Driver):
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            raise errors.StorageUnavailable(f"SQLite database {self.path} is busy: {exc}",
-                                            store=NAME) from exc
+            raise unavailable.error(f"SQLite database {self.path} is busy: {exc}") from exc
         self._local.ended = []
         try:
             yield db
@@ -256,7 +262,7 @@ class Driver(base.Driver):
         with self._write() as db:
             cursor = db.execute(sql.QUEUE_SET_METADATA, (json.dumps(metadata), project, name))
             if cursor.rowcount == 0:
-                raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+                raise errors.QueueNotFound.named(name)
 
     @operation
     def delete_queue(self, project: str, name: str) -> None:
@@ -454,7 +460,7 @@ class Driver(base.Driver):
                 row = db.execute(sql.MESSAGE_CLAIM_STATE,
                                  (queue_id, message_id, now)).fetchone()
             if row is None:
-                raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+                raise errors.MessageNotFound.with_id(message_id)
             edited = db.execute(sql.MESSAGE_EDIT, {
                 "body": None if body is NO_CHANGE else json.dumps(body),
                 "due": None if delay is None else now + delay, "seq": row[0],
@@ -576,7 +582,7 @@ class Driver(base.Driver):
         if queue_id is not None:
             row = db.execute(sql.CLAIM_GET, (claim_id, queue_id, now)).fetchone()
         if row is None:
-            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+            raise errors.ClaimNotFound.with_id(claim_id)
         id_, ttl, grace, created, expires = row
         messages = db.execute(sql.CLAIM_MESSAGES, (claim_id, queue_id, now, now))
         return Claim(id=id_, ttl=ttl, grace=grace, created=created, expires=expires,
@@ -590,7 +596,7 @@ class Driver(base.Driver):
             queue_id = self._queue_id(db, project, queue)
             if queue_id is None or db.execute(
                     sql.CLAIM_GET, (claim_id, queue_id, now)).fetchone() is None:
-                raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+                raise errors.ClaimNotFound.with_id(claim_id)
             expires = now + ttl
             db.execute(sql.CLAIM_RENEW, (ttl, grace, expires, claim_id))
             db.execute(sql.CLAIM_RENEW_MESSAGES, {"expires": expires, "grace": grace,

@@ -29,7 +29,6 @@ from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
-from delayq.storage.reaper import Reaper
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.expiry import Expiry
 from delayq.storage.swift.layout import US, Entry, Record
@@ -40,7 +39,7 @@ from delayq.storage.swift.objects import (
     Objects,
     delete_at,
     is_status,
-    unavailable_as_503,
+    unavailable,
 )
 from delayq.storage.swift.options import GROUP
 from delayq.storage.swift.tallies import Tallies
@@ -64,8 +63,8 @@ class Driver(base.Driver):
                  clock: Callable[[], float] | None = None,
                  events_settings: events.Settings = events.ON,
                  tally_flush_interval: float = 1.0, tally_writer_lease: int = 300,
-                 expired_retention: int = EXPIRED_RETENTION, reap_interval: int = 0
-                 ) -> None:
+                 expired_retention: int = EXPIRED_RETENTION, reap_interval: int = 0,
+                 endings: base.Endings = base.ignore_endings) -> None:
         """*connect* makes a connection (one per thread: swiftclient's are not shared);
         *clock* replaces the proxy's clock (tests); *events_settings* turns the event
         trail on or off; *tally_flush_interval* is the seconds between writes of this
@@ -74,6 +73,7 @@ class Driver(base.Driver):
         30); *expired_retention* the seconds an expired message stays stored for the
         reaper; *reap_interval* the seconds between passes of the background reaper (0:
         none, as tests want: they call ``reap`` themselves)."""
+        super().__init__(endings=endings)
         self._objects = Objects(connect, prefix=prefix, concurrency=concurrency,
                                 claim_settle_time=claim_settle_time,
                                 expired_retention=expired_retention)
@@ -82,7 +82,8 @@ class Driver(base.Driver):
         self._tallies = Tallies(self._objects, self._now_us, self._stop,
                                 flush_interval=tally_flush_interval,
                                 lease_time=tally_writer_lease)
-        # ``endings`` is looked up at each call: the API sets it once the driver is made.
+        # ``endings`` is looked up at each call: a driver handed to the app is told its
+        # endings after it is made.
         self._trail = Trail(self._objects, events_settings,
                             lambda kinds: self.endings(kinds))
         self._markers = Markers(self._objects, self._tallies, self._trail,
@@ -94,14 +95,11 @@ class Driver(base.Driver):
         clock_object = lay.clock_object(secrets.token_hex(8))
         self._clock = clock or ServerClock(
             lambda: self._objects.proxy_time_ms(clock_object), clock_sync_interval)
-        self._reaper: Reaper | None = None
-        if reap_interval > 0:
-            self._reaper = Reaper("delayq-swift-reaper", self.reap, self._expiry.lease,
-                                  reap_interval)
-            self._reaper.start()
+        self.start_reaper(reap_interval, self._expiry.lease)
 
     @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> Driver:
+    def from_conf(cls, conf: cfg.ConfigOpts, *,
+                  endings: base.Endings = base.ignore_endings) -> Driver:
         group = conf[GROUP]
         os_options = {}
         if group.auth_version == "3":
@@ -128,11 +126,11 @@ class Driver(base.Driver):
                    tally_flush_interval=group.tally_flush_interval,
                    tally_writer_lease=group.tally_writer_lease,
                    expired_retention=group.expired_retention,
-                   reap_interval=group.reap_interval)
+                   reap_interval=group.reap_interval, endings=endings)
 
     @operation
     def now(self) -> float:
-        with unavailable_as_503():
+        with unavailable:
             return self._now_us() / US
 
     def _now_us(self) -> int:
@@ -141,7 +139,7 @@ class Driver(base.Driver):
     @operation
     def ping(self) -> bool:
         try:
-            with unavailable_as_503():
+            with unavailable:
                 self._objects.swift.head_account()
         except errors.StorageUnavailable:
             return False
@@ -152,8 +150,7 @@ class Driver(base.Driver):
         the writer slot, then let go of the connections."""
         # Set first: a reaper pass under way stops at its next batch (and the flusher).
         self._stop.set()
-        if self._reaper is not None:
-            self._reaper.stop()
+        self.stop_reaper()
         self._tallies.close()
         self._objects.close()
 
@@ -200,13 +197,13 @@ class Driver(base.Driver):
 
     @operation
     def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
-        with unavailable_as_503():
+        with unavailable:
             return self._ensure_queue(project, name, metadata)
 
     @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
         container = self._objects.container(project, name)
-        with unavailable_as_503():
+        with unavailable:
             found = self._objects.get(container, lay.META)
             if found is None:
                 # A container without metadata holding messages is a creation that died
@@ -230,15 +227,15 @@ class Driver(base.Driver):
     @operation
     def set_queue_metadata(self, project: str, name: str, metadata: dict[str, Any]) -> None:
         container = self._objects.container(project, name)
-        with unavailable_as_503():
+        with unavailable:
             if self._objects.get(container, lay.META) is None:
-                raise errors.QueueNotFound(f"Queue {name!r} does not exist.")
+                raise errors.QueueNotFound.named(name)
             self._objects.swift.put_object(container, lay.META, lay.encode(metadata))
 
     @operation
     def delete_queue(self, project: str, name: str) -> None:
         container = self._objects.container(project, name)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             with self._tallies.dropping(project, name):
                 deleted = self._objects.delete_container(container, name)
@@ -249,7 +246,7 @@ class Driver(base.Driver):
     @operation
     def purge_queue(self, project: str, name: str) -> None:
         container = self._objects.container(project, name)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             # The tally objects too: an empty queue counts nothing.
             with self._tallies.dropping(project, name):
@@ -264,7 +261,7 @@ class Driver(base.Driver):
                     ) -> list[tuple[str, dict[str, Any]]]:
         objects = self._objects
         start = lay.queue_prefix(objects.prefix, project)
-        with unavailable_as_503():
+        with unavailable:
             _, listing = objects.swift.get_account(prefix=start, marker=start + (marker or ""),
                                                    limit=limit)
             names = [item["name"][len(start):] for item in listing]
@@ -276,14 +273,14 @@ class Driver(base.Driver):
     @operation
     def count_queues(self, project: str) -> int:
         start = lay.queue_prefix(self._objects.prefix, project)
-        with unavailable_as_503():
+        with unavailable:
             _, listing = self._objects.swift.get_account(prefix=start, full_listing=True)
         return len(listing)
 
     @operation
     def queue_stats(self, project: str, name: str) -> QueueStats:
         container = self._objects.container(project, name)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             free = claimed = delayed = 0
             seen = set()
@@ -323,7 +320,7 @@ class Driver(base.Driver):
                       messages: list[NewMessage], *, metadata_token: Any = None,
                       message_quota: int = 0) -> list[str]:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             if message_quota:
                 self._check_message_quota(project, queue, len(messages), message_quota)
@@ -414,7 +411,7 @@ class Driver(base.Driver):
             raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
         page: list[Message] = []
         last = None
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             for ids in self._listing_candidates(project, queue, marker, limit, now,
                                                 include_claimed, include_delayed):
@@ -466,7 +463,7 @@ class Driver(base.Driver):
 
     @operation
     def get_messages(self, project: str, queue: str, ids: list[str]) -> list[Message]:
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             wanted = sorted({i for i in ids if lay.is_message_id(i)})
             return self._live(project, queue, wanted, now)
@@ -482,7 +479,7 @@ class Driver(base.Driver):
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> None:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             found = (self._objects.read(container, message_id)
                      if lay.is_message_id(message_id) else None)
@@ -501,7 +498,7 @@ class Driver(base.Driver):
     @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
 
             def forget(message_id: str) -> events.Event | None:
@@ -528,7 +525,7 @@ class Driver(base.Driver):
     @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             pop_id = uuid.uuid4().hex
             taken, _, expired = self._markers.take(project, queue, now, limit, pop_id,
@@ -554,7 +551,7 @@ class Driver(base.Driver):
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
               ) -> Claim | None:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             claim_id = uuid.uuid4().hex
             expires = now + ttl * US
@@ -586,7 +583,7 @@ class Driver(base.Driver):
             found = self._objects.get(container, lay.claim_name(claim_id))
         claim = json.loads(found[1]) if found else None
         if claim is None or claim["expires"] <= now:
-            raise errors.ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+            raise errors.ClaimNotFound.with_id(claim_id)
         return claim
 
     def _held(self, container: str, claim_id: str, claim: dict[str, Any], now: int
@@ -600,7 +597,7 @@ class Driver(base.Driver):
     @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             claim = self._live_claim(container, claim_id, now)
             held = self._held(container, claim_id, claim, now)
@@ -613,7 +610,7 @@ class Driver(base.Driver):
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> None:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             claim = self._live_claim(container, claim_id, now)
             expires = now + ttl * US
@@ -627,7 +624,7 @@ class Driver(base.Driver):
     @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         container = self._objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             try:
                 claim = self._live_claim(container, claim_id, now)
@@ -643,7 +640,7 @@ class Driver(base.Driver):
     @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
                 limit: int) -> int:
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             moved = self._markers.redrive(project, queue, now, destination, limit,
                                           uuid.uuid4().hex)
@@ -655,7 +652,7 @@ class Driver(base.Driver):
     def edit_message(self, project: str, queue: str, message_id: str, *,
                      body: Any | Unchanged = NO_CHANGE, delay: float | None = None
                      ) -> Message:
-        with unavailable_as_503():
+        with unavailable:
             return self._markers.edit(project, queue, message_id, body, delay, self._now_us)
 
     # Long-poll claims
@@ -664,7 +661,7 @@ class Driver(base.Driver):
     def available_in(self, project: str, queue: str) -> float | None:
         # The index's first entry: names sort by availability. A queue that does not
         # exist lists nothing.
-        with unavailable_as_503():
+        with unavailable:
             head = self._objects.names(self._objects.container(project, queue),
                                        lay.INDEX_PREFIX, limit=1)
             entry = Entry.parse(head[0]) if head else None
@@ -684,10 +681,10 @@ class Driver(base.Driver):
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
         container = self._objects.container(project, queue)
         after = lay.MESSAGE_PREFIX
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
         while True:
-            with unavailable_as_503():
+            with unavailable:
                 names = self._objects.names(container, lay.MESSAGE_PREFIX, marker=after,
                                             limit=MESSAGES_BATCH)
                 if not names:

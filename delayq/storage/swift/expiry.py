@@ -27,7 +27,7 @@ from delayq.storage.swift.objects import (
     LISTING_PAGE,
     Objects,
     is_status,
-    unavailable_as_503,
+    unavailable,
 )
 from delayq.storage.swift.trail import Trail
 
@@ -58,7 +58,7 @@ class Expiry:
         body = lay.lease_body(secrets.token_hex(8))
         # Whole seconds, as Swift keeps them; a lease of less than one would be none.
         headers = {DELETE_AFTER: str(max(1, int(seconds)))}
-        with unavailable_as_503():
+        with unavailable:
             try:
                 return objects.bid(container, lay.REAPER, body, headers)
             except ClientException as exc:
@@ -70,14 +70,14 @@ class Expiry:
     def reap(self) -> None:
         """One pass: the expired messages of every queue container under the prefix."""
         prefix = self._objects.prefix
-        with unavailable_as_503():
+        with unavailable:
             containers = self._objects.account(f"{prefix}:")
         for part, queue in filter(None, (lay.parse_container(prefix, name)
                                          for name in containers)):
             if self._stop.is_set():
                 return  # closing: the next pass, of whichever process, goes on
             try:
-                with unavailable_as_503():
+                with unavailable:
                     project = lay.project_of_part(part)
                     if project is None:
                         project = self._trail.project_of_queue(part, queue)
@@ -99,7 +99,7 @@ class Expiry:
         events one object."""
         objects = self._objects
         container = objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us()
             end = lay.index_end(now)
             after = lay.INDEX_PREFIX

@@ -444,7 +444,7 @@ class Markers:
                     # Deleted meanwhile: the delete counted the end of the state it read,
                     # most likely the one before this edit.
                     self._tallies.tally(project, queue, counted, record)
-                    raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+                    raise errors.MessageNotFound.with_id(message_id)
                 self._trail.record(project, queue, now, [self._trail.event(
                     project, queue, events.EDITED, now, message_id=message_id,
                     due=result[0].due / US, claim_count=result[0].count)])
@@ -468,7 +468,7 @@ class Markers:
                              found[0].move(), now)
             found = None
         if found is None or found[0].expires <= now:
-            raise errors.MessageNotFound(f"Message {message_id} does not exist.")
+            raise errors.MessageNotFound.with_id(message_id)
         if found[0].is_claimed(now):
             raise errors.MessageHeld.editing(message_id)
         return found

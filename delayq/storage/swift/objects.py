@@ -29,8 +29,8 @@ Time
     hosts whose own clocks are skewed agree on when a message is due.
 Unavailable
     Swift failing (5xx, a refused or timed-out connection, refused credentials) is
-    ``StorageUnavailable`` (``unavailable_as_503``); the other 4xx answers are the
-    driver's to read.
+    ``StorageUnavailable`` (``unavailable``); the other 4xx answers are the driver's to
+    read.
 """
 
 from __future__ import annotations
@@ -39,18 +39,17 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import requests
 from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
 
-from delayq import errors
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Record
+from delayq.storage.unavailable import Unavailability
 
 NAME = "swift"  # the store a 503 names
 
@@ -82,17 +81,21 @@ CLOCK_OBJECT_LIFETIME = 3600
 T = TypeVar("T")
 
 
-@contextmanager
-def unavailable_as_503() -> Iterator[None]:
-    try:
-        yield
-    except ClientException as exc:
+def describe_unavailable(exc: BaseException) -> str | None:
+    """What failed, when *exc* means Swift cannot serve now (a 5xx, a refused or
+    timed-out connection, refused credentials, throttling); None for any other answer,
+    which is the driver's to read."""
+    if isinstance(exc, ClientException):
         if exc.http_status is not None and exc.http_status < 500 and exc.http_status not in (
                 401, 403, 408, 429):
-            raise
-        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}", store=NAME) from exc
-    except (requests.exceptions.RequestException, OSError) as exc:
-        raise errors.StorageUnavailable(f"Swift is unavailable: {exc}", store=NAME) from exc
+            return None
+        return f"Swift is unavailable: {exc}"
+    if isinstance(exc, requests.exceptions.RequestException | OSError):
+        return f"Swift is unavailable: {exc}"
+    return None
+
+
+unavailable = Unavailability(NAME, describe_unavailable)
 
 
 def is_status(exc: ClientException, *statuses: int) -> bool:
@@ -298,8 +301,8 @@ class Objects:
                     return existed
                 if not is_status(exc, 409):  # 409: a racing post added an object
                     raise
-        raise errors.StorageUnavailable(f"Queue {queue!r} keeps receiving messages while "
-                                        "being deleted; retry.", store=NAME)
+        raise unavailable.error(f"Queue {queue!r} keeps receiving messages while being "
+                                "deleted; retry.")
 
     # Messages and their index entries
 

@@ -59,10 +59,9 @@ from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Record
 from delayq.storage.swift.objects import (
     DELETE_AFTER,
-    NAME,
     Objects,
     is_status,
-    unavailable_as_503,
+    unavailable,
 )
 
 LOG = logging.getLogger(__name__)
@@ -259,7 +258,7 @@ class Tallies:
         from memory."""
         objects = self._objects
         container = objects.container(project, queue)
-        with unavailable_as_503():
+        with unavailable:
             now = self._now_us() / US
             with self._flush_lock:
                 names = [found for listing in objects.parallel(
@@ -307,7 +306,7 @@ class Tallies:
         if flusher is not None:
             flusher.join(TALLY_CLOSE_WAIT)
         try:
-            with unavailable_as_503():
+            with unavailable:
                 self.flush()
         except errors.StorageUnavailable as exc:
             LOG.warning("Tallies not written on close, lost: %s", exc.description)
@@ -322,7 +321,7 @@ class Tallies:
         next_flush = time.monotonic() + self._flush_interval
         while not self._stop.wait(max(0.0, min(wake, next_flush - time.monotonic()))):
             try:
-                with unavailable_as_503():
+                with unavailable:
                     with self._flush_lock:
                         self._held_lease()
                     if time.monotonic() >= next_flush:
@@ -477,10 +476,9 @@ class Tallies:
             lease = Lease(slot, holder, renewed=sent,
                           deadline=sent + self._lease_time - LEASE_ROUNDING, tried=sent)
             if lease.left() <= self._lease_time / LEASE_MARGIN:
-                raise errors.StorageUnavailable(
+                raise unavailable.error(
                     f"Tally writer slot {slot} taken too slowly for its lease of "
-                    f"{self._lease_time} s; tallies retried at the next flush.",
-                    store=NAME)
+                    f"{self._lease_time} s; tallies retried at the next flush.")
             LOG.info("Tally writer slot %d taken", slot)
             return lease
         raise AssertionError("unreachable")  # itertools.count() never ends
@@ -494,7 +492,7 @@ class Tallies:
         name = lay.slot_name(lease.slot)
         lease.tried = sent = time.monotonic()
         try:
-            with unavailable_as_503():
+            with unavailable:
                 renewed = objects.unless_absent(lambda _: objects.swift.post_object(
                     container, name, headers={DELETE_AFTER: str(self._lease_time)}) or True)
                 # An exclusive create racing the POST (a process taking a slot) may have
@@ -523,7 +521,7 @@ class Tallies:
         container = lay.writers_container(self._objects.prefix)
         name = lay.slot_name(lease.slot)
         try:
-            with unavailable_as_503():
+            with unavailable:
                 found = self._objects.get(container, name, newest=True)
                 if found is not None and json.loads(found[1]).get("holder") == lease.holder:
                     self._objects.delete(container, name)

@@ -34,7 +34,7 @@ from delayq.storage.swift.objects import (
     Objects,
     delete_at,
     is_status,
-    unavailable_as_503,
+    unavailable,
 )
 
 LOG = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Trail:
         body = lay.encode_events(trail)
         headers = {"X-Delete-At": delete_at(now, self._settings.retention)}
         try:
-            with unavailable_as_503():
+            with unavailable:
                 try:
                     self._put_events(container, name, body, headers)
                 except ClientException as exc:
@@ -117,7 +117,7 @@ class Trail:
         prefix = objects.prefix
         starts = ([f"{prefix}:"] if project is None else
                   [lay.queue_prefix(prefix, project), lay.events_prefix(prefix, project)])
-        with unavailable_as_503():
+        with unavailable:
             containers = [name for start in starts for name in objects.account(start)]
             queues = {parsed for parsed in (lay.parse_container(prefix, name)
                                             for name in containers) if parsed}
@@ -156,10 +156,10 @@ class Trail:
         container = lay.events_container(objects.prefix, project, queue)
         after = ""
         while True:
-            with unavailable_as_503():
+            with unavailable:
                 names = objects.names(container, "", marker=after, limit=LISTING_PAGE)
             for start in range(0, len(names), TRAIL_BATCH):
-                with unavailable_as_503():
+                with unavailable:
                     bodies = objects.parallel(lambda name: objects.get(container, name),
                                               names[start:start + TRAIL_BATCH])
                 for found in bodies:
