@@ -1017,7 +1017,7 @@ def test_an_event_write_that_fails_loses_the_events_not_the_request(backend, clo
         return real_insert(coll, documents, *args, **kwargs)
 
     monkeypatch.setattr(collection, "insert_many", failing)
-    with caplog.at_level(logging.WARNING, logger="delayq.storage.mongo.trail"):
+    with caplog.at_level(logging.WARNING, logger="delayq.storage.trail"):
         ids = post(driver, "q", 2)
     assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
     assert any("event(s) of the trail lost" in r.getMessage() for r in caplog.records)

@@ -1494,7 +1494,7 @@ class FailingTrail:
 def test_an_event_write_that_fails_loses_the_events_not_the_request(make_driver, prefix,
                                                                      clock, caplog):
     driver = make_driver(clock=clock, wrap=lambda conn: FailingTrail(conn, prefix))
-    with caplog.at_level(logging.WARNING, logger="delayq.storage.swift.trail"):
+    with caplog.at_level(logging.WARNING, logger="delayq.storage.trail"):
         ids = post(driver, "q", 2)
     assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
     assert any("event(s) of the trail lost" in r.getMessage() for r in caplog.records)

@@ -18,13 +18,13 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pymongo.errors
 from bson import ObjectId
 from pymongo.collection import Collection
 
 from delayq import events
+from delayq.storage import trail
 from delayq.storage.mongo import layout as lay
-from delayq.storage.mongo.client import is_unavailable
+from delayq.storage.mongo.client import unavailable
 
 LOG = logging.getLogger(__name__)
 
@@ -54,18 +54,10 @@ class Trail:
     def record(self, docs: list[dict[str, Any]]) -> None:
         """Append a request's events in one insert, once the change they record is done,
         and report the messages they end."""
-        ended = [doc[lay.EVENT_KIND] for doc in docs if doc[lay.EVENT_KIND] in events.ENDINGS]
-        if ended:
-            self._endings(ended)
-        if not docs or not self._settings.enabled:
-            return
-        try:
-            self._collection.insert_many(docs, ordered=True)
-        except pymongo.errors.PyMongoError as exc:
-            if not is_unavailable(exc):
-                raise
-            LOG.warning("%d event(s) of the trail lost: MongoDB failed after the change "
-                        "they record was made: %s", len(docs), exc)
+        trail.report_endings((doc[lay.EVENT_KIND] for doc in docs), self._endings)
+        if docs and self._settings.enabled:
+            trail.write_or_log(lambda: self._collection.insert_many(docs, ordered=True),
+                               len(docs), unavailable)
 
     def purged(self, project: str, queue: str, now: int) -> None:
         """Record the purge (or deletion) of a queue."""

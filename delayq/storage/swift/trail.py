@@ -26,7 +26,8 @@ from typing import Any
 
 from swiftclient.exceptions import ClientException
 
-from delayq import errors, events
+from delayq import events
+from delayq.storage import trail as shared
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Record
 from delayq.storage.swift.objects import (
@@ -79,9 +80,7 @@ class Trail:
         request must not fail (a client would repeat it). The messages they end go to
         *endings* whether the trail is on or not.
         """
-        ended = [event.kind for event in trail if event.kind in events.ENDINGS]
-        if ended:
-            self._endings(ended)
+        shared.report_endings((event.kind for event in trail), self._endings)
         if not trail or not self._settings.enabled:
             return
         container = lay.events_container(self._objects.prefix, project, queue)
@@ -90,22 +89,21 @@ class Trail:
             name = lay.event_object(now, self._serial, self._writer)
         body = lay.encode_events(trail)
         headers = {"X-Delete-At": delete_at(now, self._settings.retention)}
-        try:
-            with unavailable:
-                try:
-                    self._put_events(container, name, body, headers)
-                except ClientException as exc:
-                    if not is_status(exc, 404):
-                        raise
-                    # A queue made before its trail was on: its events container now.
-                    self._objects.swift.put_container(container)
-                    self._put_events(container, name, body, headers)
-        except errors.StorageUnavailable as exc:
-            LOG.warning("%d event(s) of the trail lost: Swift failed after the change "
-                        "they record was made: %s", len(trail), exc.description)
+        shared.write_or_log(lambda: self._put_events(container, name, body, headers),
+                            len(trail), unavailable)
 
     def _put_events(self, container: str, name: str, body: bytes, headers: dict[str, str]
                     ) -> None:
+        try:
+            self._put(container, name, body, headers)
+        except ClientException as exc:
+            if not is_status(exc, 404):
+                raise
+            # A queue made before its trail was on: its events container now.
+            self._objects.swift.put_container(container)
+            self._put(container, name, body, headers)
+
+    def _put(self, container: str, name: str, body: bytes, headers: dict[str, str]) -> None:
         self._objects.swift.put_object(container, name, body,
                                        content_type=lay.EVENTS_CONTENT_TYPE, headers=headers)
 
