@@ -1,4 +1,5 @@
-"""HTTP tests of every resource and status code of SPEC §2, through the in-process client.
+"""HTTP tests of every resource and status code of the API reference, through the
+in-process client.
 
 Each test runs once per driver on a fresh store of its own (the ``client`` fixture:
 SQLite, Redis, MongoDB). Real time is used

@@ -5,8 +5,7 @@ Each driver says what "not now" looks like in its library (a connection refused,
 timeout, an election, a full memory): a function from an exception to the description of
 what failed, for the server's log, or None when the exception means something else (a
 bug, a conflict), which then propagates as it is. ``Unavailability`` applies it, as a
-context manager around calls to the store, or with ``check(exc)`` where a hot path
-catches exceptions itself (a ``with`` statement costs calls even when nothing is raised).
+context manager around calls to the store.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Claims, messages and queues: the storage behaviour SPEC §2 rests on, on every driver."""
+"""Claims, messages and queues: the storage behaviour the API rests on, on every driver."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §4, dead-letter queues: every rule, on every driver."""
+"""Dead-letter queues (docs/user-guide.md): every rule, on every driver."""
 
 from __future__ import annotations
 

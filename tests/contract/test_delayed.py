@@ -1,4 +1,4 @@
-"""SPEC §3, delayed queues: every rule, on every driver."""
+"""Delayed queues (docs/user-guide.md): every rule, on every driver."""
 
 from __future__ import annotations
 

@@ -344,7 +344,7 @@ class Driver(base.Driver):
             # No spaces; ASCII escapes keep lone surrogates (valid JSON, not UTF-8).
             body = jsontext.dumps_compact(m.body)
             args += [body, client, m.ttl, m.delay]
-        try:  # ``with unavailable``, without its calls on the path of every post
+        with unavailable:
             reply = yield self._scripts.post.call([key], args)
             if reply[0] == METADATA_CHANGED:
                 raise self._metadata_changed(key)
@@ -357,9 +357,6 @@ class Driver(base.Driver):
                     raise self._metadata_changed(key)
             if not reply[1]:  # the queue is not in its project's catalogue yet
                 yield from self._list_queue(project, queue)
-        except Exception as exc:
-            unavailable.check(exc)
-            raise
         nonce = reply[0]
         return [(nonce + seq).decode() for seq in reply[2:]]
 
@@ -413,13 +410,10 @@ class Driver(base.Driver):
     @operation
     def delete_message(self, project: str, queue: str, message_id: str,
                        claim_id: str | None) -> Steps[None]:
-        try:  # ``with unavailable``, without its calls on the path of every delete
+        with unavailable:
             code = yield self._scripts.delete.call([self.keys.queue(project, queue)],
                                                    [self._now_arg(), message_id,
                                                     claim_id or ""])
-        except Exception as exc:
-            unavailable.check(exc)
-            raise
         refuse_delete(code, message_id, claim_id)
 
     @operation
@@ -478,7 +472,7 @@ class Driver(base.Driver):
         keys = [key]
         policy = ["", "", ""]
         target_nonce = ""  # only a dead-letter queue in this slot can be created here
-        try:  # ``with unavailable``, without its calls on the path of every claim
+        with unavailable:
             if dead_letter is not None:
                 target = self.keys.queue(project, dead_letter.queue)
                 if self.same_slot(key, target):
@@ -499,9 +493,6 @@ class Driver(base.Driver):
                     yield from self._settle(project, queue)
                 if number or not more:
                     break
-        except Exception as exc:
-            unavailable.check(exc)
-            raise
         if not number:
             return None
         return Claim(id=f"{nonce.decode()}c{number}", ttl=ttl, grace=grace,

@@ -258,7 +258,7 @@ local function admit(P, m, now)
   return seq
 end
 
--- The message as it lands in a dead-letter queue (SPEC section 4).
+-- The message as it lands in a dead-letter queue (docs/user-guide.md, "Dead-letter queues").
 local function dead_lettered(nonce, seq, m, now, source, ttl)
   m.id = message_id(nonce, seq, m)
   m.claim = 0
