@@ -58,11 +58,15 @@ LISTING_PAGE = 10_000  # Swift's largest listing page
 MARKER_MARGIN = 86_400
 EXPIRED_RETENTION = 3600  # seconds an expired message stays stored (expired_retention)
 API_POOL = "delayq-swift"  # threads for the per-message requests of API requests
-# Pauses between attempts to delete a queue container that racing writes refill: another
-# process's tally flush is a burst of writes (a read and a write per page) that can land
-# one in each of several quick attempts; growing pauses outlast it, while a queue that
-# keeps receiving posts still gets its 503 within about two seconds.
-DELETE_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
+# A queue container being deleted is filled again by writes racing the deletion, and a
+# round of deletion per refill follows. Posts may go on for ever: rounds refilled with any
+# object but a tally answer 503 once DELETE_PAUSES are spent, each pause longer. Another
+# process's tally flush is a burst that ends (it writes what it counted, then finds the
+# container gone): rounds refilled with tally objects only go on, TALLY_REFILL_PAUSE
+# apart, for up to DELETE_DEADLINE.
+DELETE_PAUSES = (0.05, 0.1, 0.2, 0.4, 0.8)
+TALLY_REFILL_PAUSE = 0.05
+DELETE_DEADLINE = 10.0
 # Pauses before asking again when Swift answers 404 for an object that may well exist.
 # The object server answers 404 to a GET, HEAD or POST that races a POST of the same
 # object (it opens the .meta file the other POST has just replaced): about one read in a
@@ -286,11 +290,13 @@ class Objects:
                 return names
 
     def delete_container(self, container: str, queue: str) -> bool:
-        """Delete a queue's container and everything in it; False if there was none."""
+        """Delete a queue's container and everything in it; False if there was none
+        (see ``DELETE_PAUSES`` for writes racing the deletion)."""
         existed = False
-        for pause in DELETE_PAUSES:
-            time.sleep(pause)
-            names = self.names(container, "")
+        pauses = iter(DELETE_PAUSES)
+        deadline = time.monotonic() + DELETE_DEADLINE
+        names = self.names(container, "")
+        while True:
             existed = existed or bool(names)
             self.delete_objects(container, names)
             try:
@@ -299,10 +305,16 @@ class Objects:
             except ClientException as exc:
                 if is_status(exc, 404):
                     return existed
-                if not is_status(exc, 409):  # 409: a racing post added an object
+                if not is_status(exc, 409):  # 409: an object written since the listing
                     raise
-        raise unavailable.error(f"Queue {queue!r} keeps receiving messages while being "
-                                "deleted; retry.")
+            names = self.names(container, "")
+            tallies_only = bool(names) and all(n.startswith(lay.TALLY_PREFIX) for n in names)
+            pause = TALLY_REFILL_PAUSE if tallies_only else next(pauses, None)
+            if pause is None or time.monotonic() + pause > deadline:
+                raise unavailable.error(f"Queue {queue!r} keeps receiving messages while "
+                                        "being deleted; retry.")
+            time.sleep(pause)
+            names = self.names(container, "")
 
     # Messages and their index entries
 
