@@ -1642,7 +1642,7 @@ def test_a_deletion_outlasts_another_process_s_tally_writes_but_not_posts(make_d
                                                                           prefix, clock):
     """A deletion races writes that refill the container: another process's tally flush
     ends by itself and the deletion waits it out; posts may not end, and the deletion
-    gives up with 503 (CI saw a deletion give up on tally writes alone)."""
+    gives up with 503."""
     driver = make_driver(clock=clock)
     post(driver, "q", 2)
     writes = Refiller(layout.container(prefix, PROJECT, "q"),

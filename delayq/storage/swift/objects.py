@@ -69,13 +69,11 @@ TALLY_REFILL_PAUSE = 0.05
 DELETE_DEADLINE = 10.0
 # Pauses before asking again when Swift answers 404 for an object that may well exist.
 # The object server answers 404 to a GET, HEAD or POST that races a POST of the same
-# object (it opens the .meta file the other POST has just replaced): about one read in a
-# hundred while two processes rewrite a message's state. Taken for "deleted", such an
-# answer made a claim drop a message it had won. Only a 404 every time is "gone".
-# Each asking again races the next POST afresh (while two threads rewrote an object
-# without pause, about 1.6 % of first reads and 4 % of second ones got 404, and none of
-# the third): the number of askings is what makes a false "gone" rare, not the pauses,
-# which stay short since a real absence waits for all of them (37 ms).
+# object (it opens the .meta file the other POST has just replaced); taken for "deleted",
+# such an answer would make a claim drop a message it had won. Only a 404 every time is
+# "gone". Each asking again races the next POST afresh: the number of askings, not the
+# pauses, makes a false "gone" rare, and the pauses stay short since a real absence waits
+# for all of them.
 ABSENCE_RECHECKS = (0.002, 0.005, 0.01, 0.02)
 DELETE_AFTER = "X-Delete-After"  # Swift sets X-Delete-At from the proxy's own clock
 # Seconds a clock object outlives its last write: every reading rewrites it, so only the
