@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import falcon
 import falcon.asgi
@@ -40,6 +41,11 @@ from delayq.storage.redis.wire import script_exchange
 
 PROJECT_HEADER = "X-Project-ID"
 CLIENT_HEADER = "Client-ID"
+
+
+def script_reply(reply: list) -> Any:
+    """The script's own reply: delayq's scripts put their ended-counts before it."""
+    return reply[-1]
 
 
 class Store:
@@ -57,9 +63,8 @@ class Store:
 
     async def call(self, script, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        reply = await self.wire.call_on_loop(script_exchange(script.sha, script.script,
-                                                             [key], args))
-        return reply[-1]
+        return await self.wire.call_on_loop(script_exchange(script.sha, script.script,
+                                                            [key], args, script_reply))
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:
         """The queue's state key and metadata token, read once per queue."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -53,17 +54,32 @@ Steps = Generator[StoreCall[Any], Any, T]
 
 
 class operation(Generic[T]):  # noqa: N801 - a decorator, named as property is
-    """``@operation``: a method run blocking when called, or as steps by ``.steps()``."""
+    """``@operation``: a method run blocking when called, or as steps by ``.steps()``.
+
+    An instance's bound operation is made at its first use and kept in the instance's
+    ``__dict__``, as ``functools.cached_property`` keeps a value: every request reaches
+    its driver's operations through the broker's, and a new object at each would cost
+    them all calls.
+    """
 
     def __init__(self, method: Callable[..., Steps[T]] | Callable[..., T]) -> None:
         self.method = method
         self.stepped = inspect.isgeneratorfunction(method)
+        self.name = method.__name__
         functools.update_wrapper(self, method)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        return BoundOperation(self.method, instance, self.stepped)
+        bound = BoundOperation(self.method, instance, self.stepped)
+        # Kept only when this is the operation the instance's class names (not one a
+        # subclass overrides, reached through super()).
+        if getattr(type(instance), self.name, None) is self:
+            instance.__dict__[self.name] = bound
+        return bound
 
     def __call__(self, instance: Any, *args: Any, **kwargs: Any) -> T:
         """``Class.operation(instance, ...)``: run blocking, as a method called through
@@ -73,27 +89,27 @@ class operation(Generic[T]):  # noqa: N801 - a decorator, named as property is
 
 class BoundOperation(Generic[T]):
     """An operation of one driver or broker: ``op(...)`` runs it blocking,
-    ``op.steps(...)`` gives its steps."""
+    ``op.steps(...)`` gives its steps (the method itself, bound, when it is written as
+    steps: no call of this class between a caller and the steps it makes)."""
 
-    __slots__ = ("method", "instance", "stepped")
+    __slots__ = ("method", "instance", "stepped", "steps")
 
     def __init__(self, method: Callable[..., Any], instance: Any, stepped: bool) -> None:
         self.method = method
         self.instance = instance
         self.stepped = stepped
+        self.steps: Callable[..., Steps[T]] = (
+            types.MethodType(method, instance) if stepped
+            else functools.partial(_whole, method, instance))
 
     def __call__(self, *args: Any, **kwargs: Any) -> T:
         if self.stepped:
             return drive(self.method(self.instance, *args, **kwargs))
         return self.method(self.instance, *args, **kwargs)
 
-    def steps(self, *args: Any, **kwargs: Any) -> Steps[T]:
-        if self.stepped:
-            return self.method(self.instance, *args, **kwargs)
-        return _whole(self.method, self.instance, args, kwargs)
 
-
-def _whole(method: Callable[..., T], instance: Any, args: tuple, kwargs: dict) -> Steps[T]:
+def _whole(method: Callable[..., T], instance: Any, *args: Any, **kwargs: Any
+           ) -> Steps[T]:
     """Steps that yield nothing: a plain method's whole call, made when they run."""
     yield from ()
     return method(instance, *args, **kwargs)

@@ -131,3 +131,18 @@ def test_cancelling_the_awaiting_task_raises_cancelled_error_at_the_yield():
 
     asyncio.run(main())
     assert seen == ["cancelled at the yield"]
+
+
+class Overriding(Store):
+    """A subclass that overrides an operation and reaches the one it overrides."""
+
+    @operation
+    def plain(self, value: int, *, twice: bool) -> int:
+        return 1000 + super().plain(value, twice=twice)
+
+
+def test_an_overriding_operation_stays_in_force_after_reaching_the_overridden_one():
+    store = Overriding()
+    assert store.plain(1, twice=False) == 1001
+    assert store.plain(2, twice=True) == 1004  # not the base operation, kept by super()
+    assert store.calls == [1, 2]

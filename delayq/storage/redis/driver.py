@@ -230,7 +230,8 @@ class Driver(base.Driver):
         return json.loads(raw) if raw is not None else None
 
     @operation
-    def queue_for_write(self, project: str, name: str) -> tuple[dict[str, Any] | None, Any]:
+    def queue_for_write(self, project: str, name: str
+                        ) -> Steps[tuple[dict[str, Any] | None, Any]]:
         """From this process's cache when it has the queue: the post or claim script
         compares the token (the metadata as read) with the stored metadata, so a post
         or claim costs one round trip instead of two."""
@@ -238,7 +239,7 @@ class Driver(base.Driver):
         cached = self._metadata.get(key)
         if cached is None:
             with unavailable:
-                raw = self._client.hget(key, "meta")
+                raw = yield self._scripts.commands.call("HGET", key, "meta")
             if raw is None:
                 return None, None
             if len(self._metadata) >= METADATA_CACHE_SIZE:

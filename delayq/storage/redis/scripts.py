@@ -85,7 +85,7 @@ class CountedScript:
         return reply[-1]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScriptCall:
     """One call of a counted script (a ``delayq.operations.StoreCall``)."""
 
@@ -97,17 +97,15 @@ class ScriptCall:
         script = self.script
         if script.wire is None:
             return script.counted(script.script(keys=self.keys, args=self.args))
-        return script.counted(script.wire.call(self._exchange()))
+        return script.wire.call(script_exchange(script.script.sha, script.script.script,
+                                                self.keys, self.args, script.counted))
 
-    async def awaited(self) -> Any:
+    def awaited(self) -> Awaitable[Any]:
         script = self.script
         if script.wire is None:
-            return self.wait()
-        return script.counted(await script.wire.call_on_loop(self._exchange()))
-
-    def _exchange(self):
-        registered = self.script.script
-        return script_exchange(registered.sha, registered.script, self.keys, self.args)
+            return _ready(self.wait())
+        return script.wire.call_on_loop(script_exchange(
+            script.script.sha, script.script.script, self.keys, self.args, script.counted))
 
 
 class Commands:
@@ -122,7 +120,7 @@ class Commands:
         return CommandCall(self, parts)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CommandCall:
     """One plain command (a ``delayq.operations.StoreCall``)."""
 

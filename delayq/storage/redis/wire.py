@@ -43,7 +43,7 @@ import struct
 import threading
 from asyncio import get_running_loop
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import hiredis
@@ -375,10 +375,15 @@ async def _ready(value: Any) -> Any:
     return value
 
 
-def script_exchange(sha: str, source: str, keys: list[Any], args: list[Any]) -> Exchange:
-    """``EVALSHA`` of script *sha* (source *source*, loaded again if Redis lost it)."""
+def script_exchange(sha: str, source: str, keys: list[Any], args: list[Any],
+                    settle: Callable[[Any], Any]) -> Exchange:
+    """``settle`` of the reply of ``EVALSHA`` of script *sha* (source *source*, loaded
+    again if Redis lost it)."""
     command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
-    reply = yield from _sent(command)
+    try:  # _sent(command), without a generator of its own on every script call's path
+        reply = yield command
+    except Broken:
+        reply = yield command  # on a new connection
     if isinstance(reply, exceptions.NoScriptError):
         loaded = yield from _sent(hiredis.pack_command(("SCRIPT", "LOAD", source)))
         if isinstance(loaded, Exception):
@@ -386,7 +391,7 @@ def script_exchange(sha: str, source: str, keys: list[Any], args: list[Any]) -> 
         reply = yield from _sent(command)
     if isinstance(reply, Exception):
         raise reply
-    return reply
+    return settle(reply)
 
 
 def command_exchange(parts: tuple) -> Exchange:
