@@ -63,7 +63,7 @@ class Store:
 
     async def call(self, script, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        return await self.wire.call_on_loop(script_exchange(script.sha, script.script,
+        return await self.wire.awaited(script_exchange(script.sha, script.script,
                                                             [key], args, script_reply))
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:

@@ -97,14 +97,14 @@ class ScriptCall:
         script = self.script
         if script.wire is None:
             return script.counted(script.script(keys=self.keys, args=self.args))
-        return script.wire.call(script_exchange(script.script.sha, script.script.script,
+        return script.wire.wait(script_exchange(script.script.sha, script.script.script,
                                                 self.keys, self.args, script.counted))
 
     def awaited(self) -> Awaitable[Any]:
         script = self.script
         if script.wire is None:
             return _ready(self.wait())
-        return script.wire.call_on_loop(script_exchange(
+        return script.wire.awaited(script_exchange(
             script.script.sha, script.script.script, self.keys, self.args, script.counted))
 
 
@@ -130,12 +130,12 @@ class CommandCall:
     def wait(self) -> Any:
         if self.commands.wire is None:
             return self.commands.client.execute_command(*self.parts)
-        return self.commands.wire.call(command_exchange(self.parts))
+        return self.commands.wire.wait(command_exchange(self.parts))
 
     def awaited(self) -> Awaitable[Any]:
         if self.commands.wire is None:
             return _ready(self.wait())
-        return self.commands.wire.call_on_loop(command_exchange(self.parts))
+        return self.commands.wire.awaited(command_exchange(self.parts))
 
 
 async def _ready(value: Any) -> Any:

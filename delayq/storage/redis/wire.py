@@ -19,12 +19,12 @@ longer knows (``NOSCRIPT``: a restart without persistence, ``SCRIPT FLUSH``) is 
 and called again. A timeout is never sent again: the script may have run. Where an
 exchange waits depends on who runs it:
 
-- ``Wire.call_on_loop``, awaited on an event loop (operations the API runs on its loop):
+- ``Wire.awaited``, awaited on an event loop (operations the API runs on its loop):
   on the loop's *pipe*, one connection per loop, without blocking it: the command is
   written at once, the loop serves other requests, and the reply wakes the call
   (``Pipe``). Over TLS the call blocks on the thread's line instead: OpenSSL's
   non-blocking reads and writes differ from a plain socket's;
-- ``Wire.call``, anywhere else (a pool thread, the reaper, a test): on the calling
+- ``Wire.wait``, anywhere else (a pool thread, the reaper, a test): on the calling
   thread's *line*, blocking (``Line``). One whose thread has ended is closed when another
   thread makes its own.
 
@@ -306,7 +306,7 @@ class Pipe:
 
 class Wire:
     """Exchanges over connections of *pool*: the running loop's when awaited
-    (``call_on_loop``), else the calling thread's own (``call``)."""
+    (``awaited``), else the calling thread's own (``wait``)."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
@@ -316,15 +316,15 @@ class Wire:
         self._pipes: dict[asyncio.AbstractEventLoop, Pipe] = {}
         self._pipes_allowed = not issubclass(pool.connection_class, SSLConnection)
 
-    def call(self, exchange: Exchange) -> Any:
+    def wait(self, exchange: Exchange) -> Any:
         """The reply of *exchange*, run on this thread's line, blocking."""
         return self._thread_line().run(exchange)
 
-    def call_on_loop(self, exchange: Exchange) -> Any:
+    def awaited(self, exchange: Exchange) -> Any:
         """An awaitable of the reply of *exchange*, run on the running loop's pipe (over
         TLS: on the thread's line, blocking)."""
         if not self._pipes_allowed:
-            return _ready(self.call(exchange))
+            return _ready(self.wait(exchange))
         loop = get_running_loop()
         return (self._pipes.get(loop) or self._new_pipe(loop)).run(exchange)
 
