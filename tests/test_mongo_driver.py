@@ -59,6 +59,7 @@ from pymongo import IndexModel, monitoring
 from delayq import errors, events, tallies
 from delayq.api.app import create_app
 from delayq.message import NewMessage
+from delayq.metrics import Metrics
 from delayq.queue import DeadLetterPolicy, QueueCounts
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo import expiry
@@ -583,9 +584,8 @@ def test_awkward_bodies_round_trip_exactly(backend, body):
 
 def test_an_expired_message_is_invisible_to_every_request_until_it_is_reaped(backend,
                                                                             clock):
-    driver = backend.driver(clock)
     ended: list[str] = []
-    driver.endings = ended.extend
+    driver = backend.driver(clock, endings=ended.extend)
     ids = post(driver, "q", 3, ttl=60)
     [moved] = post(driver, "dlq", ttl=60)
     backend.db.messages.update_one({"_id": ObjectId(moved)}, {"$set": {"s": "q"}})
@@ -1371,9 +1371,8 @@ def test_a_refused_ttl_change_leaves_the_old_ttl_and_says_how_to_change_it(
 
 
 def test_a_claim_meeting_expired_messages_removes_and_reports_each_once(backend, clock):
-    driver = backend.driver(clock)
     ended: list[str] = []
-    driver.endings = ended.extend
+    driver = backend.driver(clock, endings=ended.extend)
     t0 = clock.now
     gone = post(driver, "q", 3, ttl=60)
     live = post(driver, "q", 2, ttl=3600)
@@ -1401,9 +1400,8 @@ def test_a_claim_meeting_expired_messages_removes_and_reports_each_once(backend,
 
 
 def test_a_pop_meeting_expired_messages_reports_them_with_what_it_popped(backend, clock):
-    driver = backend.driver(clock)
     ended: list[str] = []
-    driver.endings = ended.extend
+    driver = backend.driver(clock, endings=ended.extend)
     [gone] = post(driver, "q", ttl=60)
     [live] = post(driver, "q", ttl=3600)
     clock.advance(61)
@@ -1414,10 +1412,10 @@ def test_a_pop_meeting_expired_messages_reports_them_with_what_it_popped(backend
 
 def test_a_claim_racing_the_reaper_leaves_each_expired_message_reported_once(backend,
                                                                              clock):
-    driver, rival = backend.driver(clock), backend.driver(clock)
     ended: list[str] = []
     rivals: list[str] = []
-    driver.endings, rival.endings = ended.extend, rivals.extend
+    driver = backend.driver(clock, endings=ended.extend)
+    rival = backend.driver(clock, endings=rivals.extend)
     gone = post(driver, "q", 3, ttl=60)
     [live] = post(driver, "q", ttl=3600)
     clock.advance(61)
@@ -1434,10 +1432,8 @@ def test_two_reapers_at_once_report_each_expired_message_once(backend, clock,
     # Small batches, so that the reapers race through several (mongomock scans the
     # whole collection for each statement: a server's batch would be slow here).
     monkeypatch.setattr(expiry, "REAP_BATCH", 16)
-    drivers = [backend.driver(clock) for _ in range(3)]
-    ended: list[list[str]] = [[] for _ in drivers]
-    for driver, mine in zip(drivers, ended, strict=True):
-        driver.endings = mine.extend
+    ended: list[list[str]] = [[] for _ in range(3)]
+    drivers = [backend.driver(clock, endings=mine.extend) for mine in ended]
     queues = [("proj", "a"), ("proj", "b"), ("other", "a")]
     ids: dict[tuple[str, str], list[str]] = {}
     for project, queue in queues:
@@ -1481,9 +1477,8 @@ def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
 
 
 def test_the_reaper_thread_empties_the_queues_nobody_touches(backend, clock):
-    driver = backend.driver(clock, reap_interval=1)
     ended: list[str] = []
-    driver.endings = ended.extend
+    driver = backend.driver(clock, reap_interval=1, endings=ended.extend)
     gone = post(driver, "idle", 5, ttl=60)
     [kept] = post(driver, "idle", ttl=3600)
     clock.advance(61)
@@ -1540,9 +1535,8 @@ def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch
     monkeypatch.setattr(Expiry, "lease", bidding)
     monkeypatch.setattr(Driver, "reap", reaping)
     ended: list[str] = []
-    for driver in (backend.driver(clock, reap_interval=1),
-                   backend.driver(clock, reap_interval=1)):
-        driver.endings = ended.extend
+    for _ in range(2):
+        backend.driver(clock, reap_interval=1, endings=ended.extend)
     post(backend.drivers[0], "q", 4, ttl=60)
     clock.advance(61)
     wait_for(lambda: len(passes) == 1)
@@ -1557,7 +1551,10 @@ def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch
 
 
 def test_the_metrics_counter_counts_expired_messages(backend, clock, make_conf):
-    client = testing.TestClient(create_app(make_conf(), driver=backend.driver(clock)))
+    metrics = Metrics()
+    client = testing.TestClient(create_app(
+        make_conf(), driver=backend.driver(clock, endings=metrics.count_endings),
+        metrics=metrics))
     headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}
 
     def expired_total() -> float:

@@ -23,6 +23,7 @@ import uvicorn
 
 from delayq import conf as delayq_conf
 from delayq.api.app import create_app
+from delayq.metrics import Metrics
 from delayq.storage.mongo.driver import Driver as MongoDriver
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.server import delayq_server, free_port
@@ -77,7 +78,10 @@ def server(request, tmp_path_factory):
         conf = delayq_conf.load([])
         conf.set_override("message_store", "mongodb", group="drivers")
         conf.set_override("max_message_delay", MAX_MESSAGE_DELAY, group="transport")
-        app = create_app(conf, driver=MongoDriver(MONGO.mock_client(), database))
+        metrics = Metrics()
+        app = create_app(conf, driver=MongoDriver(MONGO.mock_client(), database,
+                                                  endings=metrics.count_endings),
+                         metrics=metrics)
         yield from serve_in_thread(app)
         return
     uri = MONGO.real_uri()

@@ -35,13 +35,17 @@ class _Shutdown:
         self.driver.close()
 
 
-def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None) -> falcon.asgi.App:
-    """The API over *driver*, or over the driver *conf* selects."""
-    metrics = Metrics()
+def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
+               metrics: Metrics | None = None) -> falcon.asgi.App:
+    """The API over *driver*, or over the driver *conf* selects, counting in *metrics*.
+
+    A driver made by the caller (tests, embedding) reports its endings to whatever it
+    was made with: for /metrics to count them, make it with ``endings=`` the
+    ``count_endings`` of the *metrics* passed here.
+    """
+    metrics = metrics if metrics is not None else Metrics()
     if driver is None:
         driver = load_driver(conf, endings=metrics.count_endings)
-    else:  # a driver the caller made (tests, embedding): told where its endings go
-        driver.endings = metrics.count_endings
     limits = Limits.from_conf(conf)
     broker = Broker(driver, limits, metrics, quotas=Quotas.from_conf(conf))
     wsgi = conf[WSGI_GROUP]

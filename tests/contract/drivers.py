@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from delayq.events import Settings
-from delayq.storage.base import Driver
+from delayq.storage.base import Driver, Endings, ignore_endings
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.redis_servers import SERVERS
 from tests.swift_server import SWIFT
@@ -83,12 +83,16 @@ def skip_unless_shared_across_processes(spec: DriverSpec) -> None:
 
 
 def open_driver(spec: DriverSpec, clock: Callable[[], float] = time.time,
-                events_settings: Settings | None = None) -> Driver:
+                events_settings: Settings | None = None,
+                endings: Endings = ignore_endings) -> Driver:
     """A connected driver for *spec*; *clock* replaces the backend clock where it can.
 
-    *events_settings*, when given, is handed to the driver (else its default, the trail on).
+    *events_settings*, when given, is handed to the driver (else its default, the trail on);
+    the driver tells *endings* of the messages leaving queues.
     """
-    trail = {} if events_settings is None else {"events_settings": events_settings}
+    trail = {"endings": endings}
+    if events_settings is not None:
+        trail["events_settings"] = events_settings
     if spec.name == "sqlite":
         from delayq.storage.sqlite.driver import Driver as SqliteDriver
 

@@ -17,9 +17,8 @@ from tests.contract.helpers import PROJECT, claim, create, post, write
 def reported(request, spec, clock):
     """A broker over a fresh driver whose endings land in a list, and that list."""
     settings = None if request.param == "trail on" else events.OFF
-    driver = open_driver(spec, clock, settings)
     ended: list[str] = []
-    driver.endings = ended.extend
+    driver = open_driver(spec, clock, settings, ended.extend)
     yield Broker(driver, Limits()), ended
     driver.close()
 

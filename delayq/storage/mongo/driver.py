@@ -131,9 +131,7 @@ class Driver(base.Driver):
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
         self._tallies = tallies.Tallies(db[lay.TALLIES])
-        # ``endings`` is looked up at each call: a driver handed to the app is told its
-        # endings after it is made.
-        self._trail = Trail(db[lay.EVENTS], events_settings, lambda kinds: self.endings(kinds))
+        self._trail = Trail(db[lay.EVENTS], events_settings, endings)
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)

@@ -135,10 +135,8 @@ class Driver(base.Driver):
                     with unavailable:
                         client, clustered = connect(self._uri, **self._connect_options)
                         wire = None if clustered else Wire(client.connection_pool)
-                        # Read at each call: a driver handed to the app is told its
-                        # endings after it is made.
-                        scripts = Scripts(client, self._events.retention,
-                                          lambda kinds: self.endings(kinds), wire)
+                        scripts = Scripts(client, self._events.retention, self.endings,
+                                          wire)
                         scripts.load(client)
                         persistence.check(client)
                 except errors.StorageUnavailable as exc:

@@ -82,10 +82,7 @@ class Driver(base.Driver):
         self._tallies = Tallies(self._objects, self._now_us, self._stop,
                                 flush_interval=tally_flush_interval,
                                 lease_time=tally_writer_lease)
-        # ``endings`` is looked up at each call: a driver handed to the app is told its
-        # endings after it is made.
-        self._trail = Trail(self._objects, events_settings,
-                            lambda kinds: self.endings(kinds))
+        self._trail = Trail(self._objects, events_settings, endings)
         self._markers = Markers(self._objects, self._tallies, self._trail,
                                 self._ensure_queue)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
