@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from delayq import errors, metrics, validation
+from delayq import errors, metrics, retry, validation
 from delayq import queue as q
 from delayq.claim import Claim
 from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.operations import Steps, operation
 from delayq.queue import QueueCounts, QueueStats
 from delayq.storage.base import Driver
+from delayq.subscription import Subscription, SubscriptionChange
 from delayq.validation import Limits, MessageEdit, PostedMessage, Quotas
 
 PATCH_OPS = ("add", "replace", "remove")
@@ -274,18 +275,26 @@ class Broker:
     # Claims
 
     @operation
-    def claim(self, project: str, queue: str, *, ttl: int, grace: int,
-              limit: int) -> Steps[Claim | None]:
+    def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+              push_for: Subscription | None = None) -> Steps[Claim | None]:
         """Claim up to *limit* messages, dead-lettering by the queue's policy as the
-        driver last saw it: decided again as a post is (``post``)."""
+        driver last saw it: decided again as a post is (``post``).
+
+        Should the claim expire, its messages wait as the queue's ``_retry_policy``
+        says; a claim made to push to subscription *push_for* follows the policy its
+        pushes follow (``push_backoff``).
+        """
         for attempt in range(METADATA_ATTEMPTS):
             metadata, token = yield from self.driver.queue_for_write.steps(project, queue)
             if metadata is None:
                 return None
+            dead_letter = q.dead_letter_policy(metadata)
+            backoff = (queue_backoff(metadata, dead_letter) if push_for is None
+                       else push_backoff(metadata, dead_letter, push_for))
             try:
                 claim = yield from self.driver.claim.steps(
                     project, queue, ttl=ttl, grace=grace, limit=limit,
-                    dead_letter=q.dead_letter_policy(metadata), metadata_token=token)
+                    dead_letter=dead_letter, metadata_token=token, backoff=backoff)
                 break
             except errors.MetadataChanged:
                 if attempt == LAST_ATTEMPT:
@@ -301,11 +310,98 @@ class Broker:
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> Steps[None]:
-        yield from self.driver.renew_claim.steps(project, queue, claim_id, ttl, grace)
+        backoff = yield from self._queue_backoff(project, queue)
+        yield from self.driver.renew_claim.steps(project, queue, claim_id, ttl, grace,
+                                                 backoff)
 
     @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> Steps[None]:
-        yield from self.driver.release_claim.steps(project, queue, claim_id)
+        """Free the claim's messages: at once, or each after the wait the queue's
+        ``_retry_policy`` gives its attempt."""
+        backoff = yield from self._queue_backoff(project, queue)
+        yield from self.driver.release_claim.steps(project, queue, claim_id, backoff)
+
+    def _queue_backoff(self, project: str, queue: str) -> Steps[retry.Backoff | None]:
+        metadata, _ = yield from self.driver.queue_for_write.steps(project, queue)
+        if metadata is None:
+            return None
+        return queue_backoff(metadata, q.dead_letter_policy(metadata))
+
+    @operation
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Steps[Message]:
+        """Hand one message back from its claim, due in *delay* seconds (a consumer's
+        ChangeMessageVisibility); the claim keeps the rest."""
+        validation.integer(delay, "delay", 0, self.limits.max_message_delay)
+        return (yield from self.driver.release_message.steps(project, queue, message_id,
+                                                             claim_id, delay))
+
+    @operation
+    def push_failed(self, project: str, queue: str, message: Message, claim_id: str,
+                    subscription: Subscription) -> Steps[float]:
+        """Hand back a message whose push to *subscription* failed, due after the wait
+        its attempt (its claim count) earns under the push's retry policy; the wait,
+        in seconds. At the queue's ``_max_claim_count`` the wait is none: the next
+        claim dead-letters the message."""
+        metadata, _ = yield from self.driver.queue_for_write.steps(project, queue)
+        metadata = metadata or {}
+        backoff = push_backoff(metadata, q.dead_letter_policy(metadata), subscription)
+        delay = backoff.after(message.claim_count)
+        yield from self.driver.release_message.steps(project, queue, message.id, claim_id,
+                                                     delay)
+        return delay
+
+    # Subscriptions
+
+    @operation
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> Steps[str]:
+        """Subscribe *subscriber* to *queue*, creating the queue when it does not exist
+        (counted against ``max_queues_per_project``), as Zaqar does; its id. Raises
+        SubscriptionExists when the queue has a live one for *subscriber*."""
+        if (yield from self.driver.get_queue.steps(project, queue)) is None:
+            if self.quotas.max_queues_per_project:
+                yield from self._check_queue_quota(project)
+            yield from self.driver.create_queue.steps(project, queue, {})
+        created = yield from self.driver.create_subscription.steps(
+            project, queue, subscriber, ttl, options)
+        if created is None:
+            raise errors.SubscriptionExists.for_subscriber(subscriber)
+        return created
+
+    @operation
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Steps[Subscription]:
+        found = yield from self.driver.get_subscription.steps(project, queue,
+                                                              subscription_id)
+        if found is None:
+            raise errors.SubscriptionNotFound.with_id(subscription_id)
+        return found
+
+    @operation
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> Steps[list[Subscription]]:
+        return (yield from self.driver.list_subscriptions.steps(project, queue, marker,
+                                                                limit))
+
+    @operation
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> Steps[None]:
+        yield from self.driver.update_subscription.steps(project, queue, subscription_id,
+                                                         change)
+
+    @operation
+    def delete_subscription(self, project: str, queue: str, subscription_id: str
+                            ) -> Steps[None]:
+        yield from self.driver.delete_subscription.steps(project, queue, subscription_id)
+
+    @operation
+    def purge_subscriptions(self, project: str, queue: str) -> Steps[None]:
+        yield from self.driver.purge_subscriptions.steps(project, queue)
+
+    @operation
+    def subscribed_queues(self) -> Steps[list[tuple[str, str]]]:
+        return (yield from self.driver.subscribed_queues.steps())
 
     # Long-poll claims
 
@@ -320,6 +416,24 @@ class Broker:
     def ping(self) -> Steps[bool]:
         """Whether the store answers."""
         return (yield from self.driver.ping.steps())
+
+
+def queue_backoff(metadata: dict[str, Any], dead_letter: q.DeadLetterPolicy | None
+                  ) -> retry.Backoff | None:
+    """The waits of the queue's ``_retry_policy`` after a consumer's failed attempts
+    (a claim released or expired), or None when the queue has none: its messages are
+    then claimable again as soon as the claim ends."""
+    return retry.backoff(metadata.get(retry.RETRY_POLICY),
+                         dead_letter.max_claim_count if dead_letter else None)
+
+
+def push_backoff(metadata: dict[str, Any], dead_letter: q.DeadLetterPolicy | None,
+                 subscription: Subscription) -> retry.Backoff:
+    """The waits after failed pushes to *subscription*: its own ``_retry_policy`` or the
+    queue's (``retry.effective``), Zaqar's defaults without either."""
+    policy = retry.effective(metadata.get(retry.RETRY_POLICY),
+                             subscription.options.get(retry.RETRY_POLICY))
+    return retry.backoff(policy, dead_letter.max_claim_count if dead_letter else None)
 
 
 def is_delayed_queue(queue_delay: int) -> bool:

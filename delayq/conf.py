@@ -24,6 +24,7 @@ SIGNED_URL_GROUP = "signed_url"
 TRANSPORT_GROUP = "transport"
 DRIVERS_GROUP = "drivers"
 WSGI_GROUP = "drivers:transport:wsgi"
+NOTIFICATION_GROUP = "notification"
 EVENTS_GROUP = "events"
 QUOTAS_GROUP = "quotas"
 
@@ -85,6 +86,10 @@ transport_opts = [
                help="Longest claim ttl a consumer may ask for, in seconds."),
     cfg.IntOpt("max_claim_grace", default=43200, min=60,
                help="Longest claim grace a consumer may ask for, in seconds."),
+    cfg.IntOpt("default_subscription_ttl", default=3600, min=60,
+               help="Seconds a subscription lives when its creator gives no ttl."),
+    cfg.IntOpt("max_subscriptions_per_page", default=20, min=1,
+               help="Largest page of a subscription listing."),
 ]
 
 drivers_opts = [
@@ -157,6 +162,30 @@ wsgi_opts = [
                     "to), or - for standard output. Unset: no access log."),
 ]
 
+notification_opts = [
+    cfg.BoolOpt("push", default=True,
+                help="Whether this API process pushes messages to the webhooks of "
+                     "subscriptions. Every process that pushes shares the work of every "
+                     "subscription through claims; turn it off on hosts that should "
+                     "only serve the API."),
+    cfg.IntOpt("max_notifier_workers", default=20, min=1,
+               help="Most pushes one API worker process has in flight at once, over all "
+                    "subscriptions."),
+    cfg.IntOpt("max_pushes_per_subscription", default=4, min=1,
+               help="Most pushes one API worker process has in flight at once to one "
+                    "subscription, so that a slow or dead subscriber holds up no more "
+                    "than these."),
+    cfg.FloatOpt("push_timeout", default=10.0, min=0.1, max=600,
+                 help="Seconds a webhook has to answer a push; a later answer counts as "
+                      "a failed delivery. A push's claim lasts this long plus 30 s."),
+    cfg.FloatOpt("push_scan_interval", default=5.0, min=0.1, max=3600,
+                 help="Seconds between two rounds in which a pushing process reads every "
+                      "subscribed queue's next due time. Messages posted through this "
+                      "process, and retries it scheduled, are pushed when due without "
+                      "waiting for a round; a round finds the rest: messages posted "
+                      "through other hosts, claims that expired, new subscriptions."),
+]
+
 events_opts = [
     cfg.BoolOpt("enabled", default=True,
                 help="Record the event trail (posted, claimed, popped, deleted, "
@@ -211,6 +240,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
     conf.register_opts(wsgi_opts, group=WSGI_GROUP)
     conf.register_opts(events_opts, group=EVENTS_GROUP)
+    conf.register_opts(notification_opts, group=NOTIFICATION_GROUP)
     conf.register_opts(quotas_opts, group=QUOTAS_GROUP)
     for module in DRIVER_OPTIONS.values():
         conf.register_opts(module.OPTS, group=module.GROUP)
@@ -225,6 +255,7 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         (DRIVERS_GROUP, drivers_opts),
         (WSGI_GROUP, wsgi_opts),
         (EVENTS_GROUP, events_opts),
+        (NOTIFICATION_GROUP, notification_opts),
         (QUOTAS_GROUP, quotas_opts),
         *((module.GROUP, module.OPTS) for module in DRIVER_OPTIONS.values()),
     ]

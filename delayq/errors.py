@@ -43,6 +43,14 @@ class ClaimNotFound(DelayqError):
         return cls(f"Claim {claim_id} does not exist or has expired.")
 
 
+class SubscriptionNotFound(DelayqError):
+    """The subscription does not exist, or has expired (HTTP 404)."""
+
+    @classmethod
+    def with_id(cls, subscription_id: str) -> SubscriptionNotFound:
+        return cls(f"Subscription {subscription_id} does not exist.")
+
+
 class MessageIsClaimed(DelayqError):
     """A claimed message was to be deleted without its claim id (HTTP 403)."""
 
@@ -130,6 +138,16 @@ class MessageHeld(Conflict):
         """The error every driver raises for an edit of a claimed message."""
         return cls(f"Message {message_id} is claimed: it can be edited once its claim is "
                    "deleted, released or expired.")
+
+
+class SubscriptionExists(Conflict):
+    """The queue already has a subscription for this subscriber (HTTP 409): subscriptions
+    are unique by project, queue and subscriber, as in Zaqar."""
+
+    @classmethod
+    def for_subscriber(cls, subscriber: str) -> SubscriptionExists:
+        return cls(f"Queue already has a subscription for {subscriber[:200]}: "
+                   "subscriptions are unique by project, queue and subscriber.")
 
 
 class QuotaExceeded(DelayqError):

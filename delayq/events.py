@@ -17,6 +17,9 @@ dead_lettered   message_id, claim_count, source, target, ttl, expires, body — 
                 in the source queue's trail
 edited          message_id, due (after the edit: unchanged unless it gave a delay),
                 claim_count — a free message's body and/or delay changed (PATCH)
+released        message_id, due (now plus the delay it was handed back with),
+                claim_count — one message of a claim handed back by its holder (a
+                consumer, or a push that failed)
 redriven        message_id, claim_count (before the redrive reset it), source (this
                 dead-letter queue), target (the queue it went to), expires
 expired         message_id, claim_count; ``time`` is the instant it expired (the
@@ -52,8 +55,9 @@ EXPIRED = "expired"
 PURGED = "purged"
 REDRIVEN = "redriven"
 EDITED = "edited"
+RELEASED = "released"
 KINDS = (POSTED, CLAIMED, POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED, REDRIVEN,
-         EDITED)
+         EDITED, RELEASED)
 
 # Events that end a message's life in the queue named by the event.
 ENDINGS = (POPPED, DELETED, DEAD_LETTERED, EXPIRED, PURGED, REDRIVEN)

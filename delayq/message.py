@@ -69,7 +69,9 @@ class Message:
 
     @property
     def is_delayed(self) -> bool:
-        return self.as_of < self.due
+        """Not claimable until its due time, and no live claim holds it (a claim made
+        under a retry policy sets the due time after its own expiry)."""
+        return self.as_of < self.due and not self.is_claimed
 
     @property
     def live_claim_id(self) -> str | None:

@@ -1,11 +1,16 @@
 """Tallies: a queue's live, delayed and claimed counts at any instant, read without
 reading its messages (the /metrics gauges).
 
-Each message contributes, per kind, at most one instant, in integer milliseconds: when
-it stops being live (its expiry), delayed (its due time, or its expiry if sooner) or
-claimed (its claim's expiry, or its expiry if sooner). A message posted without a delay
-(due = created) has no delayed instant, a never-claimed one no claimed instant. The
-count of a kind at instant T is the number of those instants after T.
+Each message contributes instants, in integer milliseconds, each counting +1 or -1 for
+its kind: when it stops being live (its expiry), delayed (its due time, or its expiry if
+sooner) or claimed (its claim's expiry, or its expiry if sooner). A message posted
+without a delay (due = created) has no delayed instant, a never-claimed one no claimed
+instant. The count of a kind at instant T is the sum of its instants after T.
+
+A live claim's message is claimed, never delayed, whatever its due time: a claim made
+under a retry policy (``delayq.retry``) sets the due time after the claim's expiry, and
+the message is delayed only from that expiry on. Such a message has a -1 delayed instant
+at its claim's expiry, so that the two delayed instants count it between the two only.
 
 A tally holds, for every level L, how many instants fall in each block of 2^(12 L) ms
 (blocks of 1 ms, 4.1 s, 4.7 h, then 2.2 years). A count after T sums at most 4095
@@ -51,13 +56,17 @@ def ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-def instants(marks: Marks) -> dict[int, int]:
-    """The message's instant of each kind it has, in milliseconds."""
-    found = {LIVE: ms(marks.expires)}
-    if marks.due > marks.created:
-        found[DELAYED] = ms(min(marks.due, marks.expires))
+def instants(marks: Marks) -> list[tuple[int, int, int]]:
+    """The message's instants: ``(kind, milliseconds, +1 or -1)``."""
+    found = [(LIVE, ms(marks.expires), 1)]
+    delayed = marks.due > marks.created
+    if delayed:
+        found.append((DELAYED, ms(min(marks.due, marks.expires)), 1))
     if marks.claim_expires > 0:
-        found[CLAIMED] = ms(min(marks.claim_expires, marks.expires))
+        claim_ends = ms(min(marks.claim_expires, marks.expires))
+        found.append((CLAIMED, claim_ends, 1))
+        if delayed and marks.due >= marks.claim_expires:  # delayed after the claim only
+            found.append((DELAYED, claim_ends, -1))
     return found
 
 
@@ -68,9 +77,9 @@ def change(before: Marks | None, after: Marks | None) -> Counter[Block]:
     for sign, marks in ((-1, before), (1, after)):
         if marks is None:
             continue
-        for kind, at in instants(marks).items():
+        for kind, at, counted in instants(marks):
             for level in range(LEVELS):
-                deltas[(kind, level, at >> (BITS * level))] += sign
+                deltas[(kind, level, at >> (BITS * level))] += sign * counted
     return Counter({block: n for block, n in deltas.items() if n})
 
 

@@ -15,14 +15,16 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from oslo_config import cfg
 
-from delayq import jsontext
+from delayq import jsontext, retry
 from delayq import queue as q
 from delayq.conf import QUOTAS_GROUP, TRANSPORT_GROUP, quotas_opts, transport_opts
 from delayq.errors import ValidationError
 from delayq.message import NO_CHANGE, Unchanged
+from delayq.subscription import SubscriptionChange
 
 MIN_MESSAGE_TTL = 60
 MIN_CLAIM_TTL = 60
@@ -36,6 +38,13 @@ DEFAULT_REDRIVE = 100
 # A long-poll claim (?wait=) waits at most this many seconds: well inside the timeouts
 # of the usual HTTP clients and proxies (python-zaqarclient's, nginx's 60 s).
 MAX_CLAIM_WAIT = 20
+MIN_SUBSCRIPTION_TTL = 60  # Zaqar's
+MAX_SUBSCRIBER_LENGTH = 2048
+SUBSCRIBER_SCHEMES = ("http", "https")
+SUBSCRIPTION_FIELDS = ("subscriber", "ttl", "options")
+# A subscription ttl must leave its expiry a valid time (Zaqar's bound is the largest
+# datetime); a century is far beyond any use.
+MAX_SUBSCRIPTION_TTL = 100 * 365 * 86400
 
 
 _TRANSPORT = {opt.dest: opt.default for opt in transport_opts}
@@ -60,6 +69,8 @@ class Limits:
     max_message_delay: int = _TRANSPORT["max_message_delay"]
     max_claim_ttl: int = _TRANSPORT["max_claim_ttl"]
     max_claim_grace: int = _TRANSPORT["max_claim_grace"]
+    default_subscription_ttl: int = _TRANSPORT["default_subscription_ttl"]
+    max_subscriptions_per_page: int = _TRANSPORT["max_subscriptions_per_page"]
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Limits:
@@ -256,6 +267,12 @@ def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
     if q.DEAD_LETTER_QUEUE_MESSAGES_TTL in checked and not has_target:
         raise ValidationError(f"{q.DEAD_LETTER_QUEUE_MESSAGES_TTL} needs "
                               f"{q.DEAD_LETTER_QUEUE} and {q.MAX_CLAIM_COUNT}.")
+    if retry.RETRY_POLICY in checked:
+        if checked[retry.RETRY_POLICY] is None:
+            del checked[retry.RETRY_POLICY]
+        else:
+            retry.parse(checked[retry.RETRY_POLICY], retry.RETRY_POLICY,
+                        limits.max_message_delay)
     return checked
 
 
@@ -446,6 +463,104 @@ def claim_options(document: Any, limits: Limits) -> tuple[int, int]:
     integer(ttl, "ttl", MIN_CLAIM_TTL, limits.max_claim_ttl)
     integer(grace, "grace", MIN_CLAIM_GRACE, limits.max_claim_grace)
     return ttl, grace
+
+
+def release_delay(document: Any, limits: Limits) -> int:
+    """The delay of a message handed back by its claim (PATCH with ``claim_id``):
+    ``{"delay": seconds}``, 0 to ``max_message_delay``."""
+    if not isinstance(document, dict) or set(document) != {"delay"}:
+        raise ValidationError('A message PATCH with claim_id hands the message back: its '
+                              'body is {"delay": seconds}, and nothing else.')
+    return integer(document["delay"], "delay", 0, limits.max_message_delay)
+
+
+def subscriber(value: Any) -> str:
+    """A subscriber: an http:// or https:// URL with a host."""
+    if not isinstance(value, str) or len(value) > MAX_SUBSCRIBER_LENGTH:
+        raise ValidationError(f"subscriber must be a URL of at most "
+                              f"{MAX_SUBSCRIBER_LENGTH} characters.")
+    try:
+        parsed = urlsplit(value)
+        parsed.port  # noqa: B018 - a port out of range raises here
+    except ValueError:
+        raise ValidationError(f"subscriber {value[:100]!r} is not a valid URL.") from None
+    if parsed.scheme not in SUBSCRIBER_SCHEMES or not parsed.hostname:
+        raise ValidationError(f"subscriber must be an http:// or https:// URL with a host "
+                              f"(the webhooks delayq pushes to); got {value[:100]!r}.")
+    return value
+
+
+def subscription_options(options: Any, limits: Limits) -> dict[str, Any]:
+    """A subscription's options: any JSON object; ``post_data`` (a string, where
+    ``"$zaqar_message$"`` stands for the message), ``post_headers`` (an object of
+    strings) and ``_retry_policy`` are checked."""
+    if not isinstance(options, dict):
+        raise ValidationError("options must be a JSON object.")
+    if "post_data" in options and not isinstance(options["post_data"], str):
+        raise ValidationError('options.post_data must be a string, the body pushed, in '
+                              'which "$zaqar_message$" stands for the message.')
+    headers = options.get("post_headers")
+    if headers is not None and not (
+            isinstance(headers, dict)
+            and all(isinstance(k, str) and HEADER_NAME.fullmatch(k)
+                    and isinstance(v, str) and _header_safe(v)
+                    for k, v in headers.items())):
+        raise ValidationError("options.post_headers must be an object of header names "
+                              "and string values, without line breaks.")
+    if options.get(retry.RETRY_POLICY) is not None:
+        retry.parse(options[retry.RETRY_POLICY], f"options.{retry.RETRY_POLICY}",
+                    limits.max_message_delay)
+    size = len(json.dumps(options, separators=(",", ":")).encode())
+    if size > limits.max_queue_metadata:
+        raise ValidationError(f"options are {size} bytes; the limit is "
+                              f"{limits.max_queue_metadata} (max_queue_metadata).")
+    return options
+
+
+# RFC 9110's token: the characters a header field name may have.
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_safe(text: str) -> bool:
+    return "\r" not in text and "\n" not in text and "\0" not in text
+
+
+def _subscription_document(document: Any, what: str) -> dict[str, Any]:
+    if not isinstance(document, dict) or not document:
+        raise ValidationError(f"The {what} must be a JSON object with any of "
+                              f"{', '.join(SUBSCRIPTION_FIELDS)}.")
+    unknown = sorted(set(document) - set(SUBSCRIPTION_FIELDS))
+    if unknown:
+        raise ValidationError(f"Unknown subscription field {unknown[0][:40]!r}: use "
+                              f"{', '.join(SUBSCRIPTION_FIELDS)}.")
+    return document
+
+
+def subscription_ttl(value: Any) -> int:
+    return integer(value, "ttl", MIN_SUBSCRIPTION_TTL, MAX_SUBSCRIPTION_TTL)
+
+
+def new_subscription(document: Any, limits: Limits) -> tuple[str, int, dict[str, Any]]:
+    """``(subscriber, ttl, options)`` of a subscription create body, defaults filled in."""
+    document = _subscription_document(document, "subscription")
+    if "subscriber" not in document:
+        raise ValidationError("subscriber is required: the URL messages are pushed to.")
+    ttl = document.get("ttl")
+    options = document.get("options")
+    return (subscriber(document["subscriber"]),
+            limits.default_subscription_ttl if ttl is None else subscription_ttl(ttl),
+            {} if options is None else subscription_options(options, limits))
+
+
+def subscription_change(document: Any, limits: Limits) -> SubscriptionChange:
+    """What a subscription PATCH changes."""
+    document = _subscription_document(document, "subscription update")
+    ttl, options = document.get("ttl"), document.get("options")
+    return SubscriptionChange(
+        subscriber=None if document.get("subscriber") is None
+        else subscriber(document["subscriber"]),
+        ttl=None if ttl is None else subscription_ttl(ttl),
+        options=None if options is None else subscription_options(options, limits))
 
 
 def message_ids(raw: list[str], limits: Limits) -> list[str]:

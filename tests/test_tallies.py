@@ -33,7 +33,10 @@ def random_marks(rng: random.Random, now: float) -> Marks:
     expires = now + rng.uniform(span / 2, span * 2)
     if rng.random() < 0.4:  # claimed now, after a delay that has passed or none
         due = rng.choice([created, rng.uniform(created, now)])
-        return Marks(created, due, expires, claim_expires=now + rng.uniform(0, span))
+        claim_expires = now + rng.uniform(0, span)
+        if rng.random() < 0.3:  # under a retry policy: due again a wait after the claim
+            due = claim_expires + rng.choice([0, rng.uniform(0, span)])
+        return Marks(created, due, expires, claim_expires=claim_expires)
     due = rng.choice([created, now + rng.uniform(0, span)])
     return Marks(created, due, expires)
 

@@ -15,6 +15,7 @@ STATUS = {
     errors.QueueNotFound: (falcon.HTTP_404, "Not found"),
     errors.MessageNotFound: (falcon.HTTP_404, "Not found"),
     errors.ClaimNotFound: (falcon.HTTP_404, "Not found"),
+    errors.SubscriptionNotFound: (falcon.HTTP_404, "Not found"),
     errors.MessageIsClaimed: (falcon.HTTP_403, "Unable to delete"),
     errors.ClaimMismatch: (falcon.HTTP_403, "Unable to delete"),
     errors.MessageNotClaimed: (falcon.HTTP_400, "Unable to delete"),

@@ -28,7 +28,9 @@ from delayq.events import Event
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.retry import Backoff
 from delayq.storage.reaper import Reaper
+from delayq.subscription import Subscription, SubscriptionChange
 
 Endings = Callable[[Iterable[str]], None]
 
@@ -241,8 +243,8 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+              backoff: Backoff | None = None) -> Claim | None:
         """Claim up to *limit* free, due messages, oldest availability first.
 
         Each claimed message's claim count goes up by one and its expiry is extended to
@@ -252,6 +254,12 @@ class Driver(abc.ABC):
         when the policy has one, else its original ``created + ttl``, whatever claims
         extended it to), and the claim looks further. None when nothing was claimed.
         *metadata_token*: see ``queue_for_write``.
+
+        With *backoff*, each claimed message is due ``backoff.after(claim count)``
+        seconds after the claim's expiry (its ``due`` is set so): should the claim
+        expire with the message not deleted, the message waits that long before another
+        claim may take it. A live claim's message counts as claimed whatever its due
+        time; once the claim has ended, a due time to come makes it delayed.
         """
 
     @abc.abstractmethod
@@ -260,12 +268,68 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
-        """Restart the claim's ttl from now; raises ClaimNotFound."""
+                    grace: int, backoff: Backoff | None = None) -> None:
+        """Restart the claim's ttl from now; raises ClaimNotFound. With *backoff*, each
+        of its messages is due ``backoff.after(claim count)`` after the new expiry, as a
+        claim sets it."""
 
     @abc.abstractmethod
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        """Free the claim's messages at once; an absent claim is not an error."""
+    def release_claim(self, project: str, queue: str, claim_id: str,
+                      backoff: Backoff | None = None) -> None:
+        """Free the claim's messages; an absent claim is not an error. Without
+        *backoff* they are claimable at once (their due time as it was before the
+        claim); with it each is due ``backoff.after(claim count)`` from now."""
+
+    @abc.abstractmethod
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Message:
+        """Take one message out of claim *claim_id*, due *delay* seconds (whole
+        milliseconds) from now, in one atomic step; the claim keeps its other messages.
+        Returns the message as released.
+
+        Raises MessageNotFound when the queue holds no such live message,
+        MessageNotClaimed when no live claim holds it, ClaimMismatch when another claim
+        does; nothing changes then. A release is a ``released`` event (message id, due,
+        claim count) in the queue's trail.
+        """
+
+    # Subscriptions (delayq.subscription): records with an expiry, no transition
+
+    @abc.abstractmethod
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> str | None:
+        """Store a subscription living *ttl* seconds from now; its id, or None when the
+        queue has a live subscription for *subscriber* already (nothing is stored)."""
+
+    @abc.abstractmethod
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Subscription | None:
+        """The live subscription, or None."""
+
+    @abc.abstractmethod
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> list[Subscription]:
+        """Up to *limit* live subscriptions of the queue with ids after *marker*, by id."""
+
+    @abc.abstractmethod
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> None:
+        """Apply *change* to a live subscription (a new ttl runs from now). Raises
+        SubscriptionNotFound, or SubscriptionExists when the new subscriber has a live
+        subscription of the queue already."""
+
+    @abc.abstractmethod
+    def delete_subscription(self, project: str, queue: str, subscription_id: str) -> None:
+        """Delete one subscription; an absent one is not an error."""
+
+    @abc.abstractmethod
+    def purge_subscriptions(self, project: str, queue: str) -> None:
+        """Delete every subscription of the queue."""
+
+    @abc.abstractmethod
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        """``(project, queue)`` of every queue with a live subscription, of every
+        project, sorted (the pushers' round, ``delayq.push``)."""
 
     # Long-poll claims (delayq.api.longpoll)
 

@@ -25,10 +25,12 @@ from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.options import GROUP
 from delayq.storage.unavailable import Unavailability
+from delayq.subscription import Subscription, SubscriptionChange
 
 NAME = "sqlite"  # the store a 503 names
 # SQLite's 503s are conditions the driver finds (a file it cannot open, a lock it cannot
@@ -49,6 +51,13 @@ NO_EVENT = dict.fromkeys(sql.EVENT_COLUMNS)
 def event_row(**fields: Any) -> dict[str, Any]:
     """Parameters of sql.EVENT_INSERT: the given fields, None for the rest."""
     return {**NO_EVENT, **fields}
+
+
+def backoff_params(backoff: Backoff | None) -> dict[str, Any]:
+    """Parameters of the statements that apply a retry policy's waits (``sql._WAIT``)."""
+    if backoff is None:
+        return {"delays": None, "dead_letter_at": None}
+    return {"delays": json.dumps(backoff.delays), "dead_letter_at": backoff.dead_letter_at}
 
 
 def tally_ranges(now: float, kinds: tuple[int, ...] = tallies.KINDS) -> dict[str, int]:
@@ -150,15 +159,23 @@ class Driver(base.Driver):
     def _install_tallies(self) -> None:
         """Create the tallies and their triggers, counting the messages already stored,
         once per database: in one write transaction, so a worker starting alongside
-        neither counts a message twice nor misses one."""
+        neither counts a message twice nor misses one. A database whose triggers
+        predate the ``held`` term has them replaced."""
         with self._write() as db:
             db.execute(sql.SCHEMA_MARKS)
-            if db.execute(sql.TALLIES_MARKED, (sql.TALLIES_MARK,)).fetchone():
+            if db.execute(sql.TALLIES_MARKED, (sql.TALLY_TRIGGERS_MARK,)).fetchone():
                 return
-            for statement in sql.TALLY_SCHEMA:
+            if db.execute(sql.TALLIES_MARKED, (sql.TALLIES_MARK,)).fetchone():
+                for statement in sql.TALLY_TRIGGERS_DROP:
+                    db.execute(statement)
+            else:
+                for statement in sql.TALLY_SCHEMA:
+                    db.execute(statement)
+                db.execute(sql.TALLIES_BACKFILL)
+                db.execute(sql.TALLIES_MARK_SET, (sql.TALLIES_MARK,))
+            for statement in sql.TALLY_TRIGGERS:
                 db.execute(statement)
-            db.execute(sql.TALLIES_BACKFILL)
-            db.execute(sql.TALLIES_MARK_SET, (sql.TALLIES_MARK,))
+            db.execute(sql.TALLIES_MARK_SET, (sql.TALLY_TRIGGERS_MARK,))
 
     @operation
     def now(self) -> float:
@@ -193,6 +210,7 @@ class Driver(base.Driver):
         """Remove a batch of expired messages and claims; how many messages."""
         gone = db.execute(sql.EXPIRED_MESSAGES_DELETE, (now, self._expiry_batch)).fetchall()
         db.execute(sql.EXPIRED_CLAIMS_DELETE, (now, self._expiry_batch))
+        db.execute(sql.EXPIRED_SUBSCRIPTIONS_DELETE, (now, self._expiry_batch))
         if not self._events.enabled:
             self._local.ended += [events.EXPIRED] * len(gone)
             self._forget_tallies(db, now)
@@ -526,8 +544,8 @@ class Driver(base.Driver):
 
     @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+              backoff: Backoff | None = None) -> Claim | None:
         claim_id = uuid.uuid4().hex
         with self._write() as db:
             now = self.now()
@@ -556,9 +574,10 @@ class Driver(base.Driver):
                         else now + dead_letter.messages_ttl,
                         body=row[BODY]))
                     continue
+                due = None if backoff is None else expires + backoff.after(claim_count + 1)
                 claimed.append(db.execute(sql.MESSAGE_CLAIM, {
                     "claim_id": claim_id, "claim_expires": expires, "grace": grace,
-                    "seq": seq}).fetchone())
+                    "due": due, "seq": seq}).fetchone())
                 if len(claimed) == limit:
                     break
             trail += [event_row(project=project, queue=queue, kind=events.CLAIMED, time=now,
@@ -590,7 +609,7 @@ class Driver(base.Driver):
 
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
+                    grace: int, backoff: Backoff | None = None) -> None:
         with self._write() as db:
             now = self.now()
             queue_id = self._queue_id(db, project, queue)
@@ -601,17 +620,114 @@ class Driver(base.Driver):
             db.execute(sql.CLAIM_RENEW, (ttl, grace, expires, claim_id))
             db.execute(sql.CLAIM_RENEW_MESSAGES, {"expires": expires, "grace": grace,
                                                   "claim_id": claim_id, "queue_id": queue_id,
-                                                  "now": now})
+                                                  "now": now, **backoff_params(backoff)})
 
     @operation
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+    def release_claim(self, project: str, queue: str, claim_id: str,
+                      backoff: Backoff | None = None) -> None:
         with self._write() as db:
             now = self.now()
             queue_id = self._queue_id(db, project, queue)
             if queue_id is None:
                 return
-            db.execute(sql.CLAIM_RELEASE_MESSAGES, (claim_id, queue_id, now))
+            db.execute(sql.CLAIM_RELEASE_MESSAGES, {
+                "claim_id": claim_id, "queue_id": queue_id, "now": now,
+                **backoff_params(backoff)})
             db.execute(sql.CLAIM_DELETE, (claim_id, queue_id))
+
+    @operation
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Message:
+        with self._write() as db:
+            now = self.now()
+            queue_id = self._queue_id(db, project, queue)
+            row = None
+            if queue_id is not None:
+                row = db.execute(sql.MESSAGE_CLAIM_STATE,
+                                 (queue_id, message_id, now)).fetchone()
+            if row is None:
+                raise errors.MessageNotFound.with_id(message_id)
+            seq, holder, claim_expires, _ = row
+            live_holder = holder if holder is not None and claim_expires > now else None
+            refuse_delete(delete_refusal(claim_id, live_holder), message_id, claim_id)
+            released = self._message(db.execute(
+                sql.MESSAGE_RELEASE, {"due": now + delay, "seq": seq}).fetchone(), now)
+            self._record(db, [event_row(project=project, queue=queue, kind=events.RELEASED,
+                                        time=now, message_id=message_id, due=released.due,
+                                        claim_count=released.claim_count)])
+            return released
+
+    # Subscriptions
+
+    @staticmethod
+    def _subscription(row: tuple, as_of: float) -> Subscription:
+        id_, queue, subscriber, ttl, options, created, expires = row
+        return Subscription(id=id_, queue=queue, subscriber=subscriber, ttl=ttl,
+                            options=json.loads(options), created=created, expires=expires,
+                            as_of=as_of)
+
+    @operation
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> str | None:
+        with self._write() as db:
+            now = self.now()
+            if db.execute(sql.SUBSCRIPTION_OF_SUBSCRIBER,
+                          (project, queue, subscriber, now)).fetchone():
+                return None
+            db.execute(sql.EXPIRED_SUBSCRIPTIONS_DELETE, (now, self._expiry_batch))
+            subscription_id = uuid.uuid4().hex
+            db.execute(sql.SUBSCRIPTION_INSERT, (project, subscription_id, queue, subscriber,
+                                                 ttl, json.dumps(options), now, now + ttl))
+            return subscription_id
+
+    @operation
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Subscription | None:
+        now = self.now()
+        row = self._db().execute(sql.SUBSCRIPTION_GET,
+                                 (project, queue, subscription_id, now)).fetchone()
+        return self._subscription(row, now) if row else None
+
+    @operation
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> list[Subscription]:
+        now = self.now()
+        rows = self._db().execute(sql.SUBSCRIPTIONS_PAGE,
+                                  (project, queue, marker or "", now, limit))
+        return [self._subscription(row, now) for row in rows]
+
+    @operation
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> None:
+        with self._write() as db:
+            now = self.now()
+            if change.subscriber is not None:
+                taken = db.execute(sql.SUBSCRIPTION_OF_SUBSCRIBER,
+                                   (project, queue, change.subscriber, now)).fetchone()
+                if taken and taken[0] != subscription_id:
+                    raise errors.SubscriptionExists.for_subscriber(change.subscriber)
+            updated = db.execute(sql.SUBSCRIPTION_UPDATE, {
+                "subscriber": change.subscriber, "ttl": change.ttl,
+                "expires": None if change.ttl is None else now + change.ttl,
+                "options": None if change.options is None else json.dumps(change.options),
+                "project": project, "queue": queue, "id": subscription_id, "now": now})
+            if updated.rowcount == 0:
+                raise errors.SubscriptionNotFound.with_id(subscription_id)
+
+    @operation
+    def delete_subscription(self, project: str, queue: str, subscription_id: str) -> None:
+        with self._write() as db:
+            db.execute(sql.SUBSCRIPTION_DELETE, (project, queue, subscription_id))
+
+    @operation
+    def purge_subscriptions(self, project: str, queue: str) -> None:
+        with self._write() as db:
+            db.execute(sql.SUBSCRIPTIONS_DELETE_QUEUE, (project, queue))
+
+    @operation
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        rows = self._db().execute(sql.SUBSCRIBED_QUEUES, (self.now(),))
+        return [(project, queue) for project, queue in rows]
 
     # Long-poll claims
 

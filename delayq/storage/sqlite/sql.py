@@ -71,6 +71,20 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_queue ON events (project, queue, seq);
 CREATE INDEX IF NOT EXISTS events_time ON events (time);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    id TEXT PRIMARY KEY,
+    project TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    subscriber TEXT NOT NULL,
+    ttl INTEGER NOT NULL,
+    options TEXT NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS subscriptions_queue ON subscriptions (project, queue, id);
+CREATE INDEX IF NOT EXISTS subscriptions_subscriber
+    ON subscriptions (project, queue, subscriber);
+CREATE INDEX IF NOT EXISTS subscriptions_expires ON subscriptions (expires);
 """
 
 # Queues
@@ -87,9 +101,11 @@ QUEUE_LIST = """
 SELECT name, metadata FROM queues WHERE project = ? AND name > ? ORDER BY name LIMIT ?
 """
 QUEUE_COUNT = "SELECT count(*) FROM queues WHERE project = ?"
+# A live claim's message is claimed whatever its due time (a retry policy's claim sets
+# it after the claim's end); a message no live claim holds is delayed until it is due.
 QUEUE_STATS = """
-SELECT coalesce(sum(due > :now), 0),
-       coalesce(sum(due <= :now AND claim_expires > :now), 0),
+SELECT coalesce(sum(due > :now AND claim_expires <= :now), 0),
+       coalesce(sum(claim_expires > :now), 0),
        coalesce(sum(due <= :now AND claim_expires <= :now), 0)
 FROM messages WHERE queue_id = :queue_id AND expires > :now
 """
@@ -143,7 +159,7 @@ def messages_page(*, exclude_client: bool, include_claimed: bool,
     if not include_claimed:
         conditions.append(NOT_HELD)
     if not include_delayed:
-        conditions.append("due <= :now")
+        conditions.append("(due <= :now OR claim_expires > :now)")
     return (f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(conditions)} "
             "ORDER BY seq LIMIT :limit")
 
@@ -161,10 +177,19 @@ WHERE queue_id = (SELECT id FROM queues WHERE project = ? AND name = ?)
 ORDER BY available, seq LIMIT 1
 """
 # RETURNING hands back the claimed message as stored, so a claim reads no row twice.
+# :due, when not NULL, is when the message is due again should the claim end (a retry
+# policy's wait after the claim's expiry).
 MESSAGE_CLAIM = f"""
 UPDATE messages
-SET claim_id = :claim_id, claim_expires = :claim_expires, available = :claim_expires,
+SET claim_id = :claim_id, claim_expires = :claim_expires,
+    due = coalesce(:due, due), available = max(:claim_expires, coalesce(:due, due)),
     claim_count = claim_count + 1, expires = max(expires, :claim_expires + :grace)
+WHERE seq = :seq
+RETURNING {_MESSAGE_COLUMNS}
+"""
+# One message handed back by the claim holding it, due at :due.
+MESSAGE_RELEASE = f"""
+UPDATE messages SET claim_id = NULL, claim_expires = 0, due = :due, available = :due
 WHERE seq = :seq
 RETURNING {_MESSAGE_COLUMNS}
 """
@@ -213,19 +238,64 @@ SELECT {_MESSAGE_COLUMNS} FROM messages
 WHERE claim_id = ? AND queue_id = ? AND claim_expires > ? AND expires > ?
 ORDER BY seq
 """
+# The wait a retry policy gives a message after its attempt (its claim count):
+# ``retry.Backoff.after`` in SQL, over :delays (a JSON array) and :dead_letter_at.
+_WAIT = ("(CASE WHEN :dead_letter_at IS NOT NULL AND claim_count >= :dead_letter_at "
+         "THEN 0 ELSE json_extract(:delays, '$[' || "
+         "(min(claim_count, json_array_length(:delays)) - 1) || ']') END)")
 CLAIM_RENEW = "UPDATE claims SET ttl = ?, grace = ?, expires = ? WHERE id = ?"
-CLAIM_RENEW_MESSAGES = """
+_RENEWED_DUE = f"(CASE WHEN :delays IS NULL THEN due ELSE :expires + {_WAIT} END)"
+CLAIM_RENEW_MESSAGES = f"""
 UPDATE messages
-SET claim_expires = :expires, available = :expires,
+SET claim_expires = :expires, due = {_RENEWED_DUE},
+    available = max(:expires, {_RENEWED_DUE}),
     expires = max(expires, :expires + :grace)
 WHERE claim_id = :claim_id AND queue_id = :queue_id AND claim_expires > :now
 """
-CLAIM_RELEASE_MESSAGES = """
-UPDATE messages SET claim_id = NULL, claim_expires = 0, available = due
-WHERE claim_id = ? AND queue_id = ? AND claim_expires > ?
+# Without a retry policy released messages are claimable at once.
+_RELEASED_DUE = f"(CASE WHEN :delays IS NULL THEN min(due, :now) ELSE :now + {_WAIT} END)"
+CLAIM_RELEASE_MESSAGES = f"""
+UPDATE messages
+SET claim_id = NULL, claim_expires = 0, due = {_RELEASED_DUE}, available = {_RELEASED_DUE}
+WHERE claim_id = :claim_id AND queue_id = :queue_id AND claim_expires > :now
 """
 CLAIM_DELETE = "DELETE FROM claims WHERE id = ? AND queue_id = ?"
 CLAIMS_DELETE_QUEUE = "DELETE FROM claims WHERE queue_id = ?"
+
+# Subscriptions
+
+SUBSCRIPTION_COLUMNS = ("id", "queue", "subscriber", "ttl", "options", "created",
+                        "expires")
+_SUBSCRIPTION_COLUMNS = ", ".join(SUBSCRIPTION_COLUMNS)
+SUBSCRIPTION_INSERT = f"""
+INSERT INTO subscriptions (project, {_SUBSCRIPTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+SUBSCRIPTION_OF_SUBSCRIBER = """
+SELECT id FROM subscriptions
+WHERE project = ? AND queue = ? AND subscriber = ? AND expires > ?
+"""
+SUBSCRIPTION_GET = f"""
+SELECT {_SUBSCRIPTION_COLUMNS} FROM subscriptions
+WHERE project = ? AND queue = ? AND id = ? AND expires > ?
+"""
+SUBSCRIPTIONS_PAGE = f"""
+SELECT {_SUBSCRIPTION_COLUMNS} FROM subscriptions
+WHERE project = ? AND queue = ? AND id > ? AND expires > ? ORDER BY id LIMIT ?
+"""
+SUBSCRIPTION_UPDATE = """
+UPDATE subscriptions
+SET subscriber = coalesce(:subscriber, subscriber), ttl = coalesce(:ttl, ttl),
+    expires = coalesce(:expires, expires), options = coalesce(:options, options)
+WHERE project = :project AND queue = :queue AND id = :id AND expires > :now
+"""
+SUBSCRIPTION_DELETE = "DELETE FROM subscriptions WHERE project = ? AND queue = ? AND id = ?"
+SUBSCRIPTIONS_DELETE_QUEUE = "DELETE FROM subscriptions WHERE project = ? AND queue = ?"
+SUBSCRIBED_QUEUES = """
+SELECT DISTINCT project, queue FROM subscriptions WHERE expires > ? ORDER BY 1, 2
+"""
+EXPIRED_SUBSCRIPTIONS_DELETE = """
+DELETE FROM subscriptions WHERE id IN (SELECT id FROM subscriptions WHERE expires <= ? LIMIT ?)
+"""
 
 # Expiry: bounded batches on each write, served by the expiry indexes, so that expired
 # rows disappear without a sweeper daemon and no single request pays for a large backlog.
@@ -273,43 +343,44 @@ SELECT id, project, name FROM queues WHERE id IN (SELECT value FROM json_each(?)
 TALLY_LIVE, TALLY_DELAYED, TALLY_CLAIMED = tallies.LIVE, tallies.DELAYED, tallies.CLAIMED
 TALLY_LEVELS = tallies.LEVELS
 TALLY_BITS = tallies.BITS
-_TALLY_INSTANTS = {
-    TALLY_LIVE: "{r}.expires",
-    TALLY_DELAYED: "min({r}.due, {r}.expires)",
-    TALLY_CLAIMED: "min({r}.claim_expires, {r}.expires)",
-}
-# Which messages have an instant of the kind at all. A message posted without delay
+# name: (kind, instant, which messages have it, +1 or -1). A message posted without delay
 # (due = created) is never delayed after its post, nor is a never-claimed one
 # (claim_expires 0) claimed: leaving them out spares most writes most of the tally work.
-_TALLY_HAS = {
-    TALLY_LIVE: "1",
-    TALLY_DELAYED: "{r}.due > {r}.created",
-    TALLY_CLAIMED: "{r}.claim_expires > 0",
+# The last term takes back, until its claim ends, the delay of a message a claim made
+# due after itself (a retry policy's wait).
+_TALLY_TERMS = {
+    "live": (TALLY_LIVE, "{r}.expires", "1", 1),
+    "delayed": (TALLY_DELAYED, "min({r}.due, {r}.expires)", "{r}.due > {r}.created", 1),
+    "claimed": (TALLY_CLAIMED, "min({r}.claim_expires, {r}.expires)",
+                "{r}.claim_expires > 0", 1),
+    "held": (TALLY_DELAYED, "min({r}.claim_expires, {r}.expires)",
+             "{r}.due > {r}.created AND {r}.claim_expires > 0 "
+             "AND {r}.due >= {r}.claim_expires", -1),
 }
 
 
-def _tally_ms(kind: int, row: str) -> str:
-    return f"CAST({_TALLY_INSTANTS[kind].format(r=row)} * 1000 AS INTEGER)"
+def _tally_ms(term: str, row: str) -> str:
+    return f"CAST({_TALLY_TERMS[term][1].format(r=row)} * 1000 AS INTEGER)"
 
 
-def _tally_add(kind: int, row: str, sign: int) -> str:
+def _tally_add(term: str, row: str, sign: int) -> str:
+    kind, _, has, counted = _TALLY_TERMS[term]
     values = ", ".join(
-        f"({row}.queue_id, {kind}, {level}, {_tally_ms(kind, row)} >> "
-        f"{TALLY_BITS * level}, {sign})" for level in range(TALLY_LEVELS))
+        f"({row}.queue_id, {kind}, {level}, {_tally_ms(term, row)} >> "
+        f"{TALLY_BITS * level}, {sign * counted})" for level in range(TALLY_LEVELS))
     return (f"INSERT INTO tallies (queue_id, kind, level, block, n) "
-            f"SELECT * FROM (VALUES {values}) WHERE {_TALLY_HAS[kind].format(r=row)} "
+            f"SELECT * FROM (VALUES {values}) WHERE {has.format(r=row)} "
             "ON CONFLICT (queue_id, kind, level, block) DO UPDATE SET n = n + excluded.n;")
 
 
 def _tally_triggers() -> list[str]:
-    kinds = sorted(_TALLY_INSTANTS)
-    inserted = "\n".join(_tally_add(k, "NEW", 1) for k in kinds)
-    deleted = "\n".join(_tally_add(k, "OLD", -1) for k in kinds)
+    inserted = "\n".join(_tally_add(t, "NEW", 1) for t in _TALLY_TERMS)
+    deleted = "\n".join(_tally_add(t, "OLD", -1) for t in _TALLY_TERMS)
 
-    def changed(kind: int) -> str:
-        has = _TALLY_HAS[kind]
+    def changed(term: str) -> str:
+        has = _TALLY_TERMS[term][2]
         return (f"OLD.queue_id IS NOT NEW.queue_id\n"
-                f"  OR {_tally_ms(kind, 'OLD')} IS NOT {_tally_ms(kind, 'NEW')}\n"
+                f"  OR {_tally_ms(term, 'OLD')} IS NOT {_tally_ms(term, 'NEW')}\n"
                 f"  OR ({has.format(r='OLD')}) IS NOT ({has.format(r='NEW')})")
 
     return [
@@ -317,10 +388,10 @@ def _tally_triggers() -> list[str]:
         f"{inserted}\nEND",
         f"CREATE TRIGGER IF NOT EXISTS tallies_delete AFTER DELETE ON messages BEGIN\n"
         f"{deleted}\nEND",
-        *(f"CREATE TRIGGER IF NOT EXISTS tallies_update_{kind} AFTER UPDATE ON messages\n"
-          f"WHEN {changed(kind)}\nBEGIN\n"
-          f"{_tally_add(kind, 'OLD', -1)}\n{_tally_add(kind, 'NEW', 1)}\nEND"
-          for kind in kinds),
+        *(f"CREATE TRIGGER IF NOT EXISTS tallies_update_{term} AFTER UPDATE ON messages\n"
+          f"WHEN {changed(term)}\nBEGIN\n"
+          f"{_tally_add(term, 'OLD', -1)}\n{_tally_add(term, 'NEW', 1)}\nEND"
+          for term in _TALLY_TERMS),
     ]
 
 
@@ -336,25 +407,30 @@ TALLY_SCHEMA = [
     UNIQUE (queue_id, kind, level, block)
 )""",
     "CREATE INDEX IF NOT EXISTS tallies_block ON tallies (level, block)",
-    *_tally_triggers(),
 ]
+TALLY_TRIGGERS = _tally_triggers()
+# The triggers of a database whose tallies predate the held term: replaced by
+# TALLY_TRIGGERS. No backfill is needed: the term is -1 at a claim's end, and a message
+# stored then with a due time at or after its claim's end is one whose claim has ended
+# (an edit after the claim expired), so its term lies in the past, which no count reads.
+TALLY_TRIGGERS_DROP = [f"DROP TRIGGER IF EXISTS {name}" for name in (
+    "tallies_insert", "tallies_delete", "tallies_update_0", "tallies_update_1",
+    "tallies_update_2")]
 
 _LEVEL_VALUES = ", ".join(f"({level})" for level in range(TALLY_LEVELS))
 TALLIES_MARK = "tallies"
+TALLY_TRIGGERS_MARK = "tallies-held"
 TALLIES_MARKED = "SELECT 1 FROM schema_marks WHERE name = ?"
 TALLIES_MARK_SET = "INSERT INTO schema_marks (name) VALUES (?)"
 # A database made before tallies existed: count its messages once, in the transaction
 # that creates the triggers (so no message is counted twice or missed).
 TALLIES_BACKFILL = f"""
 INSERT INTO tallies (queue_id, kind, level, block, n)
-SELECT queue_id, kind, level, ms >> ({TALLY_BITS} * level), count(*)
-FROM (SELECT queue_id, {TALLY_LIVE} AS kind, {_tally_ms(TALLY_LIVE, "m")} AS ms FROM messages m
-      UNION ALL
-      SELECT queue_id, {TALLY_DELAYED}, {_tally_ms(TALLY_DELAYED, "m")} FROM messages m
-      WHERE {_TALLY_HAS[TALLY_DELAYED].format(r="m")}
-      UNION ALL
-      SELECT queue_id, {TALLY_CLAIMED}, {_tally_ms(TALLY_CLAIMED, "m")} FROM messages m
-      WHERE {_TALLY_HAS[TALLY_CLAIMED].format(r="m")})
+SELECT queue_id, kind, level, ms >> ({TALLY_BITS} * level), sum(n)
+FROM ({" UNION ALL ".join(
+    f"SELECT queue_id, {kind} AS kind, {_tally_ms(term, 'm')} AS ms, {counted} AS n "
+    f"FROM messages m WHERE {has.format(r='m')}"
+    for term, (kind, _, has, counted) in _TALLY_TERMS.items())})
 CROSS JOIN (SELECT column1 AS level FROM (VALUES {_LEVEL_VALUES}))
 WHERE true
 GROUP BY 1, 2, 3, 4
@@ -366,7 +442,7 @@ _TALLY_RANGE = ("SELECT coalesce(sum(n), 0) FROM tallies WHERE queue_id = :queue
                 "AND kind = {kind} AND level = {level} AND block >= :s{kind}_{level}{end}")
 
 
-_TALLY_KINDS = tuple(sorted(_TALLY_INSTANTS))
+_TALLY_KINDS = tallies.KINDS
 
 
 def tallies_after(kinds: tuple[int, ...] = _TALLY_KINDS) -> str:
