@@ -177,7 +177,8 @@ notification_opts = [
                     "than these."),
     cfg.FloatOpt("push_timeout", default=10.0, min=0.1, max=600,
                  help="Seconds a webhook has to answer a push; a later answer counts as "
-                      "a failed delivery. A push's claim lasts this long plus 30 s."),
+                      "a failed delivery. A push's claim lasts this long plus 10 s: a "
+                      "pusher that dies mid-push delays its message that much."),
     cfg.FloatOpt("push_scan_interval", default=5.0, min=0.1, max=3600,
                  help="Seconds between two rounds in which a pushing process reads every "
                       "subscribed queue's next due time. Messages posted through this "

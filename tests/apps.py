@@ -21,6 +21,8 @@ def sqlite_conf(directory: Path, **transport: object) -> cfg.ConfigOpts:
     conf = delayq_conf.load([])
     conf.set_override("path", str(directory / "delayq.sqlite"),
                       group="drivers:message_store:sqlite")
+    # The in-process apps serve requests, not webhooks: tests of pushing turn it on.
+    conf.set_override("push", False, group="notification")
     for name, value in transport.items():
         conf.set_override(name, value, group="transport")
     return conf

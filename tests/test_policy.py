@@ -28,7 +28,8 @@ ZAQAR_RULES = {
     "queues:stats", "queues:share", "queues:purge", "messages:get_all",
     "messages:create", "messages:get", "messages:delete", "messages:delete_all",
     "claims:create", "claims:get", "claims:delete", "claims:update", "ping:get",
-    "health:get",
+    "health:get", "subscription:create", "subscription:get_all", "subscription:get",
+    "subscription:update", "subscription:delete",
 }
 
 

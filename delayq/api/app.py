@@ -8,30 +8,40 @@ import falcon.media
 from oslo_config import cfg
 
 from delayq import jsontext
-from delayq.api import auth, claims, errors, home, messages, queues, share
+from delayq.api import auth, claims, errors, home, messages, queues, share, subscriptions
 from delayq.api import metrics as metrics_api
 from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
 from delayq.api.request import Request
 from delayq.broker import Broker
-from delayq.conf import SIGNED_URL_GROUP, WSGI_GROUP
+from delayq.conf import NOTIFICATION_GROUP, SIGNED_URL_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
+from delayq.push.pusher import Pusher, PushSettings
 from delayq.storage.base import Driver
 from delayq.storage.registry import load_driver
 from delayq.validation import Limits, Quotas
 
 
-class _Shutdown:
-    """Closes the driver's connections when the worker stops.
+class _Lifespan:
+    """Starts the pusher when the worker starts (when it pushes); stops it and closes
+    the driver's connections when the worker stops.
 
     The driver reconnects if used again, so an ASGI host that runs the lifespan more
     than once (as Falcon's test client does per request) keeps working.
     """
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, pusher: Pusher, push: bool) -> None:
         self.driver = driver
+        self.pusher = pusher
+        self.push = push
+
+    async def process_startup(self, scope: dict, event: dict) -> None:
+        if self.push:
+            await self.pusher.start()
 
     async def process_shutdown(self, scope: dict, event: dict) -> None:
+        if self.push:
+            await self.pusher.stop()
         self.driver.close()
 
 
@@ -51,8 +61,10 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     wsgi = conf[WSGI_GROUP]
     execute = Execution(driver, mode=wsgi.storage_calls)
     longpoll = LongPoll(broker, execute, poll_interval=wsgi.claim_wait_poll_interval)
+    pusher = Pusher(broker, execute, PushSettings.from_conf(conf))
 
-    middleware: list[object] = [metrics_api.RequestTimer(metrics), _Shutdown(driver)]
+    middleware: list[object] = [metrics_api.RequestTimer(metrics),
+                                _Lifespan(driver, pusher, conf[NOTIFICATION_GROUP].push)]
     authentication = auth.from_conf(conf, execute)
     if authentication is not None:
         middleware.append(authentication)
@@ -63,8 +75,10 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     errors.install(app)
 
     on_messages = {"broker": broker, "limits": limits, "execute": execute,
-                   "longpoll": longpoll}
+                   "longpoll": longpoll, "pusher": pusher}
     on_queues = {"broker": broker, "limits": limits, "execute": execute}
+    on_subscriptions = {"broker": broker, "limits": limits, "execute": execute,
+                        "pusher": pusher}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))
@@ -78,6 +92,10 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     app.add_route("/v2/queues/{name}/stats", queues.QueueStatsResource(**on_queues))
     app.add_route("/v2/queues/{name}/purge", queues.QueuePurgeResource(**on_queues))
     app.add_route("/v2/queues/{name}/redrive", queues.QueueRedriveResource(**on_queues))
+    app.add_route("/v2/queues/{name}/subscriptions",
+                  subscriptions.SubscriptionCollection(**on_subscriptions))
+    app.add_route("/v2/queues/{name}/subscriptions/{subscription_id}",
+                  subscriptions.SubscriptionResource(**on_subscriptions))
     app.add_route("/v2/queues/{name}/share",
                   share.QueueShareResource(conf[SIGNED_URL_GROUP].secret_key))
     app.add_route("/v2", home.HomeResource())

@@ -9,6 +9,7 @@ from delayq.api import request, views
 from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
 from delayq.broker import Broker
+from delayq.push.pusher import Pusher
 from delayq.validation import Limits
 
 # Claim bodies are tiny ({"ttl", "grace"}); anything much larger is not a claim request.
@@ -19,11 +20,12 @@ class _ClaimResource:
     """What every claim resource is given."""
 
     def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
-                 longpoll: LongPoll) -> None:
+                 longpoll: LongPoll, pusher: Pusher) -> None:
         self.broker = broker
         self.limits = limits
         self.execute = execute
         self.longpoll = longpoll
+        self.pusher = pusher
 
 
 class ClaimCollection(_ClaimResource):
@@ -91,4 +93,5 @@ class ClaimResource(_ClaimResource):
         validation.queue_name(name)
         await self.execute(self.broker.release_claim, project, name, claim_id)
         self.longpoll.notify(project, name)
+        self.pusher.notify(project, name)
         resp.status = falcon.HTTP_204

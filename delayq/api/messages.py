@@ -10,6 +10,7 @@ from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
 from delayq.broker import Broker
 from delayq.errors import MessageNotFound, ValidationError
+from delayq.push.pusher import Pusher
 from delayq.validation import Limits
 
 # A message edit is a JSON object; both types say so (merge-patch: RFC 7396's own).
@@ -22,11 +23,18 @@ class _MessageResource:
     """What every message resource is given."""
 
     def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
-                 longpoll: LongPoll) -> None:
+                 longpoll: LongPoll, pusher: Pusher) -> None:
         self.broker = broker
         self.limits = limits
         self.execute = execute
         self.longpoll = longpoll
+        self.pusher = pusher
+
+    def notify(self, project: str, queue: str) -> None:
+        """Messages of *queue* may be claimable now: its waiting claims and its pushes
+        look at once."""
+        self.longpoll.notify(project, queue)
+        self.pusher.notify(project, queue)
 
 
 class MessageCollection(_MessageResource):
@@ -41,7 +49,7 @@ class MessageCollection(_MessageResource):
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
         ids = await self.execute(self.broker.post, project, name, client, posted, len(raw))
-        self.longpoll.notify(project, name)
+        self.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location, document = views.posted(name, ids)
         resp.data = jsontext.response(document)  # resp.media's encoder, without its lookup
@@ -120,7 +128,9 @@ class MessageResource(_MessageResource):
 
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
                        message_id: str) -> None:
-        """(delayq) Edit the body and/or the remaining delay of an unclaimed message."""
+        """(delayq) Edit the body and/or the remaining delay of an unclaimed message;
+        with ``claim_id``, hand the message back from that claim, due after ``delay``
+        seconds (SQS's ChangeMessageVisibility)."""
         project = request.project(req)
         request.client(req)
         validation.queue_name(name)
@@ -128,11 +138,16 @@ class MessageResource(_MessageResource):
         limits = self.limits
         document = await request.json_body(
             req, limits.max_messages_post_size + EDIT_OVERHEAD, "message edit")
-        edit = validation.message_edit(document, limits)
-        message = await self.execute(self.broker.edit_message, project, name, message_id,
-                                 edit)
+        claim_id = req.get_param("claim_id") or None
+        if claim_id is None:
+            message = await self.execute(self.broker.edit_message, project, name,
+                                         message_id, validation.message_edit(document, limits))
+        else:
+            message = await self.execute(self.broker.release_message, project, name,
+                                         message_id, claim_id,
+                                         validation.release_delay(document, limits))
         if not message.is_delayed:  # an edit may make a delayed message due now
-            self.longpoll.notify(project, name)
+            self.notify(project, name)
         resp.media = views.message(name, message, details=True)
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,

@@ -35,6 +35,8 @@ CLAIM = "/v2/queues/{name}/claims/{claim_id}"
 STATS = "/v2/queues/{name}/stats"
 PURGE = "/v2/queues/{name}/purge"
 SHARE = "/v2/queues/{name}/share"
+SUBSCRIPTIONS = "/v2/queues/{name}/subscriptions"
+SUBSCRIPTION = "/v2/queues/{name}/subscriptions/{subscription_id}"
 REDRIVE = "/v2/queues/{name}/redrive"
 PING = "/v2/ping"
 HEALTH = "/v2/health"
@@ -59,7 +61,8 @@ _DEFINITIONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
                          (("GET", MESSAGES),)),
     "messages:create": (UNPROTECTED, "Post messages to a queue.", (("POST", MESSAGES),)),
     "messages:get": (UNPROTECTED, "Read one message.", (("GET", MESSAGE),)),
-    "messages:update": (UNPROTECTED, "Edit an unclaimed message's body or delay (delayq).",
+    "messages:update": (UNPROTECTED, "Edit an unclaimed message's body or delay, or hand "
+                                     "a claimed one back with a delay (delayq).",
                         (("PATCH", MESSAGE),)),
     "messages:delete": (UNPROTECTED, "Delete one message.", (("DELETE", MESSAGE),)),
     "messages:delete_all": (UNPROTECTED, "Delete messages by id, or pop them.",
@@ -68,6 +71,15 @@ _DEFINITIONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
     "claims:get": (UNPROTECTED, "Read a claim.", (("GET", CLAIM),)),
     "claims:update": (UNPROTECTED, "Renew a claim.", (("PATCH", CLAIM),)),
     "claims:delete": (UNPROTECTED, "Release a claim.", (("DELETE", CLAIM),)),
+    "subscription:create": (UNPROTECTED, "Subscribe a webhook to a queue.",
+                            (("POST", SUBSCRIPTIONS),)),
+    "subscription:get_all": (UNPROTECTED, "List a queue's subscriptions.",
+                             (("GET", SUBSCRIPTIONS),)),
+    "subscription:get": (UNPROTECTED, "Read a subscription.", (("GET", SUBSCRIPTION),)),
+    "subscription:update": (UNPROTECTED, "Change a subscription.",
+                            (("PATCH", SUBSCRIPTION),)),
+    "subscription:delete": (UNPROTECTED, "Delete a subscription.",
+                            (("DELETE", SUBSCRIPTION),)),
     "ping:get": (UNPROTECTED, "Check that the service and its store answer.",
                  (("GET", PING), ("HEAD", PING))),
     "health:get": (ADMIN, "Read the service's health document.",

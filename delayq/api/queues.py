@@ -12,8 +12,6 @@ from delayq.errors import ValidationError
 from delayq.validation import Limits
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
-# delayq has no subscriptions; purging them is accepted and does nothing, as Zaqar
-# clients may ask for both.
 PURGE_TYPES = ("messages", "subscriptions")
 
 
@@ -105,13 +103,15 @@ class QueueStatsResource(_QueueResource):
 
 
 class QueuePurgeResource(_QueueResource):
-    """``/v2/queues/{name}/purge``: delete every message (and claim) of the queue."""
+    """``/v2/queues/{name}/purge``: delete every message (and claim) of the queue, its
+    subscriptions, or both (Zaqar's ``resource_types``; both without a body)."""
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         document = await request.json_body(
-            req, self.limits.max_queue_metadata, "purge request", if_empty={})
+            req, self.limits.max_queue_metadata, "purge request",
+            if_empty={"resource_types": list(PURGE_TYPES)})
         if not isinstance(document, dict):
             raise ValidationError("The purge request must be a JSON object.")
         types = document.get("resource_types", ["messages"])
@@ -120,6 +120,8 @@ class QueuePurgeResource(_QueueResource):
                                   f"{' and '.join(PURGE_TYPES)}.")
         if "messages" in types:
             await self.execute(self.broker.purge_queue, project, name)
+        if "subscriptions" in types:
+            await self.execute(self.broker.purge_subscriptions, project, name)
         resp.status = falcon.HTTP_204
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from delayq.claim import Claim
 from delayq.message import Message
 from delayq.queue import QueueStats
+from delayq.subscription import Subscription
 
 V2 = "/v2"
 
@@ -35,6 +36,17 @@ def posted(queue: str, ids: list[str]) -> tuple[str, dict[str, Any]]:
 
 def claim_href(queue: str, claim_id: str) -> str:
     return f"{V2}/queues/{queue}/claims/{claim_id}"
+
+
+def subscriptions_href(queue: str) -> str:
+    return f"{V2}/queues/{queue}/subscriptions"
+
+
+def subscription(queue: str, sub: Subscription) -> dict[str, Any]:
+    """A subscription as Zaqar shapes it; ``confirmed`` is always true (delayq asks no
+    subscriber to confirm)."""
+    return {"id": sub.id, "source": queue, "subscriber": sub.subscriber, "ttl": sub.ttl,
+            "age": sub.age, "options": sub.options, "confirmed": True}
 
 
 def iso8601(timestamp: float) -> str:

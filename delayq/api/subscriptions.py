@@ -1,0 +1,95 @@
+"""Subscription resources: Zaqar's ``/v2/queues/{name}/subscriptions`` (create, list,
+get, update, delete); the pushing is ``delayq.push``'s."""
+
+from __future__ import annotations
+
+import falcon
+
+from delayq import validation
+from delayq.api import request, views
+from delayq.api.execution import Execution
+from delayq.broker import Broker
+from delayq.push.pusher import Pusher
+from delayq.validation import Limits
+
+
+class _SubscriptionResource:
+    """What every subscription resource is given."""
+
+    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
+                 pusher: Pusher) -> None:
+        self.broker = broker
+        self.limits = limits
+        self.execute = execute
+        self.pusher = pusher
+
+    async def _document(self, req: falcon.Request, what: str) -> object:
+        # Options hold a retry policy, headers and a body template: as large as queue
+        # metadata may be, and a little more for the subscriber and ttl.
+        return await request.json_body(req, self.limits.max_queue_metadata + 4096, what,
+                                       if_empty={})
+
+
+class SubscriptionCollection(_SubscriptionResource):
+    """``/v2/queues/{name}/subscriptions``"""
+
+    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        subscriber, ttl, options = validation.new_subscription(
+            await self._document(req, "subscription"), self.limits)
+        created = await self.execute(self.broker.create_subscription, project, name,
+                                     subscriber, ttl, options)
+        self.pusher.subscriptions_changed(project, name)
+        resp.status = falcon.HTTP_201
+        resp.location = req.path
+        resp.media = {"subscription_id": created}
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        limit = validation.query_integer(req.get_param("limit"), "limit", 1,
+                                         self.limits.max_subscriptions_per_page, 10)
+        marker = req.get_param("marker")
+        found = await self.execute(self.broker.list_subscriptions, project, name, marker,
+                                   limit)
+        links = []
+        if found:
+            query = falcon.to_query_str({"marker": found[-1].id, "limit": limit})
+            links.append({"rel": "next",
+                          "href": f"{views.subscriptions_href(name)}{query}"})
+        resp.media = {"subscriptions": [views.subscription(name, s) for s in found],
+                      "links": links}
+
+
+class SubscriptionResource(_SubscriptionResource):
+    """``/v2/queues/{name}/subscriptions/{subscription_id}``"""
+
+    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
+                     subscription_id: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        found = await self.execute(self.broker.get_subscription, project, name,
+                                   subscription_id)
+        resp.media = views.subscription(name, found)
+
+    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
+                       subscription_id: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        change = validation.subscription_change(
+            await self._document(req, "subscription update"), self.limits)
+        await self.execute(self.broker.update_subscription, project, name,
+                           subscription_id, change)
+        self.pusher.subscriptions_changed(project, name)
+        resp.status = falcon.HTTP_204
+        resp.location = req.path
+
+    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
+                        subscription_id: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        await self.execute(self.broker.delete_subscription, project, name,
+                           subscription_id)
+        self.pusher.subscriptions_changed(project, name)
+        resp.status = falcon.HTTP_204

@@ -1,0 +1,1 @@
+"""Push delivery: messages of subscribed queues POSTed to webhooks when they come due."""

@@ -1,0 +1,330 @@
+"""The pusher: in each API worker process, the task that delivers subscribed queues'
+messages to their webhooks.
+
+A push is a claim made by the service on a subscription's behalf: the pusher claims a
+queue's due messages for one of its subscriptions (``Broker.claim(push_for=...)``),
+POSTs each (``delayq.push.webhook``), deletes it with its claim id when the subscriber
+answers 2xx, and otherwise hands it back (``Broker.push_failed``), due again after the
+wait its attempt earns under the retry policy. A message is thereby never pushed before
+it is due, and is pushed again or dead-lettered by the same rules as any claimed
+message. Nothing of a push lives only in the process: if it dies mid-push the claim
+expires, the message waits its retry delay, and any process pushes it.
+
+Every process that pushes serves every subscribed queue, and claims keep two of them
+from pushing the same message (at least once: a push answered after its claim expired,
+or whose delete failed, is pushed again). The subscriptions of one queue share its
+messages as consumers do: each message goes to one of them, round robin.
+
+When to look at a queue: the pusher keeps an agenda of (when, queue). A round every
+``push_scan_interval`` lists the subscribed queues and asks each when its next message
+is due (``Broker.available_in``); a post or release served by this process puts its
+queue on the agenda at once (``notify``), and a failed push puts it back for when the
+message is due again. A turn on a queue claims as many messages as the process may push
+at once (``max_notifier_workers`` in all, ``max_pushes_per_subscription`` to one
+subscription), and the queue goes back on the agenda at once if the claim came back
+full, else for when its next message is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from oslo_config import cfg
+
+from delayq import errors
+from delayq.broker import Broker
+from delayq.claim import Claim
+from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
+from delayq.message import Message
+from delayq.push.webhook import Webhooks
+from delayq.subscription import Subscription
+
+LOG = logging.getLogger(__name__)
+
+# A push's claim outlasts the push's timeout by this much, so that a push answered in
+# time is deleted (or handed back) under its own claim; a claim that ends first lets the
+# message be pushed again.
+CLAIM_MARGIN = 10
+CLAIM_GRACE = 60
+# After a turn found a queue's hint stale (a message said to be due, none claimed:
+# another process took it, or it expired), the queue's next look waits this long.
+STALE_HINT_PAUSE = 0.05
+# After the store failed a turn, the queue's next look waits this long.
+STORE_FAILED_PAUSE = 1.0
+SUBSCRIPTIONS_PAGE = 100
+
+Queue = tuple[str, str]  # (project, queue name)
+Execute = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class PushSettings:
+    """``[notification]`` options as the pusher needs them."""
+
+    in_flight: int = 20
+    per_subscription: int = 4
+    timeout: float = 10.0
+    scan_interval: float = 5.0
+    claim_limit: int = 20
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> PushSettings:
+        group = conf[NOTIFICATION_GROUP]
+        return cls(in_flight=group.max_notifier_workers,
+                   per_subscription=group.max_pushes_per_subscription,
+                   timeout=group.push_timeout, scan_interval=group.push_scan_interval,
+                   claim_limit=conf[TRANSPORT_GROUP].max_messages_per_claim_or_pop)
+
+    @property
+    def claim_ttl(self) -> int:
+        return math.ceil(self.timeout) + CLAIM_MARGIN
+
+
+class _Subscribed:
+    """What the pusher knows of one subscribed queue."""
+
+    __slots__ = ("subscriptions", "fresh", "next", "busy", "again", "cramped")
+
+    def __init__(self) -> None:
+        self.subscriptions: list[Subscription] = []
+        self.fresh = False  # subscriptions read since the last round
+        self.next = 0  # the subscription whose turn is next
+        self.busy = False  # a turn is under way
+        self.again = False  # it was due again during its turn
+        self.cramped = False  # its last turn wanted more pushes than there was room for
+
+
+class Pusher:
+    """Pushes the subscribed queues' messages from this process (``start``/``stop``)."""
+
+    def __init__(self, broker: Broker, execute: Execute, settings: PushSettings) -> None:
+        self.broker = broker
+        self.execute = execute
+        self.settings = settings
+        self._queues: dict[Queue, _Subscribed] = {}
+        self._agenda: list[tuple[float, int, Queue]] = []
+        self._order = itertools.count()
+        self._in_flight = 0
+        self._per_subscription: dict[str, int] = {}
+        self._starved: dict[Queue, None] = {}  # due, waiting for a free push (in order)
+        self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._main: asyncio.Task | None = None
+        self._rounds: asyncio.Task | None = None
+        self._webhooks: Webhooks | None = None
+
+    # Life cycle (the ASGI lifespan of the worker)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._webhooks = Webhooks(self.settings.timeout, self.settings.in_flight)
+        self._main = self._loop.create_task(self._run(), name="delayq-pusher")
+
+    async def stop(self) -> None:
+        """Stop pushing; pushes under way are abandoned (their claims expire and their
+        messages come back)."""
+        tasks = [t for t in (self._main, self._rounds, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._webhooks is not None:
+            await self._webhooks.close()
+        self._main = self._rounds = self._loop = self._wake = self._webhooks = None
+        self._tasks.clear()
+
+    # What the API tells the pusher
+
+    def notify(self, project: str, queue: str) -> None:
+        """Messages of *queue* may be due now (a post or release this process served)."""
+        if (project, queue) in self._queues and self._loop is not None:
+            self._schedule((project, queue), 0.0)
+
+    def subscriptions_changed(self, project: str, queue: str) -> None:
+        """A subscription of *queue* was created, changed or deleted through this
+        process: read them again, and look at the queue now."""
+        if self._loop is None:
+            return
+        self._queues.setdefault((project, queue), _Subscribed()).fresh = False
+        self._schedule((project, queue), 0.0)
+
+    # The agenda
+
+    def _schedule(self, key: Queue, delay: float) -> None:
+        heapq.heappush(self._agenda,
+                       (self._loop.time() + max(0.0, delay), next(self._order), key))
+        self._wake.set()
+
+    async def _run(self) -> None:
+        next_round = 0.0
+        while True:
+            now = self._loop.time()
+            if now >= next_round and (self._rounds is None or self._rounds.done()):
+                # A task of its own: the agenda goes on while a round reads the store.
+                self._rounds = self._loop.create_task(self._round(), name="delayq-push-round")
+                next_round = now + self.settings.scan_interval
+            self._start_due()
+            until = next_round
+            if self._agenda:
+                until = min(until, self._agenda[0][0])
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, until - self._loop.time()))
+
+    async def _round(self) -> None:
+        """Read which queues are subscribed, and when each has a message due."""
+        try:
+            keys = await self.execute(self.broker.subscribed_queues)
+        except Exception:  # noqa: BLE001 - pushing goes on; the next round asks again
+            LOG.warning("Push: cannot list the subscribed queues", exc_info=True)
+            return
+        listed = set(keys)
+        for key in [k for k, q in self._queues.items() if k not in listed and not q.busy]:
+            del self._queues[key]
+        for key in keys:
+            self._queues.setdefault(key, _Subscribed()).fresh = False
+            try:
+                due_in = await self.execute(self.broker.available_in, *key)
+            except errors.DelayqError:
+                continue  # the next round asks again
+            if due_in is not None:
+                self._schedule(key, due_in)
+
+    def _start_due(self) -> None:
+        now = self._loop.time()
+        while self._agenda and self._agenda[0][0] <= now:
+            _, _, key = heapq.heappop(self._agenda)
+            self._starved[key] = None
+        for key in list(self._starved):
+            if self._in_flight >= self.settings.in_flight:
+                return
+            del self._starved[key]
+            queue = self._queues.get(key)
+            if queue is None:
+                continue
+            if queue.busy:
+                queue.again = True
+                continue
+            queue.busy = True
+            self._spawn(self._turn(key, queue))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = self._loop.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # A turn: claim for one subscription, push what came
+
+    async def _turn(self, key: Queue, queue: _Subscribed) -> None:
+        try:
+            await self._claim_and_push(key, queue)
+        except Exception:  # noqa: BLE001 - one queue's trouble must not stop the others
+            LOG.warning("Push: queue %s of project %s failed its turn", key[1], key[0],
+                        exc_info=True)
+            self._schedule(key, STORE_FAILED_PAUSE)
+        finally:
+            queue.busy = False
+            if queue.again:
+                queue.again = False
+                self._schedule(key, 0.0)
+
+    async def _claim_and_push(self, key: Queue, queue: _Subscribed) -> None:
+        if not queue.fresh:
+            queue.subscriptions = await self._read_subscriptions(key)
+            queue.fresh = True
+        subscription = self._next_subscription(queue)
+        if subscription is None:
+            queue.cramped = bool(queue.subscriptions)  # a push that ends brings it back
+            return
+        room = min(self.settings.claim_limit, self.settings.in_flight - self._in_flight,
+                   self.settings.per_subscription
+                   - self._per_subscription.get(subscription.id, 0))
+        if room <= 0:
+            queue.cramped = True
+            return
+        self._hold(subscription, room)
+        claim: Claim | None = None
+        try:
+            claim = await self.execute(self.broker.claim, *key, ttl=self.settings.claim_ttl,
+                                       grace=CLAIM_GRACE, limit=room, push_for=subscription)
+        finally:
+            taken = len(claim.messages) if claim is not None else 0
+            self._let_go(subscription, room - taken)
+        for message in claim.messages if claim is not None else ():
+            self._spawn(self._push(key, subscription, claim.id, message))
+        if taken == room:
+            queue.cramped = True  # more may be due: back when there is room
+            self._schedule(key, 0.0)
+            return
+        due_in = await self.execute(self.broker.available_in, *key)
+        if due_in is not None:
+            self._schedule(key, due_in if taken or due_in > 0 else STALE_HINT_PAUSE)
+
+    async def _read_subscriptions(self, key: Queue) -> list[Subscription]:
+        found: list[Subscription] = []
+        marker = None
+        while True:
+            page = await self.execute(self.broker.list_subscriptions, *key, marker,
+                                      SUBSCRIPTIONS_PAGE)
+            found += page
+            if len(page) < SUBSCRIPTIONS_PAGE:
+                return found
+            marker = page[-1].id
+
+    def _next_subscription(self, queue: _Subscribed) -> Subscription | None:
+        """The next subscription, round robin, that may take one more push now."""
+        count = len(queue.subscriptions)
+        for step in range(count):
+            subscription = queue.subscriptions[(queue.next + step) % count]
+            if self._per_subscription.get(subscription.id, 0) < self.settings.per_subscription:
+                queue.next = (queue.next + step + 1) % count
+                return subscription
+        return None
+
+    def _hold(self, subscription: Subscription, pushes: int) -> None:
+        self._in_flight += pushes
+        self._per_subscription[subscription.id] = (
+            self._per_subscription.get(subscription.id, 0) + pushes)
+
+    def _let_go(self, subscription: Subscription, pushes: int) -> None:
+        if not pushes:
+            return
+        self._in_flight -= pushes
+        left = self._per_subscription[subscription.id] - pushes
+        if left:
+            self._per_subscription[subscription.id] = left
+        else:
+            del self._per_subscription[subscription.id]
+        if self._starved or self._agenda:
+            self._wake.set()
+
+    async def _push(self, key: Queue, subscription: Subscription, claim_id: str,
+                    message: Message) -> None:
+        try:
+            if await self._webhooks.push(subscription, key[1], message):
+                await self.execute(self.broker.delete_message, *key, message.id, claim_id)
+                return
+            wait = await self.execute(self.broker.push_failed, *key, message, claim_id,
+                                      subscription)
+            self._schedule(key, wait)
+        except errors.DelayqError as exc:
+            # The claim ends on its own and the message comes back: pushed again.
+            LOG.warning("Push: message %s of queue %s: %s", message.id, key[1],
+                        getattr(exc, "detail", exc))
+        finally:
+            self._let_go(subscription, 1)
+            queue = self._queues.get(key)
+            if queue is not None and queue.cramped:
+                queue.cramped = False
+                self._starved.setdefault(key, None)

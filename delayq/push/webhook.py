@@ -1,0 +1,89 @@
+"""The webhook request: one message POSTed to a subscription's subscriber, as Zaqar's
+webhook notifier makes it.
+
+The body is the message as JSON, with the queue's name as ``queue_name`` and
+``"Message_Type": "Notification"`` added, as Zaqar sends them; it carries the message's
+``id``, so a receiver can tell a message pushed again (delivery is at least once) from a
+new one. The subscription's ``post_data`` option, when set, is the body instead, with
+``"$zaqar_message$"`` (the quotes included) replaced by that JSON; its ``post_headers``
+are sent on top of ``Content-Type: application/json``.
+
+A push is delivered when the subscriber answers 2xx. Any other answer, no answer within
+the timeout, or no connection is a failed delivery. Redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+
+from delayq import jsontext
+from delayq.message import Message
+from delayq.subscription import Subscription
+
+LOG = logging.getLogger(__name__)
+
+MESSAGE_PLACEHOLDER = '"$zaqar_message$"'
+NOTIFICATION = "Notification"  # Zaqar's MessageType.Notification
+
+
+def payload(queue: str, message: Message) -> dict[str, Any]:
+    """The message as a push carries it."""
+    return {"id": message.id, "body": message.body, "ttl": message.ttl, "age": message.age,
+            "claim_count": message.claim_count, "queue_name": queue,
+            "Message_Type": NOTIFICATION}
+
+
+def request_body(subscription: Subscription, queue: str, message: Message) -> bytes:
+    """The bytes POSTed: the payload, or the subscription's ``post_data`` around it."""
+    text = jsontext.response(payload(queue, message)).decode()
+    template = subscription.options.get("post_data")
+    if template is not None:
+        text = template.replace(MESSAGE_PLACEHOLDER, text)
+    return text.encode()
+
+
+def request_headers(subscription: Subscription) -> dict[str, str]:
+    return {"Content-Type": "application/json",
+            **subscription.options.get("post_headers", {})}
+
+
+class Webhooks:
+    """Pushes over one connection pool; ``close`` when done."""
+
+    def __init__(self, timeout: float, connections: int) -> None:
+        self.timeout = timeout
+        self._client = httpx.AsyncClient(
+            timeout=timeout, follow_redirects=False,
+            limits=httpx.Limits(max_connections=connections,
+                                max_keepalive_connections=connections))
+
+    async def push(self, subscription: Subscription, queue: str, message: Message) -> bool:
+        """POST *message* to *subscription*'s subscriber; whether it answered 2xx within
+        the timeout. The answer's body is not read."""
+        try:
+            status = await asyncio.wait_for(
+                self._post(subscription, request_body(subscription, queue, message)),
+                self.timeout)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            LOG.info("Push of message %s of queue %s to %s failed: %s", message.id, queue,
+                     subscription.subscriber, str(exc) or type(exc).__name__)
+            return False
+        if 200 <= status < 300:
+            return True
+        LOG.info("Push of message %s of queue %s to %s answered %s", message.id, queue,
+                 subscription.subscriber, status)
+        return False
+
+    async def _post(self, subscription: Subscription, content: bytes) -> int:
+        # Streamed: a subscriber's answer, however large, is not read into memory; the
+        # timeout bounds the whole exchange, which httpx bounds per read and write only.
+        async with self._client.stream("POST", subscription.subscriber, content=content,
+                                       headers=request_headers(subscription)) as response:
+            return response.status_code
+
+    async def close(self) -> None:
+        await self._client.aclose()
