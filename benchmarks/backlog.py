@@ -564,14 +564,17 @@ def free_port() -> int:
 
 
 def write_config(path: Path, driver: str, port: int, workers: int,
-                 driver_sections: Sections, wsgi: dict[str, str] | None = None) -> None:
-    """The server's config file; *wsgi* adds ``[drivers:transport:wsgi]`` options."""
+                 driver_sections: Sections, wsgi: dict[str, str] | None = None,
+                 extra: Sections | None = None) -> None:
+    """The server's config file; *wsgi* adds ``[drivers:transport:wsgi]`` options,
+    *extra* sections of their own."""
     sections: Sections = {
         "transport": {"max_message_delay": str(MAX_MESSAGE_DELAY)},
         "drivers": {"message_store": driver},
         "drivers:transport:wsgi": {"bind": "127.0.0.1", "port": str(port),
                                    "workers": str(workers), **(wsgi or {})},
         **driver_sections,
+        **(extra or {}),
     }
     lines = []
     for name, options in sections.items():

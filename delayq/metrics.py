@@ -45,6 +45,8 @@ CLAIMED = "delayq_messages_claimed"
 DELETED = "delayq_messages_deleted"
 DEAD_LETTERED = "delayq_messages_dead_lettered"
 EXPIRED = "delayq_messages_expired"
+PUSHED = "delayq_messages_pushed"
+PUSH_FAILURES = "delayq_push_failures"
 REQUEST_SECONDS = "delayq_request_duration_seconds"
 
 COUNTER_HELP = {
@@ -55,6 +57,9 @@ COUNTER_HELP = {
     DEAD_LETTERED: "Messages a claim moved to their queue's dead-letter queue.",
     EXPIRED: "Messages delayq removed because their ttl had passed (see the operator "
              "guide for those a store may drop by itself).",
+    PUSHED: "Messages pushed to a subscription's webhook that answered 2xx.",
+    PUSH_FAILURES: "Pushes to webhooks that failed: another answer than 2xx, no answer "
+                   "in time, or no connection (each is retried as its policy says).",
 }
 
 # The driver-reported endings each counter takes (see Driver.endings).

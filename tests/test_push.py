@@ -102,6 +102,14 @@ def test_a_message_is_pushed_once_when_due_as_zaqar_shapes_it_then_deleted(api):
         wait_until(lambda: total(api, queue) == 0, 5, "pushed messages deleted")
         time.sleep(1)
         assert len(hook.requests()) == 2
+        wait_until(lambda: counter(api, "delayq_messages_pushed_total") >= 2, 5,
+                   "the pushes counted in /metrics")
+
+
+def counter(api: httpx.Client, name: str) -> float:
+    text = api.get(api.base_url.copy_with(path="/metrics")).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name + " "))
 
 
 def test_post_data_and_post_headers_shape_the_request(api):
@@ -138,6 +146,8 @@ def test_failed_pushes_are_retried_as_the_policy_spaces_them_then_dead_lettered(
         time.sleep(1.5)
         assert [r.json["id"] for r in hook.requests()] == [mid] * 4
         assert total(api, queue) == 0
+        wait_until(lambda: counter(api, "delayq_push_failures_total") >= 4, 5,
+                   "the failed pushes counted in /metrics")
 
 
 def test_a_subscriber_that_times_out_is_retried_and_then_answers(api):

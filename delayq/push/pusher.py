@@ -39,7 +39,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors
+from delayq import errors, metrics
 from delayq.broker import Broker
 from delayq.claim import Claim
 from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
@@ -91,7 +91,7 @@ class PushSettings:
 class _Subscribed:
     """What the pusher knows of one subscribed queue."""
 
-    __slots__ = ("subscriptions", "fresh", "next", "busy", "again", "cramped")
+    __slots__ = ("subscriptions", "fresh", "next", "busy", "again", "cramped", "starting")
 
     def __init__(self) -> None:
         self.subscriptions: list[Subscription] = []
@@ -99,7 +99,9 @@ class _Subscribed:
         self.next = 0  # the subscription whose turn is next
         self.busy = False  # a turn is under way
         self.again = False  # it was due again during its turn
-        self.cramped = False  # its last turn wanted more pushes than there was room for
+        self.cramped = False  # its subscriptions had no room: its next push to end
+        # brings it back
+        self.starting = False  # its turn counts as a push until it holds its own
 
 
 class Pusher:
@@ -112,7 +114,8 @@ class Pusher:
         self._queues: dict[Queue, _Subscribed] = {}
         self._agenda: list[tuple[float, int, Queue]] = []
         self._order = itertools.count()
-        self._in_flight = 0
+        self._in_flight = 0  # pushes held (claimed for, or being claimed for)
+        self._starting = 0  # turns started that hold no push yet: one each
         self._per_subscription: dict[str, int] = {}
         self._starved: dict[Queue, None] = {}  # due, waiting for a free push (in order)
         self._tasks: set[asyncio.Task] = set()
@@ -207,7 +210,7 @@ class Pusher:
             _, _, key = heapq.heappop(self._agenda)
             self._starved[key] = None
         for key in list(self._starved):
-            if self._in_flight >= self.settings.in_flight:
+            if self._in_flight + self._starting >= self.settings.in_flight:
                 return
             del self._starved[key]
             queue = self._queues.get(key)
@@ -216,7 +219,8 @@ class Pusher:
             if queue.busy:
                 queue.again = True
                 continue
-            queue.busy = True
+            queue.busy = queue.starting = True
+            self._starting += 1
             self._spawn(self._turn(key, queue))
 
     def _spawn(self, work: Awaitable[None]) -> None:
@@ -234,6 +238,7 @@ class Pusher:
                         exc_info=True)
             self._schedule(key, STORE_FAILED_PAUSE)
         finally:
+            self._started(queue)
             queue.busy = False
             if queue.again:
                 queue.again = False
@@ -245,13 +250,14 @@ class Pusher:
             queue.fresh = True
         subscription = self._next_subscription(queue)
         if subscription is None:
-            queue.cramped = bool(queue.subscriptions)  # a push that ends brings it back
+            queue.cramped = bool(queue.subscriptions)
             return
+        self._started(queue)
         room = min(self.settings.claim_limit, self.settings.in_flight - self._in_flight,
                    self.settings.per_subscription
                    - self._per_subscription.get(subscription.id, 0))
-        if room <= 0:
-            queue.cramped = True
+        if room <= 0:  # other turns took the room: back in line for the next
+            self._starved.setdefault(key, None)
             return
         self._hold(subscription, room)
         claim: Claim | None = None
@@ -264,8 +270,7 @@ class Pusher:
         for message in claim.messages if claim is not None else ():
             self._spawn(self._push(key, subscription, claim.id, message))
         if taken == room:
-            queue.cramped = True  # more may be due: back when there is room
-            self._schedule(key, 0.0)
+            self._schedule(key, 0.0)  # more may be due
             return
         due_in = await self.execute(self.broker.available_in, *key)
         if due_in is not None:
@@ -292,6 +297,12 @@ class Pusher:
                 return subscription
         return None
 
+    def _started(self, queue: _Subscribed) -> None:
+        """The turn of *queue* no longer counts as a push of its own."""
+        if queue.starting:
+            queue.starting = False
+            self._starting -= 1
+
     def _hold(self, subscription: Subscription, pushes: int) -> None:
         self._in_flight += pushes
         self._per_subscription[subscription.id] = (
@@ -313,8 +324,10 @@ class Pusher:
                     message: Message) -> None:
         try:
             if await self._webhooks.push(subscription, key[1], message):
+                self.broker.counters.count(metrics.PUSHED, 1)
                 await self.execute(self.broker.delete_message, *key, message.id, claim_id)
                 return
+            self.broker.counters.count(metrics.PUSH_FAILURES, 1)
             wait = await self.execute(self.broker.push_failed, *key, message, claim_id,
                                       subscription)
             self._schedule(key, wait)
@@ -323,8 +336,8 @@ class Pusher:
             LOG.warning("Push: message %s of queue %s: %s", message.id, key[1],
                         getattr(exc, "detail", exc))
         finally:
-            self._let_go(subscription, 1)
             queue = self._queues.get(key)
             if queue is not None and queue.cramped:
                 queue.cramped = False
                 self._starved.setdefault(key, None)
+            self._let_go(subscription, 1)  # wakes the agenda for the starved

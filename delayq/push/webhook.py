@@ -28,6 +28,7 @@ LOG = logging.getLogger(__name__)
 
 MESSAGE_PLACEHOLDER = '"$zaqar_message$"'
 NOTIFICATION = "Notification"  # Zaqar's MessageType.Notification
+MAX_ANSWER_READ = 65536  # bytes of a subscriber's answer read before its connection goes
 
 
 def payload(queue: str, message: Message) -> dict[str, Any]:
@@ -79,10 +80,17 @@ class Webhooks:
         return False
 
     async def _post(self, subscription: Subscription, content: bytes) -> int:
-        # Streamed: a subscriber's answer, however large, is not read into memory; the
-        # timeout bounds the whole exchange, which httpx bounds per read and write only.
+        # Streamed, so that no answer, however large, is read into memory; the timeout
+        # bounds the whole exchange, which httpx bounds per read and write only.
         async with self._client.stream("POST", subscription.subscriber, content=content,
                                        headers=request_headers(subscription)) as response:
+            # An answer read to its end leaves its connection to the next push; one
+            # longer than this is cut off with its connection.
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read > MAX_ANSWER_READ:
+                    break
             return response.status_code
 
     async def close(self) -> None:
