@@ -7,9 +7,9 @@ headers and a body the document gives for that operation.
 
 Random names and ids would only ever meet an empty store, so most requests are steered
 at a known state instead: before each operation's run a fresh project gets a plain queue,
-a delayed queue and a dead-letter pair with messages, a live claim and dead-lettered
-messages (``seed``); path parameters, ``ids``, ``claim_id`` and the project header point
-at them three times out of four.
+a delayed queue and a dead-letter pair with messages, a live claim, dead-lettered
+messages and a subscription (``seed``); path parameters, ``ids``, ``claim_id`` and the
+project header point at them three times out of four.
 """
 
 from __future__ import annotations
@@ -81,6 +81,8 @@ class Seeded:
     messages: list[tuple[str, str]] = field(default_factory=list)
     #: (queue, claim id) of live claims.
     claims: list[tuple[str, str]] = field(default_factory=list)
+    #: (queue, subscription id) of subscriptions.
+    subscriptions: list[tuple[str, str]] = field(default_factory=list)
 
 
 STATE = Seeded()
@@ -112,6 +114,9 @@ def seed(url: str) -> Seeded:
         assert http.post("/v2/queues/source/claims").status_code == 204
         held = ok(http.post("/v2/queues/plain/claims?limit=2", json={"ttl": 600}))
         state.claims.append(("plain", held.headers["Location"].rsplit("/", 1)[1]))
+        subscribed = ok(http.post("/v2/queues/plain/subscriptions",
+                                  json={"subscriber": "http://127.0.0.1:9/hook"}))
+        state.subscriptions.append(("plain", subscribed.json()["subscription_id"]))
     state.queues = ["plain", "delayed", "source", "dlq"]
     return state
 
@@ -119,7 +124,9 @@ def seed(url: str) -> Seeded:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[RunningServer]:
     with delayq_server(tmp_path_factory.mktemp("openapi"),
-                       config={"drivers:transport:wsgi": {"workers": 1}}) as running:
+                       # Generated subscribers are anybody's URLs: nothing is pushed.
+                       config={"drivers:transport:wsgi": {"workers": 1},
+                               "notification": {"push": "false"}}) as running:
         yield running
 
 
@@ -150,6 +157,9 @@ def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None
     elif path.endswith("{claim_id}"):
         known = st.deferred(lambda: st.sampled_from(STATE.claims).map(
             lambda pair: {"name": pair[0], "claim_id": pair[1]}))
+    elif path.endswith("{subscription_id}"):
+        known = st.deferred(lambda: st.sampled_from(STATE.subscriptions).map(
+            lambda pair: {"name": pair[0], "subscription_id": pair[1]}))
     elif "{name}" in path:
         known = st.deferred(lambda: st.sampled_from(STATE.queues).map(
             lambda name: {"name": name}))
