@@ -9,8 +9,10 @@ instant. The count of a kind at instant T is the sum of its instants after T.
 
 A live claim's message is claimed, never delayed, whatever its due time: a claim made
 under a retry policy (``delayq.retry``) sets the due time after the claim's expiry, and
-the message is delayed only from that expiry on. Such a message has a -1 delayed instant
-at its claim's expiry, so that the two delayed instants count it between the two only.
+the message is delayed only from that expiry on. A claimed message with a delay has a -1
+delayed instant at the earlier of its due time and its claim's expiry, so that the two
+delayed instants count it from the claim's end to its due time only (never, when it is
+due first).
 
 A tally holds, for every level L, how many instants fall in each block of 2^(12 L) ms
 (blocks of 1 ms, 4.1 s, 4.7 h, then 2.2 years). A count after T sums at most 4095
@@ -65,8 +67,9 @@ def instants(marks: Marks) -> list[tuple[int, int, int]]:
     if marks.claim_expires > 0:
         claim_ends = ms(min(marks.claim_expires, marks.expires))
         found.append((CLAIMED, claim_ends, 1))
-        if delayed and marks.due >= marks.claim_expires:  # delayed after the claim only
-            found.append((DELAYED, claim_ends, -1))
+        if delayed:  # delayed after the claim only, if at all
+            found.append((DELAYED, ms(min(marks.due, marks.claim_expires, marks.expires)),
+                          -1))
     return found
 
 

@@ -34,8 +34,10 @@ def random_marks(rng: random.Random, now: float) -> Marks:
     if rng.random() < 0.4:  # claimed now, after a delay that has passed or none
         due = rng.choice([created, rng.uniform(created, now)])
         claim_expires = now + rng.uniform(0, span)
-        if rng.random() < 0.3:  # under a retry policy: due again a wait after the claim
-            due = claim_expires + rng.choice([0, rng.uniform(0, span)])
+        if rng.random() < 0.3:  # under a retry policy: due again a wait after the claim,
+            # or before its end when a renewal without the policy outlived that
+            due = rng.choice([claim_expires + rng.choice([0, rng.uniform(0, span)]),
+                              rng.uniform(now, claim_expires)])
         return Marks(created, due, expires, claim_expires=claim_expires)
     due = rng.choice([created, now + rng.uniform(0, span)])
     return Marks(created, due, expires)

@@ -353,9 +353,8 @@ _TALLY_TERMS = {
     "delayed": (TALLY_DELAYED, "min({r}.due, {r}.expires)", "{r}.due > {r}.created", 1),
     "claimed": (TALLY_CLAIMED, "min({r}.claim_expires, {r}.expires)",
                 "{r}.claim_expires > 0", 1),
-    "held": (TALLY_DELAYED, "min({r}.claim_expires, {r}.expires)",
-             "{r}.due > {r}.created AND {r}.claim_expires > 0 "
-             "AND {r}.due >= {r}.claim_expires", -1),
+    "held": (TALLY_DELAYED, "min({r}.due, {r}.claim_expires, {r}.expires)",
+             "{r}.due > {r}.created AND {r}.claim_expires > 0", -1),
 }
 
 
@@ -410,9 +409,10 @@ TALLY_SCHEMA = [
 ]
 TALLY_TRIGGERS = _tally_triggers()
 # The triggers of a database whose tallies predate the held term: replaced by
-# TALLY_TRIGGERS. No backfill is needed: the term is -1 at a claim's end, and a message
-# stored then with a due time at or after its claim's end is one whose claim has ended
-# (an edit after the claim expired), so its term lies in the past, which no count reads.
+# TALLY_TRIGGERS. No backfill is needed: the term is -1 at the earlier of a claimed
+# message's due time and its claim's end, and every message stored before has either
+# passed its due time when it was claimed or had its claim end before an edit delayed
+# it, so its term lies in the past, which no count reads.
 TALLY_TRIGGERS_DROP = [f"DROP TRIGGER IF EXISTS {name}" for name in (
     "tallies_insert", "tallies_delete", "tallies_update_0", "tallies_update_1",
     "tallies_update_2")]
