@@ -6,10 +6,10 @@ filters pin the state the driver read (claims, dead-letter moves and redrives:
 ``claims.py``).
 
 - A delete by ids, the end of a pop, a renewal's and a release's changes to the claimed
-  messages are one ``find_one_and_delete`` or ``find_one_and_update`` per message: each
-  returns the state it changed, which the tallies and the trail need, and which a
-  multi-document write or a bulk of them cannot tell when a concurrent request changed
-  some of the same messages. That costs one round trip per message (at most
+  messages (``holds.py``) are one ``find_one_and_delete`` or ``find_one_and_update`` per
+  message: each returns the state it changed, which the tallies and the trail need, and
+  which a multi-document write or a bulk of them cannot tell when a concurrent request
+  changed some of the same messages. That costs one round trip per message (at most
   ``max_messages_per_claim_or_pop`` or ``max_messages_per_page``).
 - Posts, claims, dead-letter moves, and the writes above are retryable writes (inserts,
   single-document updates and deletes, and bulk writes of them), so a failover in the
@@ -21,7 +21,8 @@ Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own c
 skewed agree on when a message is due.
 
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
-definitions), ``claims.py`` (a claim's bulk write and what it won), ``tallies.py`` (the
+definitions), ``claims.py`` (a claim's bulk write and what it won), ``holds.py`` (a
+claim once made: read, renewed, released), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``indexes.py`` (creating the indexes) and ``client.py``
 (the pymongo client, and which failures are a 503).
@@ -52,7 +53,7 @@ from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
-from delayq.storage.mongo import claims, tallies
+from delayq.storage.mongo import claims, holds, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import (
     NAME,
@@ -135,6 +136,7 @@ class Driver(base.Driver):
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
+        self._holds = holds.Holds(self._messages, self._claims, self._tallies)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable:
@@ -396,7 +398,7 @@ class Driver(base.Driver):
         while True:
             now = self._now_ms()
             if claim_id is not None:
-                held = {**self._held(project, queue, lay.object_id(claim_id), now), **where}
+                held = {**holds.held(project, queue, lay.object_id(claim_id), now), **where}
                 deleted = self._messages.find_one_and_delete(
                     held, {lay.CLAIM: 1, lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
@@ -582,92 +584,21 @@ class Driver(base.Driver):
         return Claim(id=str(claim_id), ttl=ttl, grace=grace, created=now / 1000,
                      expires=expires / 1000, as_of=now / 1000, messages=claimed)
 
-    def _live_claim(self, project: str, queue: str, claim_id: str, now: int
-                    ) -> dict[str, Any]:
-        doc = self._claims.find_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
-                                     lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}})
-        if doc is None:
-            raise errors.ClaimNotFound.with_id(claim_id)
-        return doc
-
-    def _held(self, project: str, queue: str, claim_id: ObjectId | str, now: int
-              ) -> dict[str, Any]:
-        """The filter of the messages a claim holds now.
-
-        A held message cannot have expired (a claim pushes the expiry past its own),
-        but saying so keeps an expired one, reaped or not, out of every use of it.
-        """
-        return {lay.CLAIM: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
-                lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}, lay.EXPIRES: {"$gt": lay.date(now)}}
-
     @operation
     @backend_call
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        now = self._now_ms()
-        doc = self._live_claim(project, queue, claim_id, now)
-        messages = self._messages.find(self._held(project, queue, doc[lay.ID], now)
-                                       ).sort(lay.POST_ORDER).hint(lay.CLAIM_INDEX)
-        return Claim(id=str(doc[lay.ID]), ttl=doc[lay.TTL], grace=doc[lay.GRACE],
-                     created=lay.ms(doc[lay.CREATED]) / 1000,
-                     expires=lay.ms(doc[lay.EXPIRES]) / 1000,
-                     as_of=now / 1000, messages=[lay.message(m, now) for m in messages])
+        return self._holds.get(project, queue, claim_id, self._now_ms())
 
     @operation
     @backend_call
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> None:
-        now = self._now_ms()
-        expires = now + ttl * 1000
-        doc = self._claims.find_one_and_update(
-            {lay.ID: lay.object_id(claim_id), lay.PROJECT: project, lay.QUEUE: queue,
-             lay.EXPIRES: {"$gt": lay.date(now)}},
-            {"$set": {lay.TTL: ttl, lay.GRACE: grace, lay.EXPIRES: lay.date(expires)}},
-            {lay.ID: 1})
-        if doc is None:
-            raise errors.ClaimNotFound.with_id(claim_id)
-        held = self._held(project, queue, doc[lay.ID], now)
-        lives = lay.date(expires + grace * 1000)
-        renewal = {"$set": {lay.CLAIM_EXPIRES: lay.date(expires), lay.AVAILABLE: lay.date(expires)},
-                   "$max": {lay.EXPIRES: lives}}
-        ids = [m[lay.ID] for m in self._messages.find(held, {lay.ID: 1}).hint(lay.CLAIM_INDEX)]
-        changes = tallies.Changes()
-        for before in self._update_each([({**held, lay.ID: i}, renewal) for i in ids]):
-            changes.add(queue, before, {**before, lay.CLAIM_EXPIRES: lay.date(expires),
-                                        lay.EXPIRES: max(before[lay.EXPIRES], lives)})
-        self._tallies.write(project, changes)
-
-    def _update_each(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]
-                     ) -> list[dict[str, Any]]:
-        """Apply each (filter, update) to the one message the filter matches; the
-        documents, as written over, of those this request updated.
-
-        One ``find_one_and_update`` each, for the reason of ``_delete_each``: only it
-        tells the state each update changed.
-        """
-        found = (self._messages.find_one_and_update(where, update, lay.TALLY_FIELDS,
-                                                    return_document=ReturnDocument.BEFORE)
-                 for where, update in updates)
-        return [doc for doc in found if doc is not None]
+        self._holds.renew(project, queue, claim_id, ttl, grace, self._now_ms())
 
     @operation
     @backend_call
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        now = self._now_ms()
-        held = self._held(project, queue, lay.object_id(claim_id), now)
-        # Each message goes back to its place in the queue: available from its due time.
-        releases = [
-            ({lay.ID: doc[lay.ID], lay.PROJECT: project, lay.CLAIM: doc[lay.CLAIM],
-              lay.CLAIM_EXPIRES: doc[lay.CLAIM_EXPIRES]},
-             {"$set": {lay.AVAILABLE: lay.date(lay.due_ms(doc))},
-              "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}})
-            for doc in self._messages.find(held, {lay.CREATED: 1, lay.DUE: 1, lay.CLAIM: 1,
-                                                  lay.CLAIM_EXPIRES: 1}).hint(lay.CLAIM_INDEX)]
-        changes = tallies.Changes()
-        for before in self._update_each(releases):
-            changes.add(queue, before, lay.unclaimed(before))
-        self._tallies.write(project, changes)
-        self._claims.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
-                                 lay.QUEUE: queue})
+        self._holds.release(project, queue, claim_id, self._now_ms())
 
     # Long-poll claims
 

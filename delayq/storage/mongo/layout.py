@@ -233,6 +233,17 @@ def claimed(doc: dict[str, Any], claim_id: ObjectId, claim_expires: int, grace: 
             EXPIRES: max(doc[EXPIRES], date(claim_expires + grace * 1000))}
 
 
+def applied(doc: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """The document *doc* as *update* (``$set``, ``$unset`` and ``$max`` of top-level
+    fields) leaves it."""
+    after = {**doc, **update.get("$set", {})}
+    for name in update.get("$unset", {}):
+        after.pop(name, None)
+    for name, value in update.get("$max", {}).items():
+        after[name] = max(after[name], value) if name in after else value
+    return after
+
+
 def unclaimed(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """The message document *doc* without its claim (released, moved or redriven), with
     *changes* (field name: value) applied."""

@@ -1,0 +1,105 @@
+"""The MongoDB driver's claims once made: read, renewed and released.
+
+A claim's messages are the documents bearing its id ``c`` with ``ce`` (the claim's
+expiry) ahead (``held``). Renewing or releasing changes each with a
+``find_one_and_update`` of its own, filtered on the claim, which returns the document as
+written over: the tallies need the state each update changed, and a multi-document
+update does not tell it when a concurrent request changed some of the same messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bson import ObjectId
+from pymongo import ReturnDocument
+from pymongo.collection import Collection
+
+from delayq import errors
+from delayq.claim import Claim
+from delayq.storage.mongo import layout as lay
+from delayq.storage.mongo import tallies
+
+
+def held(project: str, queue: str, claim_id: ObjectId | str, now: int) -> dict[str, Any]:
+    """The filter of the messages a claim holds now.
+
+    A held message cannot have expired (a claim pushes the expiry past its own),
+    but saying so keeps an expired one, reaped or not, out of every use of it.
+    """
+    return {lay.CLAIM: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
+            lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}, lay.EXPIRES: {"$gt": lay.date(now)}}
+
+
+class Holds:
+    """The claims of the ``claims`` collection and the messages they hold; every change
+    counted in the tallies."""
+
+    def __init__(self, messages: Collection, claim_docs: Collection, tally: tallies.Tallies
+                 ) -> None:
+        self._messages = messages
+        self._claims = claim_docs
+        self._tallies = tally
+
+    def get(self, project: str, queue: str, claim_id: str, now: int) -> Claim:
+        """The live claim with its messages at *now* (ms); raises ClaimNotFound."""
+        doc = self._claims.find_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
+                                     lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}})
+        if doc is None:
+            raise errors.ClaimNotFound.with_id(claim_id)
+        messages = self._messages.find(held(project, queue, doc[lay.ID], now)
+                                       ).sort(lay.POST_ORDER).hint(lay.CLAIM_INDEX)
+        return Claim(id=str(doc[lay.ID]), ttl=doc[lay.TTL], grace=doc[lay.GRACE],
+                     created=lay.ms(doc[lay.CREATED]) / 1000,
+                     expires=lay.ms(doc[lay.EXPIRES]) / 1000,
+                     as_of=now / 1000, messages=[lay.message(m, now) for m in messages])
+
+    def renew(self, project: str, queue: str, claim_id: str, ttl: int, grace: int,
+              now: int) -> None:
+        """Restart the claim's ttl at *now* (ms); raises ClaimNotFound."""
+        expires = now + ttl * 1000
+        doc = self._claims.find_one_and_update(
+            {lay.ID: lay.object_id(claim_id), lay.PROJECT: project, lay.QUEUE: queue,
+             lay.EXPIRES: {"$gt": lay.date(now)}},
+            {"$set": {lay.TTL: ttl, lay.GRACE: grace, lay.EXPIRES: lay.date(expires)}},
+            {lay.ID: 1})
+        if doc is None:
+            raise errors.ClaimNotFound.with_id(claim_id)
+        where = held(project, queue, doc[lay.ID], now)
+        renewal = {"$set": {lay.CLAIM_EXPIRES: lay.date(expires),
+                            lay.AVAILABLE: lay.date(expires)},
+                   "$max": {lay.EXPIRES: lay.date(expires + grace * 1000)}}
+        ids = [m[lay.ID] for m in self._messages.find(where, {lay.ID: 1}).hint(lay.CLAIM_INDEX)]
+        self._update_each(project, queue, [({**where, lay.ID: i}, renewal) for i in ids])
+
+    def release(self, project: str, queue: str, claim_id: str, now: int) -> None:
+        """Free the claim's messages at *now* (ms) and delete the claim; an absent claim
+        is not an error."""
+        where = held(project, queue, lay.object_id(claim_id), now)
+        # Each message goes back to its place in the queue: available from its due time.
+        releases = [
+            ({lay.ID: message[lay.ID], lay.PROJECT: project, lay.CLAIM: message[lay.CLAIM],
+              lay.CLAIM_EXPIRES: message[lay.CLAIM_EXPIRES]},
+             {"$set": {lay.AVAILABLE: lay.date(lay.due_ms(message))},
+              "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}})
+            for message in self._messages.find(
+                where, {lay.CREATED: 1, lay.DUE: 1, lay.CLAIM: 1, lay.CLAIM_EXPIRES: 1}
+            ).hint(lay.CLAIM_INDEX)]
+        self._update_each(project, queue, releases)
+        self._claims.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
+                                 lay.QUEUE: queue})
+
+    def _update_each(self, project: str, queue: str,
+                     updates: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        """Apply each (filter, update) to the one message the filter matches, and count
+        the changes of those this request updated.
+
+        One ``find_one_and_update`` each: only it tells the state each update changed.
+        """
+        changes = tallies.Changes()
+        for where, update in updates:
+            before = self._messages.find_one_and_update(
+                where, update, lay.TALLY_FIELDS, return_document=ReturnDocument.BEFORE)
+            if before is not None:
+                changes.add(queue, before, lay.applied(before, update))
+        self._tallies.write(project, changes)
