@@ -51,6 +51,7 @@ from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.mongo import claims, holds, tallies
@@ -277,7 +278,9 @@ class Driver(base.Driver):
         total = self._messages.count_documents(live)
         if not total:
             return QueueStats(0, 0, 0, None, None)
-        delayed = self._messages.count_documents({**live, lay.DUE: {"$gt": lay.date(now)}})
+        # A live claim's message is claimed whatever its due time (a retry policy's wait).
+        delayed = self._messages.count_documents(
+            {**live, lay.DUE: {"$gt": lay.date(now)}, **lay.not_held(now)})
         claimed = self._messages.count_documents(
             {**live, lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}})
         ends = []
@@ -375,7 +378,10 @@ class Driver(base.Driver):
         if not include_claimed:
             query.update(lay.not_held(now))
         if not include_delayed:
-            query[lay.DUE] = {"$not": {"$gt": lay.date(now)}}
+            due = {lay.DUE: {"$not": {"$gt": lay.date(now)}}}
+            # A live claim's message is claimed, not delayed, whatever its due time.
+            query.update(due if not include_claimed else
+                         {"$or": [due, {lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}}]})
         docs = list(self._messages.find(query).sort(lay.POST_ORDER).limit(limit)
                     .hint(lay.LISTING_INDEX))
         next_marker = str(docs[-1][lay.SEQ]) if docs else None
@@ -551,13 +557,15 @@ class Driver(base.Driver):
     @operation
     @backend_call
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+              backoff: Backoff | None = None) -> Claim | None:
         now = self._now_ms()
         claim_id = ObjectId()
         expires = now + ttl * 1000
-        took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
-        self._tallies.write(project, claims.taking(queue, took, claim_id, expires, grace))
+        took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace,
+                                  dead_letter, backoff)
+        self._tallies.write(project, claims.taking(queue, took, claim_id, expires, grace,
+                                                   backoff))
         trail = [self._trail.expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._trail.event(project, queue, events.DEAD_LETTERED, now,
@@ -574,7 +582,7 @@ class Driver(base.Driver):
                                  lay.EXPIRES: lay.date(expires)})
         claimed = []
         for doc in took.claimed:
-            doc = lay.claimed(doc, claim_id, expires, grace)
+            doc = claims.claimed(doc, claim_id, expires, grace, backoff)
             claimed.append(lay.message(doc, now))
             trail.append(self._trail.event(project, queue, events.CLAIMED, now,
                                            message_id=doc[lay.ID], claim_id=claim_id,
@@ -592,13 +600,14 @@ class Driver(base.Driver):
     @operation
     @backend_call
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
-        self._holds.renew(project, queue, claim_id, ttl, grace, self._now_ms())
+                    grace: int, backoff: Backoff | None = None) -> None:
+        self._holds.renew(project, queue, claim_id, ttl, grace, backoff, self._now_ms())
 
     @operation
     @backend_call
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        self._holds.release(project, queue, claim_id, self._now_ms())
+    def release_claim(self, project: str, queue: str, claim_id: str,
+                      backoff: Backoff | None = None) -> None:
+        self._holds.release(project, queue, claim_id, backoff, self._now_ms())
 
     # Long-poll claims
 

@@ -2,9 +2,16 @@
 
 A claim's messages are the documents bearing its id ``c`` with ``ce`` (the claim's
 expiry) ahead (``held``). Renewing or releasing changes each with a
-``find_one_and_update`` of its own, filtered on the claim, which returns the document as
-written over: the tallies need the state each update changed, and a multi-document
-update does not tell it when a concurrent request changed some of the same messages.
+``find_one_and_update`` of its own, filtered on the claim and on the due time read,
+which returns the document as written over: the tallies need the state each update
+changed, and a multi-document update does not tell it when a concurrent request changed
+some of the same messages.
+
+Under a retry policy (``retry.Backoff``) each message's new due time is its attempt's
+wait (``claims.due_again``) after the claim's new expiry (a renewal) or after now (a
+release); its availability ``a`` stays ``max(d, ce)``. Without one, a renewal keeps the
+due time and a release makes the message due at once, its due time as it was before the
+claim.
 """
 
 from __future__ import annotations
@@ -17,8 +24,12 @@ from pymongo.collection import Collection
 
 from delayq import errors
 from delayq.claim import Claim
+from delayq.retry import Backoff
+from delayq.storage.mongo import claims, tallies
 from delayq.storage.mongo import layout as lay
-from delayq.storage.mongo import tallies
+
+# What a renewal or release reads of each message: enough for its new due time.
+DUE_FIELDS = {lay.CREATED: 1, lay.DUE: 1, lay.CLAIM_COUNT: 1}
 
 
 def held(project: str, queue: str, claim_id: ObjectId | str, now: int) -> dict[str, Any]:
@@ -55,7 +66,7 @@ class Holds:
                      as_of=now / 1000, messages=[lay.message(m, now) for m in messages])
 
     def renew(self, project: str, queue: str, claim_id: str, ttl: int, grace: int,
-              now: int) -> None:
+              backoff: Backoff | None, now: int) -> None:
         """Restart the claim's ttl at *now* (ms); raises ClaimNotFound."""
         expires = now + ttl * 1000
         doc = self._claims.find_one_and_update(
@@ -66,25 +77,38 @@ class Holds:
         if doc is None:
             raise errors.ClaimNotFound.with_id(claim_id)
         where = held(project, queue, doc[lay.ID], now)
-        renewal = {"$set": {lay.CLAIM_EXPIRES: lay.date(expires),
-                            lay.AVAILABLE: lay.date(expires)},
-                   "$max": {lay.EXPIRES: lay.date(expires + grace * 1000)}}
-        ids = [m[lay.ID] for m in self._messages.find(where, {lay.ID: 1}).hint(lay.CLAIM_INDEX)]
-        self._update_each(project, queue, [({**where, lay.ID: i}, renewal) for i in ids])
+        lives = lay.date(expires + grace * 1000)
+        renewals = []
+        for message in self._messages.find(where, DUE_FIELDS).hint(lay.CLAIM_INDEX):
+            due = claims.due_again(backoff, message.get(lay.CLAIM_COUNT, 0), expires)
+            changes = {} if due is None else {lay.DUE: lay.date(due)}
+            available = max(expires, lay.due_ms(message) if due is None else due)
+            renewals.append((
+                {**where, lay.ID: message[lay.ID], lay.DUE: message.get(lay.DUE)},
+                {"$set": {lay.CLAIM_EXPIRES: lay.date(expires), **changes,
+                          lay.AVAILABLE: lay.date(available)},
+                 "$max": {lay.EXPIRES: lives}}))
+        self._update_each(project, queue, renewals)
 
-    def release(self, project: str, queue: str, claim_id: str, now: int) -> None:
+    def release(self, project: str, queue: str, claim_id: str, backoff: Backoff | None,
+                now: int) -> None:
         """Free the claim's messages at *now* (ms) and delete the claim; an absent claim
         is not an error."""
         where = held(project, queue, lay.object_id(claim_id), now)
-        # Each message goes back to its place in the queue: available from its due time.
-        releases = [
-            ({lay.ID: message[lay.ID], lay.PROJECT: project, lay.CLAIM: message[lay.CLAIM],
-              lay.CLAIM_EXPIRES: message[lay.CLAIM_EXPIRES]},
-             {"$set": {lay.AVAILABLE: lay.date(lay.due_ms(message))},
-              "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}})
-            for message in self._messages.find(
-                where, {lay.CREATED: 1, lay.DUE: 1, lay.CLAIM: 1, lay.CLAIM_EXPIRES: 1}
-            ).hint(lay.CLAIM_INDEX)]
+        releases = []
+        for message in self._messages.find(
+                where, {**DUE_FIELDS, lay.CLAIM: 1, lay.CLAIM_EXPIRES: 1}
+        ).hint(lay.CLAIM_INDEX):
+            was_due = lay.due_ms(message)
+            due = claims.due_again(backoff, message.get(lay.CLAIM_COUNT, 0), now)
+            due = min(was_due, now) if due is None else due
+            changes = {} if due == was_due else {lay.DUE: lay.date(due)}
+            releases.append((
+                {lay.ID: message[lay.ID], lay.PROJECT: project,
+                 lay.CLAIM: message[lay.CLAIM], lay.CLAIM_EXPIRES: message[lay.CLAIM_EXPIRES],
+                 lay.DUE: message.get(lay.DUE)},
+                {"$set": {lay.AVAILABLE: lay.date(due), **changes},
+                 "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}}))
         self._update_each(project, queue, releases)
         self._claims.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
                                  lay.QUEUE: queue})

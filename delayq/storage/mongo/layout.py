@@ -14,9 +14,12 @@ These collections hold everything, for every project:
     claimable, ``max(d, ce)``; the ``claimable`` index on ``(p, q, a, k)`` therefore holds
     a queue's claimable messages as one range ahead of every delayed or claimed one, and a
     claim reads only what it takes. ``d`` (due) exists only on messages posted with a
-    delay, so normal queues store nothing for the feature; ``c``/``ce``/``cc`` (claim id,
-    claim expiry, claim count) appear with the first claim; ``s``/``m`` (source queue,
-    move time) only on dead-lettered messages; ``ed`` (edits made) with the first edit.
+    delay or made due later since (an edit, a hand-back, or a retry policy's wait set by
+    a claim, renewal or release: ``claims.due_again``), so normal queues store nothing
+    for the feature; ``c``/``ce``/``cc`` (claim id, claim expiry, claim count) appear
+    with the first claim; ``s``/``m`` (source queue, move time) only on dead-lettered
+    messages; ``ed`` (edits made) with the first edit. A live claim's message is claimed
+    whatever its ``d``; one no live claim holds is delayed while ``d`` is ahead.
 
 ``claims``
     One document per claim: ttl, grace, creation and expiry.
@@ -224,21 +227,20 @@ def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: 
     return doc
 
 
-def claimed(doc: dict[str, Any], claim_id: ObjectId, claim_expires: int, grace: int
-            ) -> dict[str, Any]:
-    """The message document *doc* as a claim's update leaves it (``claims.Claimer.take``):
-    held until *claim_expires* (ms), living at least *grace* seconds more."""
-    return {**doc, CLAIM: claim_id, CLAIM_EXPIRES: date(claim_expires),
-            AVAILABLE: date(claim_expires), CLAIM_COUNT: doc.get(CLAIM_COUNT, 0) + 1,
-            EXPIRES: max(doc[EXPIRES], date(claim_expires + grace * 1000))}
+def available(claim_expires: int, due: int | None) -> int:
+    """When a message held until *claim_expires* (ms) is next claimable: at the claim's
+    end, or later if it is due later (*due*, ms; None: due by then)."""
+    return claim_expires if due is None else max(claim_expires, due)
 
 
 def applied(doc: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """The document *doc* as *update* (``$set``, ``$unset`` and ``$max`` of top-level
-    fields) leaves it."""
+    """The document *doc* as *update* (``$set``, ``$unset``, ``$inc`` and ``$max`` of
+    top-level fields) leaves it."""
     after = {**doc, **update.get("$set", {})}
     for name in update.get("$unset", {}):
         after.pop(name, None)
+    for name, n in update.get("$inc", {}).items():
+        after[name] = after.get(name, 0) + n
     for name, value in update.get("$max", {}).items():
         after[name] = max(after[name], value) if name in after else value
     return after
