@@ -774,6 +774,7 @@ OPERATIONS: dict[str, Callable[[Driver], Any]] = {
     "get_claim": lambda d: d.get_claim(PROJECT, "q", MID),
     "renew_claim": lambda d: d.renew_claim(PROJECT, "q", MID, 60, 60),
     "release_claim": lambda d: d.release_claim(PROJECT, "q", MID),
+    "release_message": lambda d: d.release_message(PROJECT, "q", MID, MID, 0),
     "reap": lambda d: d.reap(),
 }
 

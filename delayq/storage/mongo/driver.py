@@ -22,7 +22,7 @@ skewed agree on when a message is due.
 
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
 definitions), ``claims.py`` (a claim's bulk write and what it won), ``holds.py`` (a
-claim once made: read, renewed, released), ``tallies.py`` (the
+claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``indexes.py`` (creating the indexes) and ``client.py``
 (the pymongo client, and which failures are a 503).
@@ -137,7 +137,7 @@ class Driver(base.Driver):
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
-        self._holds = holds.Holds(self._messages, self._claims, self._tallies)
+        self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable:
@@ -608,6 +608,13 @@ class Driver(base.Driver):
     def release_claim(self, project: str, queue: str, claim_id: str,
                       backoff: Backoff | None = None) -> None:
         self._holds.release(project, queue, claim_id, backoff, self._now_ms())
+
+    @operation
+    @backend_call
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Message:
+        return self._holds.hand_back(project, queue, message_id, claim_id, delay,
+                                     self._now_ms)
 
     # Long-poll claims
 
