@@ -24,8 +24,9 @@ Each other concern has a module of its own: ``layout.py`` (documents, fields, in
 definitions), ``claims.py`` (a claim's bulk write and what it won), ``holds.py`` (a
 claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
-messages, the reaper's lease), ``indexes.py`` (creating the indexes) and ``client.py``
-(the pymongo client, and which failures are a 503).
+messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
+``indexes.py`` (creating the indexes) and ``client.py`` (the pymongo client, and which
+failures are a 503).
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ from delayq.storage.mongo.client import (
 from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.mongo.subscriptions import Subscriptions
 from delayq.storage.mongo.trail import Trail
+from delayq.subscription import Subscription, SubscriptionChange
 
 LOG = logging.getLogger(__name__)
 
@@ -138,6 +141,7 @@ class Driver(base.Driver):
                               self._tallies, self._trail)
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
         self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
+        self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable:
@@ -615,6 +619,48 @@ class Driver(base.Driver):
                         delay: float) -> Message:
         return self._holds.hand_back(project, queue, message_id, claim_id, delay,
                                      self._now_ms)
+
+    # Subscriptions (subscriptions.py)
+
+    @operation
+    @backend_call
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> str | None:
+        return self._subscriptions.create(project, queue, subscriber, ttl, options,
+                                          self._now_ms())
+
+    @operation
+    @backend_call
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Subscription | None:
+        return self._subscriptions.get(project, queue, subscription_id, self._now_ms())
+
+    @operation
+    @backend_call
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> list[Subscription]:
+        return self._subscriptions.page(project, queue, marker, limit, self._now_ms())
+
+    @operation
+    @backend_call
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> None:
+        self._subscriptions.update(project, queue, subscription_id, change, self._now_ms())
+
+    @operation
+    @backend_call
+    def delete_subscription(self, project: str, queue: str, subscription_id: str) -> None:
+        self._subscriptions.delete(project, queue, subscription_id)
+
+    @operation
+    @backend_call
+    def purge_subscriptions(self, project: str, queue: str) -> None:
+        self._subscriptions.purge(project, queue)
+
+    @operation
+    @backend_call
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        return self._subscriptions.queues(self._now_ms())
 
     # Long-poll claims
 

@@ -42,18 +42,28 @@ These collections hold everything, for every project:
     pages by themselves. The last level's one page covers every instant BSON can hold
     and has no ``x``.
 
+``subscriptions``
+    One document per subscription (``delayq.subscription``, kept by
+    ``subscriptions.py``): ``_id`` is its id (``uuid4().hex``), then project, queue,
+    subscriber URL ``sb``, ttl, options ``o`` (JSON text, as metadata), creation and
+    expiry ``e``. A unique index makes (project, queue, subscriber) one document: an
+    expired one still holding the key is removed by the write that needs it. Reads
+    compare ``e`` with now; a TTL index on ``e`` removes expired ones within the TTL
+    monitor's minute.
+
 ``locks``
     Leases that let one process of the deployment do a job at a time: one document per
     job, named by ``_id``; ``e`` is when the holder's lease ends and ``h`` who holds it
     (host and process id, for operators). Only the background reaper's lease for now.
 
-``e`` (expiry) carries a TTL index in ``messages`` and ``claims``; queries never rely on
-it and compare ``e`` with the current time. In ``claims`` it removes a claim when it
-expires (its TTL monitor runs once a minute). In ``messages`` it is a backstop only: it
-fires ``expired_retention`` seconds after the expiry, by which time delayq's reaper (or
-a claim meeting the message) has removed the message and reported it ``expired``; what
-it deletes, it deletes unseen. In ``events``, ``e`` is the message's expiry as the event
-saw it, and only ``x`` is a TTL field.
+``e`` (expiry) carries a TTL index in ``messages``, ``claims`` and ``subscriptions``;
+queries never rely on it and compare ``e`` with the current time. In ``claims`` and
+``subscriptions`` it removes a document when it expires (its TTL monitor runs once a
+minute). In ``messages`` it is a backstop only: it fires ``expired_retention`` seconds
+after the expiry, by which time delayq's reaper (or a claim meeting the message) has
+removed the message and reported it ``expired``; what it deletes, it deletes unseen. In
+``events``, ``e`` is the message's expiry as the event saw it, and only ``x`` is a TTL
+field.
 """
 
 from __future__ import annotations
@@ -77,6 +87,7 @@ CLOCK = "clock"
 EVENTS = "events"
 TALLIES = "tallies"
 LOCKS = "locks"
+SUBSCRIPTIONS = "subscriptions"
 
 # Fields (short: they are repeated in every document)
 ID = "_id"
@@ -103,6 +114,8 @@ LEVEL = "l"
 PAGE = "g"
 TALLY = "n"
 HOLDER = "h"  # locks: who holds the lease (its end is EXPIRES)
+SUBSCRIBER = "sb"
+OPTIONS = "o"
 # The locks document of the background reaper's lease (delayq.storage.reaper).
 REAPER_LEASE = "reaper"
 # What a message's tally instants depend on (``tallies.marks``).
@@ -132,6 +145,8 @@ CLAIM_INDEX = "claim"
 TRAIL_INDEX = "trail"
 PAGE_INDEX = "page"
 EXPIRY_INDEX = "expiry"  # the TTL index of each collection that has one
+SUBSCRIBER_INDEX = "subscriber"
+SUBSCRIBED_INDEX = "subscribed"
 # The key of the messages' expiry index, as collMod names the index to change.
 EXPIRY_KEY = {EXPIRES: ASCENDING}
 
@@ -169,6 +184,17 @@ def indexes(expired_retention: int) -> dict[str, list[IndexModel]]:
             IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (LEVEL, ASCENDING),
                         (PAGE, ASCENDING)], name=PAGE_INDEX, unique=True),
             IndexModel([(FORGET_AT, ASCENDING)], name=EXPIRY_INDEX, expireAfterSeconds=0),
+        ],
+        SUBSCRIPTIONS: [
+            # A queue's subscriptions by id: listings, and every lookup by id.
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (ID, ASCENDING)],
+                       name=LISTING_INDEX),
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (SUBSCRIBER, ASCENDING)],
+                       name=SUBSCRIBER_INDEX, unique=True),
+            # The subscribed queues: the live range of it, read without the documents.
+            IndexModel([(EXPIRES, ASCENDING), (PROJECT, ASCENDING), (QUEUE, ASCENDING)],
+                       name=SUBSCRIBED_INDEX),
+            IndexModel(list(EXPIRY_KEY.items()), name=EXPIRY_INDEX, expireAfterSeconds=0),
         ],
     }
 
