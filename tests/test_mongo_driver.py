@@ -66,6 +66,7 @@ from delayq.storage.mongo import expiry
 from delayq.storage.mongo.client import make_client, parse_write_concern
 from delayq.storage.mongo.driver import Driver
 from delayq.storage.mongo.expiry import Expiry
+from delayq.subscription import SubscriptionChange
 from tests.contract.drivers import FakeClock
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.trail_history import replayed_trail, sqlite_trail
@@ -126,7 +127,7 @@ def field_names(query: Any) -> set[str]:
 class Op:
     """One statement as MongoDB receives it: a read, or one write of a command or bulk."""
 
-    kind: str  # find, count, update, delete, insert, findAndModify, createIndexes
+    kind: str  # find, count, aggregate, update, delete, insert, findAndModify, createIndexes
     collection: str
     filter: dict[str, Any] | None = None
     update: dict[str, Any] | None = None
@@ -135,6 +136,9 @@ class Op:
     limit: int | None = None
     hint: str | None = None
     indexes: list[dict[str, Any]] = field(default_factory=list)
+
+
+COUNT_STAGE = {"$group": {"_id": 1, "n": {"$sum": 1}}}
 
 
 def ops_of_command(name: str, command: dict[str, Any]) -> list[Op]:
@@ -157,7 +161,11 @@ def ops_of_command(name: str, command: dict[str, Any]) -> list[Op]:
     if name == "insert":
         return [Op("insert", collection)]
     if name == "aggregate" and command.get("pipeline"):
-        return [Op("count", collection, filter=command["pipeline"][0].get("$match"))]
+        pipeline = command["pipeline"]
+        # count_documents is an aggregation ending in a count of what it matched.
+        kind = "count" if pipeline[-1] == COUNT_STAGE else "aggregate"
+        return [Op(kind, collection, filter=pipeline[0].get("$match"),
+                   hint=command.get("hint"))]
     if name == "createIndexes":
         return [Op("createIndexes", collection, indexes=list(command["indexes"]))]
     return []
@@ -208,6 +216,9 @@ _MOCK_CALLS: dict[str, Callable[[str, tuple, dict], Op | None]] = {
                                limit=_arg(a, k, 3, "limit") or None,
                                sort=_sort(_arg(a, k, 6, "sort"))),
     "count_documents": lambda c, a, k: Op("count", c, filter=_arg(a, k, 0, "filter")),
+    "aggregate": lambda c, a, k: Op("aggregate", c,
+                                    filter=_arg(a, k, 0, "pipeline")[0].get("$match"),
+                                    hint=k.get("hint")),
     "update_one": lambda c, a, k: Op("update", c, filter=_arg(a, k, 0, "filter"),
                                      update=_arg(a, k, 1, "update")),
     "update_many": lambda c, a, k: Op("update", c, filter=_arg(a, k, 0, "filter"),
@@ -774,6 +785,15 @@ OPERATIONS: dict[str, Callable[[Driver], Any]] = {
     "get_claim": lambda d: d.get_claim(PROJECT, "q", MID),
     "renew_claim": lambda d: d.renew_claim(PROJECT, "q", MID, 60, 60),
     "release_claim": lambda d: d.release_claim(PROJECT, "q", MID),
+    "release_message": lambda d: d.release_message(PROJECT, "q", MID, MID, 0),
+    "create_subscription": lambda d: d.create_subscription(PROJECT, "q", "http://h/", 60, {}),
+    "get_subscription": lambda d: d.get_subscription(PROJECT, "q", MID),
+    "list_subscriptions": lambda d: d.list_subscriptions(PROJECT, "q", None, 10),
+    "update_subscription": lambda d: d.update_subscription(
+        PROJECT, "q", MID, SubscriptionChange(ttl=60)),
+    "delete_subscription": lambda d: d.delete_subscription(PROJECT, "q", MID),
+    "purge_subscriptions": lambda d: d.purge_subscriptions(PROJECT, "q"),
+    "subscribed_queues": lambda d: d.subscribed_queues(),
     "reap": lambda d: d.reap(),
 }
 

@@ -10,7 +10,8 @@ document it writes, so each update's filter pins the state read (``pinned``):
   candidate's queue, availability and claim count as read. Of two concurrent claimers the
   second finds the document changed and updates nothing; the claim then reads the head
   again until it has its limit or the range is empty. The claim-count increment is part of
-  the claiming update.
+  the claiming update, and so is, under a retry policy, the due time the message waits
+  for should the claim end (``due_again``).
 - A dead-letter move is one such update that rewrites the message's queue (every queue of
   every project lives in the one ``messages`` collection), keeping its claim count: the
   message is in exactly one queue before and after, whatever dies when. A redrive is the
@@ -30,6 +31,7 @@ from pymongo import UpdateOne
 from pymongo.collection import Collection
 
 from delayq.queue import DeadLetterPolicy, dead_lettered_ttl
+from delayq.retry import Backoff
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo import tallies
 
@@ -78,10 +80,12 @@ class Claimer:
         self._reap_each = reap_each
 
     def take(self, project: str, queue: str, now: int, limit: int, claim_id: ObjectId,
-             claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None) -> Taken:
+             claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None,
+             backoff: Backoff | None = None) -> Taken:
         """Claim up to *limit* claimable messages under *claim_id*, oldest availability
         first, dead-lettering by *dead_letter* on the way, and remove the expired
-        messages met on the way (the caller reports them).
+        messages met on the way (the caller reports them). With *backoff*, each claimed
+        message is due its wait after *claim_expires* (``claim_due``).
         """
         took = Taken()
         while len(took.claimed) < limit:
@@ -105,12 +109,9 @@ class Claimer:
             took.reaped += self._reap_each(expired, now)
             moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
             ops = [move_op(project, queue, move, now) for move in moves]
-            claim_update = {
-                "$set": {lay.CLAIM: claim_id, lay.CLAIM_EXPIRES: lay.date(claim_expires),
-                         lay.AVAILABLE: lay.date(claim_expires)},
-                "$inc": {lay.CLAIM_COUNT: 1},
-                "$max": {lay.EXPIRES: lay.date(claim_expires + grace * 1000)}}
-            ops += [UpdateOne(pinned(project, queue, doc), claim_update) for doc in fresh]
+            ops += [UpdateOne(pinned(project, queue, doc), claiming(
+                claim_id, claim_expires, grace, claim_due(doc, claim_expires, backoff)))
+                for doc in fresh]
             if not ops:
                 continue
             result = self._messages.bulk_write(ops, ordered=False)
@@ -200,6 +201,38 @@ class Claimer:
         return moves
 
 
+def claiming(claim_id: ObjectId, claim_expires: int, grace: int, due: int | None
+             ) -> dict[str, Any]:
+    """The update that claims a message under *claim_id* until *claim_expires* (ms),
+    living *grace* seconds more, due at *due* (ms) unless None."""
+    changes = {} if due is None else {lay.DUE: lay.date(due)}
+    return {"$set": {lay.CLAIM: claim_id, lay.CLAIM_EXPIRES: lay.date(claim_expires),
+                     lay.AVAILABLE: lay.date(lay.available(claim_expires, due)), **changes},
+            "$inc": {lay.CLAIM_COUNT: 1},
+            "$max": {lay.EXPIRES: lay.date(claim_expires + grace * 1000)}}
+
+
+def claimed(doc: dict[str, Any], claim_id: ObjectId, claim_expires: int, grace: int,
+            backoff: Backoff | None) -> dict[str, Any]:
+    """The message document *doc* as ``Claimer.take``'s update leaves it."""
+    return lay.applied(doc, claiming(claim_id, claim_expires, grace,
+                                     claim_due(doc, claim_expires, backoff)))
+
+
+def due_again(backoff: Backoff | None, attempt: int, ended: int) -> int | None:
+    """When a message whose attempt *attempt* (its claim count) ends at *ended* (ms) is
+    due again under *backoff*: the wait ``backoff.after(attempt)`` later; None without
+    a backoff (its due time stays)."""
+    return None if backoff is None else ended + backoff.after(attempt) * 1000
+
+
+def claim_due(doc: dict[str, Any], claim_expires: int, backoff: Backoff | None
+              ) -> int | None:
+    """The due time (ms, or None: unchanged) a claim until *claim_expires* gives the
+    message document *doc* as read: the wait of the attempt the claim makes."""
+    return due_again(backoff, doc.get(lay.CLAIM_COUNT, 0) + 1, claim_expires)
+
+
 def pinned(project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
     """A filter that matches *doc* only while it is in the state it was read in.
 
@@ -207,8 +240,9 @@ def pinned(project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
     every edit the edit count: a claimer that lost a race updates nothing, and one
     that won returns the body it read (an edit cannot slip in between). The expiry
     and claim expiry are pinned too, so the tallies' change is from the very state
-    written over. The due time is not (a claim's reads and writes name no delay): an
-    edit of it changes the edit count anyway.
+    written over. The due time need not be: every write of it changes a pinned field
+    too (an edit its edit count, a claim, renewal, release or hand-back the claim
+    expiry, a redrive the queue).
     """
     return {lay.ID: doc[lay.ID], lay.PROJECT: project, lay.QUEUE: queue,
             lay.AVAILABLE: doc[lay.AVAILABLE], lay.CLAIM_COUNT: doc.get(lay.CLAIM_COUNT),
@@ -241,14 +275,14 @@ def due_at_once(move: Move, now: int) -> dict[str, Any]:
     return {lay.DUE: lay.date(now)} if lay.DUE in doc and lay.ms(doc[lay.DUE]) > now else {}
 
 
-def taking(queue: str, took: Taken, claim_id: ObjectId, claim_expires: int, grace: int
-           ) -> tallies.Changes:
+def taking(queue: str, took: Taken, claim_id: ObjectId, claim_expires: int, grace: int,
+           backoff: Backoff | None = None) -> tallies.Changes:
     """The tally changes of what ``Claimer.take`` did (as read: pinned)."""
     changes = tallies.Changes()
     for doc in took.reaped:
         changes.add(queue, doc, None)
     for doc in took.claimed + took.vanished:
-        changes.add(queue, doc, lay.claimed(doc, claim_id, claim_expires, grace))
+        changes.add(queue, doc, claimed(doc, claim_id, claim_expires, grace, backoff))
     for move in took.moved:
         changes.add(queue, move.doc, None)
         changes.add(move.target, None,

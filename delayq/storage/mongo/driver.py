@@ -6,10 +6,10 @@ filters pin the state the driver read (claims, dead-letter moves and redrives:
 ``claims.py``).
 
 - A delete by ids, the end of a pop, a renewal's and a release's changes to the claimed
-  messages are one ``find_one_and_delete`` or ``find_one_and_update`` per message: each
-  returns the state it changed, which the tallies and the trail need, and which a
-  multi-document write or a bulk of them cannot tell when a concurrent request changed
-  some of the same messages. That costs one round trip per message (at most
+  messages (``holds.py``) are one ``find_one_and_delete`` or ``find_one_and_update`` per
+  message: each returns the state it changed, which the tallies and the trail need, and
+  which a multi-document write or a bulk of them cannot tell when a concurrent request
+  changed some of the same messages. That costs one round trip per message (at most
   ``max_messages_per_claim_or_pop`` or ``max_messages_per_page``).
 - Posts, claims, dead-letter moves, and the writes above are retryable writes (inserts,
   single-document updates and deletes, and bulk writes of them), so a failover in the
@@ -21,10 +21,12 @@ Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own c
 skewed agree on when a message is due.
 
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
-definitions), ``claims.py`` (a claim's bulk write and what it won), ``tallies.py`` (the
+definitions), ``claims.py`` (a claim's bulk write and what it won), ``holds.py`` (a
+claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
-messages, the reaper's lease), ``indexes.py`` (creating the indexes) and ``client.py``
-(the pymongo client, and which failures are a 503).
+messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
+``indexes.py`` (creating the indexes) and ``client.py`` (the pymongo client, and which
+failures are a 503).
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
-from delayq.storage.mongo import claims, tallies
+from delayq.storage.mongo import claims, holds, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import (
     NAME,
@@ -64,7 +67,9 @@ from delayq.storage.mongo.client import (
 from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.mongo.subscriptions import Subscriptions
 from delayq.storage.mongo.trail import Trail
+from delayq.subscription import Subscription, SubscriptionChange
 
 LOG = logging.getLogger(__name__)
 
@@ -135,6 +140,8 @@ class Driver(base.Driver):
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
+        self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
+        self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable:
@@ -275,7 +282,9 @@ class Driver(base.Driver):
         total = self._messages.count_documents(live)
         if not total:
             return QueueStats(0, 0, 0, None, None)
-        delayed = self._messages.count_documents({**live, lay.DUE: {"$gt": lay.date(now)}})
+        # A live claim's message is claimed whatever its due time (a retry policy's wait).
+        delayed = self._messages.count_documents(
+            {**live, lay.DUE: {"$gt": lay.date(now)}, **lay.not_held(now)})
         claimed = self._messages.count_documents(
             {**live, lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}})
         ends = []
@@ -373,7 +382,10 @@ class Driver(base.Driver):
         if not include_claimed:
             query.update(lay.not_held(now))
         if not include_delayed:
-            query[lay.DUE] = {"$not": {"$gt": lay.date(now)}}
+            due = {lay.DUE: {"$not": {"$gt": lay.date(now)}}}
+            # A live claim's message is claimed, not delayed, whatever its due time.
+            query.update(due if not include_claimed else
+                         {"$or": [due, {lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}}]})
         docs = list(self._messages.find(query).sort(lay.POST_ORDER).limit(limit)
                     .hint(lay.LISTING_INDEX))
         next_marker = str(docs[-1][lay.SEQ]) if docs else None
@@ -396,7 +408,7 @@ class Driver(base.Driver):
         while True:
             now = self._now_ms()
             if claim_id is not None:
-                held = {**self._held(project, queue, lay.object_id(claim_id), now), **where}
+                held = {**holds.held(project, queue, lay.object_id(claim_id), now), **where}
                 deleted = self._messages.find_one_and_delete(
                     held, {lay.CLAIM: 1, lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
@@ -549,13 +561,15 @@ class Driver(base.Driver):
     @operation
     @backend_call
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+              backoff: Backoff | None = None) -> Claim | None:
         now = self._now_ms()
         claim_id = ObjectId()
         expires = now + ttl * 1000
-        took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace, dead_letter)
-        self._tallies.write(project, claims.taking(queue, took, claim_id, expires, grace))
+        took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace,
+                                  dead_letter, backoff)
+        self._tallies.write(project, claims.taking(queue, took, claim_id, expires, grace,
+                                                   backoff))
         trail = [self._trail.expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._trail.event(project, queue, events.DEAD_LETTERED, now,
@@ -572,7 +586,7 @@ class Driver(base.Driver):
                                  lay.EXPIRES: lay.date(expires)})
         claimed = []
         for doc in took.claimed:
-            doc = lay.claimed(doc, claim_id, expires, grace)
+            doc = claims.claimed(doc, claim_id, expires, grace, backoff)
             claimed.append(lay.message(doc, now))
             trail.append(self._trail.event(project, queue, events.CLAIMED, now,
                                            message_id=doc[lay.ID], claim_id=claim_id,
@@ -582,92 +596,71 @@ class Driver(base.Driver):
         return Claim(id=str(claim_id), ttl=ttl, grace=grace, created=now / 1000,
                      expires=expires / 1000, as_of=now / 1000, messages=claimed)
 
-    def _live_claim(self, project: str, queue: str, claim_id: str, now: int
-                    ) -> dict[str, Any]:
-        doc = self._claims.find_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
-                                     lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}})
-        if doc is None:
-            raise errors.ClaimNotFound.with_id(claim_id)
-        return doc
-
-    def _held(self, project: str, queue: str, claim_id: ObjectId | str, now: int
-              ) -> dict[str, Any]:
-        """The filter of the messages a claim holds now.
-
-        A held message cannot have expired (a claim pushes the expiry past its own),
-        but saying so keeps an expired one, reaped or not, out of every use of it.
-        """
-        return {lay.CLAIM: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
-                lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}, lay.EXPIRES: {"$gt": lay.date(now)}}
-
     @operation
     @backend_call
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        now = self._now_ms()
-        doc = self._live_claim(project, queue, claim_id, now)
-        messages = self._messages.find(self._held(project, queue, doc[lay.ID], now)
-                                       ).sort(lay.POST_ORDER).hint(lay.CLAIM_INDEX)
-        return Claim(id=str(doc[lay.ID]), ttl=doc[lay.TTL], grace=doc[lay.GRACE],
-                     created=lay.ms(doc[lay.CREATED]) / 1000,
-                     expires=lay.ms(doc[lay.EXPIRES]) / 1000,
-                     as_of=now / 1000, messages=[lay.message(m, now) for m in messages])
+        return self._holds.get(project, queue, claim_id, self._now_ms())
 
     @operation
     @backend_call
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
-        now = self._now_ms()
-        expires = now + ttl * 1000
-        doc = self._claims.find_one_and_update(
-            {lay.ID: lay.object_id(claim_id), lay.PROJECT: project, lay.QUEUE: queue,
-             lay.EXPIRES: {"$gt": lay.date(now)}},
-            {"$set": {lay.TTL: ttl, lay.GRACE: grace, lay.EXPIRES: lay.date(expires)}},
-            {lay.ID: 1})
-        if doc is None:
-            raise errors.ClaimNotFound.with_id(claim_id)
-        held = self._held(project, queue, doc[lay.ID], now)
-        lives = lay.date(expires + grace * 1000)
-        renewal = {"$set": {lay.CLAIM_EXPIRES: lay.date(expires), lay.AVAILABLE: lay.date(expires)},
-                   "$max": {lay.EXPIRES: lives}}
-        ids = [m[lay.ID] for m in self._messages.find(held, {lay.ID: 1}).hint(lay.CLAIM_INDEX)]
-        changes = tallies.Changes()
-        for before in self._update_each([({**held, lay.ID: i}, renewal) for i in ids]):
-            changes.add(queue, before, {**before, lay.CLAIM_EXPIRES: lay.date(expires),
-                                        lay.EXPIRES: max(before[lay.EXPIRES], lives)})
-        self._tallies.write(project, changes)
-
-    def _update_each(self, updates: list[tuple[dict[str, Any], dict[str, Any]]]
-                     ) -> list[dict[str, Any]]:
-        """Apply each (filter, update) to the one message the filter matches; the
-        documents, as written over, of those this request updated.
-
-        One ``find_one_and_update`` each, for the reason of ``_delete_each``: only it
-        tells the state each update changed.
-        """
-        found = (self._messages.find_one_and_update(where, update, lay.TALLY_FIELDS,
-                                                    return_document=ReturnDocument.BEFORE)
-                 for where, update in updates)
-        return [doc for doc in found if doc is not None]
+                    grace: int, backoff: Backoff | None = None) -> None:
+        self._holds.renew(project, queue, claim_id, ttl, grace, backoff, self._now_ms())
 
     @operation
     @backend_call
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        now = self._now_ms()
-        held = self._held(project, queue, lay.object_id(claim_id), now)
-        # Each message goes back to its place in the queue: available from its due time.
-        releases = [
-            ({lay.ID: doc[lay.ID], lay.PROJECT: project, lay.CLAIM: doc[lay.CLAIM],
-              lay.CLAIM_EXPIRES: doc[lay.CLAIM_EXPIRES]},
-             {"$set": {lay.AVAILABLE: lay.date(lay.due_ms(doc))},
-              "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}})
-            for doc in self._messages.find(held, {lay.CREATED: 1, lay.DUE: 1, lay.CLAIM: 1,
-                                                  lay.CLAIM_EXPIRES: 1}).hint(lay.CLAIM_INDEX)]
-        changes = tallies.Changes()
-        for before in self._update_each(releases):
-            changes.add(queue, before, lay.unclaimed(before))
-        self._tallies.write(project, changes)
-        self._claims.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
-                                 lay.QUEUE: queue})
+    def release_claim(self, project: str, queue: str, claim_id: str,
+                      backoff: Backoff | None = None) -> None:
+        self._holds.release(project, queue, claim_id, backoff, self._now_ms())
+
+    @operation
+    @backend_call
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Message:
+        return self._holds.hand_back(project, queue, message_id, claim_id, delay,
+                                     self._now_ms)
+
+    # Subscriptions (subscriptions.py)
+
+    @operation
+    @backend_call
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> str | None:
+        return self._subscriptions.create(project, queue, subscriber, ttl, options,
+                                          self._now_ms())
+
+    @operation
+    @backend_call
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Subscription | None:
+        return self._subscriptions.get(project, queue, subscription_id, self._now_ms())
+
+    @operation
+    @backend_call
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> list[Subscription]:
+        return self._subscriptions.page(project, queue, marker, limit, self._now_ms())
+
+    @operation
+    @backend_call
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> None:
+        self._subscriptions.update(project, queue, subscription_id, change, self._now_ms())
+
+    @operation
+    @backend_call
+    def delete_subscription(self, project: str, queue: str, subscription_id: str) -> None:
+        self._subscriptions.delete(project, queue, subscription_id)
+
+    @operation
+    @backend_call
+    def purge_subscriptions(self, project: str, queue: str) -> None:
+        self._subscriptions.purge(project, queue)
+
+    @operation
+    @backend_call
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        return self._subscriptions.queues(self._now_ms())
 
     # Long-poll claims
 

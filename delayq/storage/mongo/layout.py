@@ -14,9 +14,12 @@ These collections hold everything, for every project:
     claimable, ``max(d, ce)``; the ``claimable`` index on ``(p, q, a, k)`` therefore holds
     a queue's claimable messages as one range ahead of every delayed or claimed one, and a
     claim reads only what it takes. ``d`` (due) exists only on messages posted with a
-    delay, so normal queues store nothing for the feature; ``c``/``ce``/``cc`` (claim id,
-    claim expiry, claim count) appear with the first claim; ``s``/``m`` (source queue,
-    move time) only on dead-lettered messages; ``ed`` (edits made) with the first edit.
+    delay or made due later since (an edit, a hand-back, or a retry policy's wait set by
+    a claim, renewal or release: ``claims.due_again``), so normal queues store nothing
+    for the feature; ``c``/``ce``/``cc`` (claim id, claim expiry, claim count) appear
+    with the first claim; ``s``/``m`` (source queue, move time) only on dead-lettered
+    messages; ``ed`` (edits made) with the first edit. A live claim's message is claimed
+    whatever its ``d``; one no live claim holds is delayed while ``d`` is ahead.
 
 ``claims``
     One document per claim: ttl, grace, creation and expiry.
@@ -39,18 +42,28 @@ These collections hold everything, for every project:
     pages by themselves. The last level's one page covers every instant BSON can hold
     and has no ``x``.
 
+``subscriptions``
+    One document per subscription (``delayq.subscription``, kept by
+    ``subscriptions.py``): ``_id`` is its id (``uuid4().hex``), then project, queue,
+    subscriber URL ``sb``, ttl, options ``o`` (JSON text, as metadata), creation and
+    expiry ``e``. A unique index makes (project, queue, subscriber) one document: an
+    expired one still holding the key is removed by the write that needs it. Reads
+    compare ``e`` with now; a TTL index on ``e`` removes expired ones within the TTL
+    monitor's minute.
+
 ``locks``
     Leases that let one process of the deployment do a job at a time: one document per
     job, named by ``_id``; ``e`` is when the holder's lease ends and ``h`` who holds it
     (host and process id, for operators). Only the background reaper's lease for now.
 
-``e`` (expiry) carries a TTL index in ``messages`` and ``claims``; queries never rely on
-it and compare ``e`` with the current time. In ``claims`` it removes a claim when it
-expires (its TTL monitor runs once a minute). In ``messages`` it is a backstop only: it
-fires ``expired_retention`` seconds after the expiry, by which time delayq's reaper (or
-a claim meeting the message) has removed the message and reported it ``expired``; what
-it deletes, it deletes unseen. In ``events``, ``e`` is the message's expiry as the event
-saw it, and only ``x`` is a TTL field.
+``e`` (expiry) carries a TTL index in ``messages``, ``claims`` and ``subscriptions``;
+queries never rely on it and compare ``e`` with the current time. In ``claims`` and
+``subscriptions`` it removes a document when it expires (its TTL monitor runs once a
+minute). In ``messages`` it is a backstop only: it fires ``expired_retention`` seconds
+after the expiry, by which time delayq's reaper (or a claim meeting the message) has
+removed the message and reported it ``expired``; what it deletes, it deletes unseen. In
+``events``, ``e`` is the message's expiry as the event saw it, and only ``x`` is a TTL
+field.
 """
 
 from __future__ import annotations
@@ -74,6 +87,7 @@ CLOCK = "clock"
 EVENTS = "events"
 TALLIES = "tallies"
 LOCKS = "locks"
+SUBSCRIPTIONS = "subscriptions"
 
 # Fields (short: they are repeated in every document)
 ID = "_id"
@@ -100,6 +114,8 @@ LEVEL = "l"
 PAGE = "g"
 TALLY = "n"
 HOLDER = "h"  # locks: who holds the lease (its end is EXPIRES)
+SUBSCRIBER = "sb"
+OPTIONS = "o"
 # The locks document of the background reaper's lease (delayq.storage.reaper).
 REAPER_LEASE = "reaper"
 # What a message's tally instants depend on (``tallies.marks``).
@@ -129,6 +145,8 @@ CLAIM_INDEX = "claim"
 TRAIL_INDEX = "trail"
 PAGE_INDEX = "page"
 EXPIRY_INDEX = "expiry"  # the TTL index of each collection that has one
+SUBSCRIBER_INDEX = "subscriber"
+SUBSCRIBED_INDEX = "subscribed"
 # The key of the messages' expiry index, as collMod names the index to change.
 EXPIRY_KEY = {EXPIRES: ASCENDING}
 
@@ -166,6 +184,17 @@ def indexes(expired_retention: int) -> dict[str, list[IndexModel]]:
             IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (LEVEL, ASCENDING),
                         (PAGE, ASCENDING)], name=PAGE_INDEX, unique=True),
             IndexModel([(FORGET_AT, ASCENDING)], name=EXPIRY_INDEX, expireAfterSeconds=0),
+        ],
+        SUBSCRIPTIONS: [
+            # A queue's subscriptions by id: listings, and every lookup by id.
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (ID, ASCENDING)],
+                       name=LISTING_INDEX),
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (SUBSCRIBER, ASCENDING)],
+                       name=SUBSCRIBER_INDEX, unique=True),
+            # The subscribed queues: the live range of it, read without the documents.
+            IndexModel([(EXPIRES, ASCENDING), (PROJECT, ASCENDING), (QUEUE, ASCENDING)],
+                       name=SUBSCRIBED_INDEX),
+            IndexModel(list(EXPIRY_KEY.items()), name=EXPIRY_INDEX, expireAfterSeconds=0),
         ],
     }
 
@@ -224,13 +253,23 @@ def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: 
     return doc
 
 
-def claimed(doc: dict[str, Any], claim_id: ObjectId, claim_expires: int, grace: int
-            ) -> dict[str, Any]:
-    """The message document *doc* as a claim's update leaves it (``claims.Claimer.take``):
-    held until *claim_expires* (ms), living at least *grace* seconds more."""
-    return {**doc, CLAIM: claim_id, CLAIM_EXPIRES: date(claim_expires),
-            AVAILABLE: date(claim_expires), CLAIM_COUNT: doc.get(CLAIM_COUNT, 0) + 1,
-            EXPIRES: max(doc[EXPIRES], date(claim_expires + grace * 1000))}
+def available(claim_expires: int, due: int | None) -> int:
+    """When a message held until *claim_expires* (ms) is next claimable: at the claim's
+    end, or later if it is due later (*due*, ms; None: due by then)."""
+    return claim_expires if due is None else max(claim_expires, due)
+
+
+def applied(doc: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """The document *doc* as *update* (``$set``, ``$unset``, ``$inc`` and ``$max`` of
+    top-level fields) leaves it."""
+    after = {**doc, **update.get("$set", {})}
+    for name in update.get("$unset", {}):
+        after.pop(name, None)
+    for name, n in update.get("$inc", {}).items():
+        after[name] = after.get(name, 0) + n
+    for name, value in update.get("$max", {}).items():
+        after[name] = max(after[name], value) if name in after else value
+    return after
 
 
 def unclaimed(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:

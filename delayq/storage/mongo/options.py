@@ -13,7 +13,7 @@ OPTS = [
                     "below win over the same ones in the string."),
     cfg.StrOpt("database", default="delayq",
                help="Database holding delayq's collections: queues, messages, claims, "
-                    "events, tallies, clock and locks."),
+                    "subscriptions, events, tallies, clock and locks."),
     cfg.FloatOpt("server_selection_timeout", default=5.0, min=0.1,
                  help="Seconds a request waits for a usable primary (during an election, "
                       "or while MongoDB is down) before failing with 503."),
