@@ -8,8 +8,11 @@
 --   P..'bi'      ZSET  bucket numbers holding records (post order, for listings)
 --   P..'xb'      ZSET  bucket -> earliest expiry among its records (exact expiry)
 --   P..'r'       ZSET  seq -> availability, free messages
---   P..'d'       ZSET  seq -> due time, delayed messages (free once due)
+--   P..'d'       ZSET  seq -> due time, delayed messages (free once due), and claimed
+--                      messages due after their claim ends (a retry policy's wait)
 --   P..'c'       ZSET  seq -> claim expiry, claimed messages (free once expired)
+--   P..'wc'      ZSET  seq -> claim expiry, for the claimed messages in 'd': while the
+--                      claim lives they are claimed, then delayed until due
 --   P..'cl'      HASH  claim number -> claim record
 --   P..'ce'      ZSET  claim number -> claim expiry
 --   P..'a'       HASH  id -> seq, for messages whose id was not minted here (moved in)
@@ -18,7 +21,8 @@
 --   P..'ev'      STREAM the queue's event trail (delayq/events.py); outlives the queue
 -- A message is in exactly one of r, d, c (so their sizes add up to the messages the
 -- queue holds: live ones, delayed and claimed included, and expired ones not reaped
--- yet). Times are integer microseconds.
+-- yet). One that a claim made due after the claim's end is in 'wc' too, and its score
+-- in 'd' is when it is claimable again. Times are integer microseconds.
 --
 -- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail),
 -- and ENDED, the messages this call ended by kind (counted by trail(), trail on or off),
@@ -94,11 +98,22 @@ local function encode(m, wire)
   return cmsgpack.pack(f)
 end
 
--- A stored record of queue P at *seq*, its claim expiry filled in.
+-- A stored record of queue P at *seq*, its claim expiry filled in, and m.place saying
+-- where it is indexed: 'u' ('r' or 'd': no claim), 'c', or 'w' ('d' and 'wc'); nil
+-- when not known (as decode leaves it).
 local function decode_at(P, seq, raw)
   local m = decode(raw)
-  if m.claim ~= 0 then
-    m.claim_expires = tonumber(redis.call('ZSCORE', P .. 'c', seq)) or 0
+  if m.claim == 0 then
+    m.place = 'u'
+  else
+    local expires = redis.call('ZSCORE', P .. 'c', seq)
+    if expires then
+      m.place = 'c'
+    else
+      expires = redis.call('ZSCORE', P .. 'wc', seq)
+      m.place = expires and 'w' or nil
+    end
+    m.claim_expires = tonumber(expires) or 0
   end
   return m
 end
@@ -124,10 +139,23 @@ local function held(P)
       + redis.call('ZCARD', P .. 'c')
 end
 
-local function unindex(P, seq)
-  redis.call('ZREM', P .. 'r', seq)
-  redis.call('ZREM', P .. 'd', seq)
-  redis.call('ZREM', P .. 'c', seq)
+-- Takes message *seq* out of the sets that index it: those m.place names, else every
+-- set that may hold it.
+local function unindex(P, seq, m)
+  local place = m and m.place
+  if place == 'c' then
+    redis.call('ZREM', P .. 'c', seq)
+  elseif place == 'w' then
+    redis.call('ZREM', P .. 'd', seq)
+    redis.call('ZREM', P .. 'wc', seq)
+  else
+    redis.call('ZREM', P .. 'r', seq)
+    redis.call('ZREM', P .. 'd', seq)
+    if place == nil then
+      redis.call('ZREM', P .. 'c', seq)
+      redis.call('ZREM', P .. 'wc', seq)
+    end
+  end
 end
 
 -- A delay in seconds (a deliver_at gives whole milliseconds) as integer microseconds.
@@ -135,13 +163,61 @@ local function delay_us(seconds)
   return math.floor(seconds * US + 0.5)
 end
 
--- Indexes a message no claim holds by its due time: delayed until then, else free.
+-- Indexes a message no claim holds (any place it had is gone) by its due time:
+-- delayed until then, else free.
 local function index_unclaimed(P, seq, m, now)
+  m.place = 'u'
   if m.due > now then
     redis.call('ZADD', P .. 'd', m.due, seq)
   else
     redis.call('ZADD', P .. 'r', m.due, seq)
   end
+end
+
+-- Indexes a message a claim holds, moving it from the place it had: in 'c' by its
+-- claim's expiry, or, when it is due after the claim ends, in 'd' by its due time (when
+-- it is claimable again) with its claim's expiry in 'wc'.
+local function index_claimed(P, seq, m)
+  local place = m.due > m.claim_expires and 'w' or 'c'
+  if m.place ~= place then
+    unindex(P, seq, m)
+  end
+  if place == 'w' then
+    redis.call('ZADD', P .. 'd', m.due, seq)
+    redis.call('ZADD', P .. 'wc', m.claim_expires, seq)
+  else
+    redis.call('ZADD', P .. 'c', m.claim_expires, seq)
+  end
+  m.place = place
+end
+
+-- A retry policy's waits (retry.Backoff) from two script arguments: the attempt from
+-- which a message waits no more ('' = none) and the waits in seconds, comma-separated
+-- ('' = no policy: nil). The waits are read as far as attempts ask (backoff_wait): a
+-- long policy costs a claim of early attempts no more than a short one.
+local function backoff_of(dead_letter_at, delays)
+  if delays == '' then
+    return nil
+  end
+  return {at = tonumber(dead_letter_at), text = delays, from = 1, waits = {}}
+end
+
+-- Microseconds a message waits after its failed attempt *attempt* (Backoff.after).
+local function backoff_wait(backoff, attempt)
+  if backoff.at ~= nil and attempt >= backoff.at then
+    return 0
+  end
+  local waits = backoff.waits
+  while #waits < attempt and backoff.from ~= nil do
+    local first, last = string.find(backoff.text, '%d+', backoff.from)
+    if first == nil then
+      backoff.from = nil
+    else
+      waits[#waits + 1] = tonumber(string.sub(backoff.text, first, last)) * US
+      backoff.from = last + 1
+    end
+  end
+  return waits[math.min(attempt, #waits)]
 end
 
 local function remove(P, seq, m)
@@ -152,7 +228,7 @@ local function remove(P, seq, m)
     redis.call('ZREM', P .. 'bi', bucket)
     redis.call('ZREM', P .. 'xb', bucket)
   end
-  unindex(P, seq)
+  unindex(P, seq, m)
   if m.id ~= '' then
     redis.call('HDEL', P .. 'a', m.id)
   end
@@ -440,3 +516,4 @@ local function pack_messages(list)
   end
   return out
 end
+
