@@ -538,6 +538,20 @@ class Driver(base.Driver):
                                              [self._now_arg(), claim_id,
                                               *backoff_args(backoff)])
 
+    @operation
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Steps[Message]:
+        with unavailable:
+            reply = yield self._scripts.release_message.call(
+                [self.keys.queue(project, queue)],
+                [self._now_arg(), message_id, claim_id, repr(delay)])
+        if len(reply) == 1:
+            if reply[0] < 0:
+                raise errors.MessageNotFound.with_id(message_id)
+            refuse_delete(reply[0], message_id, claim_id)
+        nonce, as_of, seq, raw = reply[1:]
+        return layout.message(nonce, seq, raw, as_of)
+
     # Long-poll claims
 
     @operation

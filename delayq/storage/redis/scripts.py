@@ -25,8 +25,8 @@ LUA_DIR = Path(__file__).with_name("lua")
 
 NAMES = (
     "post", "claim", "pop", "get", "list", "stats", "delete", "delete_many",
-    "claim_get", "renew", "release", "queue_create", "queue_update", "queue_drop",
-    "move_in", "reap", "redrive", "available_in", "edit",
+    "claim_get", "renew", "release", "release_message", "queue_create", "queue_update",
+    "queue_drop", "move_in", "reap", "redrive", "available_in", "edit",
 )
 
 

@@ -495,6 +495,24 @@ local function held_by(m, num, now)
   return m.claim == tonumber(num) and m.claim_expires > now
 end
 
+-- Why a delete of message *m* with *claim_id* ('' = none) is refused, as
+-- delayq.claim.delete_refusal: 0 allowed, 1 claimed and no claim id given, 2 no live
+-- claim holds it, 3 another claim does.
+local function delete_refusal(m, nonce, claim_id, now)
+  local claimed = m.claim ~= 0 and m.claim_expires > now
+  if claim_id == '' then
+    return claimed and 1 or 0
+  end
+  if not claimed then
+    return 2
+  end
+  local num = claim_number(nonce, claim_id)
+  if num == nil or not held_by(m, num, now) then
+    return 3
+  end
+  return 0
+end
+
 -- The messages a claim still holds, as {seq, record} pairs.
 local function holdings(P, num, claim, now)
   local held = {}
