@@ -55,7 +55,9 @@ from delayq.storage.redis.scripts import (
     Scripts,
     backoff_args,
 )
+from delayq.storage.redis.subscriptions import Subscriptions
 from delayq.storage.redis.wire import Wire
+from delayq.subscription import Subscription, SubscriptionChange
 
 LOG = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class Driver(base.Driver):
         # ARGV[1] of every script: without a clock "" (what str() returns, with no Python
         # call), so the script reads the server's clock.
         self._now_arg: Callable[[], str] = str if clock is None else self._clock_arg
+        self._subscriptions = Subscriptions(self.keys, lambda: self._scripts, self._now_arg)
         # Queue key → the metadata last read for a write, decoded and raw; posts and
         # claims check the raw text in their script (queue_for_write), so a stale entry
         # costs a retry, never a rule.
@@ -552,6 +555,42 @@ class Driver(base.Driver):
         nonce, as_of, seq, raw = reply[1:]
         return layout.message(nonce, seq, raw, as_of)
 
+    # Subscriptions (subscriptions.py)
+
+    @operation
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> Steps[str | None]:
+        return (yield from self._subscriptions.create(project, queue, subscriber, ttl,
+                                                      options))
+
+    @operation
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Steps[Subscription | None]:
+        return (yield from self._subscriptions.get(project, queue, subscription_id))
+
+    @operation
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> Steps[list[Subscription]]:
+        return (yield from self._subscriptions.list(project, queue, marker, limit))
+
+    @operation
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> Steps[None]:
+        yield from self._subscriptions.update(project, queue, subscription_id, change)
+
+    @operation
+    def delete_subscription(self, project: str, queue: str, subscription_id: str
+                            ) -> Steps[None]:
+        yield from self._subscriptions.delete(project, queue, subscription_id)
+
+    @operation
+    def purge_subscriptions(self, project: str, queue: str) -> Steps[None]:
+        yield from self._subscriptions.delete(project, queue, "")
+
+    @operation
+    def subscribed_queues(self) -> Steps[list[tuple[str, str]]]:
+        return (yield from self._subscriptions.subscribed_queues())
+
     # Long-poll claims
 
     @operation
@@ -607,19 +646,24 @@ class Driver(base.Driver):
 
     @operation
     def reap(self) -> None:
-        """One pass over every queue of every project (the reaper's work)."""
+        """One pass over every queue of every project, and over the deleted queues that
+        ever had subscriptions (which outlive them), the reaper's work."""
+        subscribed = {self.keys.subscribed_owner(entry.decode()) for entry, _version
+                      in self._client.hscan_iter(self.keys.subscribed_versions())}
         projects_key = self.keys.projects()
         for raw_project in self._client.sscan_iter(projects_key):
             project = raw_project.decode()
             catalogue = self.keys.catalogue(project)
             for name, _score in self._client.zscan_iter(catalogue):
                 self.reap_queue(project, name.decode())
+                subscribed.discard((project, name.decode()))
             if self._client.zcard(catalogue) == 0:
                 # Forget the project; a queue created meanwhile puts it back.
                 self._client.srem(projects_key, project)
                 if self._client.zcard(catalogue):
                     self._client.sadd(projects_key, project)
-
+        for project, name in sorted(subscribed):
+            self.reap_queue(project, name)
 
     # Audit reads. Not atomic across calls: a snapshot of a busy queue may be a little
     # ragged at its edges, which audits of history can afford.

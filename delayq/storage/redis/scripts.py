@@ -27,6 +27,8 @@ NAMES = (
     "post", "claim", "pop", "get", "list", "stats", "delete", "delete_many",
     "claim_get", "renew", "release", "release_message", "queue_create", "queue_update",
     "queue_drop", "move_in", "reap", "redrive", "available_in", "edit",
+    "subscription_create", "subscription_get", "subscription_list", "subscription_update",
+    "subscription_delete", "subscribed", "subscribed_reserve", "subscribed_settle",
 )
 
 

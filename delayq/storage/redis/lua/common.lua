@@ -19,6 +19,13 @@
 --   P..'o'       HASH  token -> dead-letter move or redrive waiting to reach its queue
 --   P..'mv'      ZSET  token -> time, moves already received from another slot
 --   P..'ev'      STREAM the queue's event trail (delayq/events.py); outlives the queue
+-- and its subscriptions (delayq/subscription.py), which outlive the queue too:
+--   P..'u'       HASH  subscription id -> record
+--   P..'ui'      ZSET  subscription ids, every score 0 (listings, in id order)
+--   P..'ux'      ZSET  subscription id -> expiry
+--   P..'us'      HASH  subscriber -> id of its subscription
+--   P..'uv'      STRING the subscriptions' version, raised by every change of them (the
+--                      subscribed-queues index applies a queue's changes in this order)
 -- A message is in exactly one of r, d, c (so their sizes add up to the messages the
 -- queue holds: live ones, delayed and claimed included, and expired ones not reaped
 -- yet). One that a claim made due after the claim's end is in 'wc' too, and its score
@@ -535,3 +542,66 @@ local function pack_messages(list)
   return out
 end
 
+-- Subscriptions. A record is a MessagePack array: subscriber, ttl, options (JSON),
+-- created, expires.
+
+-- Removes subscription *id* of queue P.
+local function drop_subscription(P, id)
+  local raw = redis.call('HGET', P .. 'u', id)
+  if raw then
+    local subscriber = cmsgpack.unpack(raw)[1]
+    if redis.call('HGET', P .. 'us', subscriber) == id then
+      redis.call('HDEL', P .. 'us', subscriber)
+    end
+    redis.call('HDEL', P .. 'u', id)
+  end
+  redis.call('ZREM', P .. 'ui', id)
+  redis.call('ZREM', P .. 'ux', id)
+end
+
+-- Removes up to *budget* expired subscriptions of queue P.
+local function reap_subscriptions(P, now, budget)
+  local expired = redis.call('ZRANGEBYSCORE', P .. 'ux', '-inf', now, 'LIMIT', 0, budget)
+  for _, id in ipairs(expired) do
+    drop_subscription(P, id)
+  end
+end
+
+-- The live subscription *id* of queue P, decoded, and its record; nil when there is none.
+local function live_subscription(P, id, now)
+  local raw = redis.call('HGET', P .. 'u', id)
+  if not raw then
+    return nil
+  end
+  local record = cmsgpack.unpack(raw)
+  if record[5] <= now then
+    return nil
+  end
+  return record, raw
+end
+
+-- The id of queue P's live subscription for *subscriber*, or nil; an expired one found
+-- in its place is removed.
+local function subscription_of(P, subscriber, now)
+  local id = redis.call('HGET', P .. 'us', subscriber)
+  if not id then
+    return nil
+  end
+  if live_subscription(P, id, now) then
+    return id
+  end
+  drop_subscription(P, id)
+  return nil
+end
+
+-- After a change of queue P's subscriptions: its new version, and the expiry of its
+-- latest live subscription (0: none), for the subscribed-queues index
+-- (subscribed_settle.lua).
+local function subscriptions_changed(P, now)
+  local version = redis.call('INCR', P .. 'uv')
+  local last = redis.call('ZRANGE', P .. 'ux', -1, -1, 'WITHSCORES')
+  if #last > 0 and tonumber(last[2]) > now then
+    return {version, tonumber(last[2])}
+  end
+  return {version, 0}
+end
