@@ -1,7 +1,8 @@
-"""Child-process work for the Redis crash tests: a driver that dies between move steps.
+"""Child-process work for the Redis crash tests: a driver that dies between the steps of
+a cross-slot dead-letter move, or of a subscription write.
 
 The subclasses change nothing but *when the process dies*: each kills itself with
-SIGKILL at one boundary of the cross-slot dead-letter move, as a crash would.
+SIGKILL at one boundary of the steps, as a crash would.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import signal
 
 from delayq.broker import Broker
 from delayq.storage.redis.driver import Driver
+from delayq.storage.redis.subscriptions import Subscriptions
 from delayq.validation import Limits
 
 
@@ -47,3 +49,30 @@ class SettlesLate(Driver):
         if self.skipped:
             yield from super()._settle(project, queue)
         self.skipped = True
+
+
+class SubscriptionsDyingBeforeSettle(Subscriptions):
+    """Dies once a subscription write is stored, before the subscribed-queues index is
+    told of it."""
+
+    def _settle(self, project: str, queue: str, version: int, expires: int,
+                token: str) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DiesBeforeIndexSettle(Driver):
+    """A driver whose subscription writes die before their index step."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._subscriptions = SubscriptionsDyingBeforeSettle(
+            self.keys, lambda: self._scripts, self._now_arg)
+
+
+def subscribe_and_die(uri: str, namespace: str, project: str, queue: str, ttl: int,
+                      now: float) -> None:
+    """Subscribe to *queue* with a driver that dies before the index hears of it, at
+    time *now* (a fake clock's)."""
+    driver = DiesBeforeIndexSettle(uri, namespace=namespace, clock=lambda: now)
+    driver.create_subscription(project, queue, "http://127.0.0.1:9/hook", ttl, {})
+    raise SystemExit("the subscription finished without reaching the crash point")

@@ -3,7 +3,8 @@
 Each test fills a redis-server of its own through the driver until Redis refuses a post
 for memory, then checks what still works there, as the operator guide states it: reads,
 and every way of freeing memory — purge, queue deletion, deletes by id, the delete of one
-message (with its claim) and pop — each recording its events in the queue's trail.
+message (with its claim) and pop — each recording its events in the queue's trail, and
+handing claimed messages back, which takes them out of the claimed set first.
 Time is a test clock, so a test decides when messages expire.
 """
 
@@ -157,6 +158,27 @@ def test_a_full_redis_deletes_a_claimed_message_with_its_claim_and_records_it(fu
     last = list(full.driver.read_events(PROJECT, "q"))[-1]
     assert (last.kind, last.message_id, last.claim_id) == ("deleted", message.id,
                                                            full.claim.id)
+
+
+def test_a_full_redis_takes_claimed_messages_back(full):
+    first, *rest = full.claim.messages
+    released = full.driver.release_message(PROJECT, "q", first.id, full.claim.id, 30)
+    assert (released.id, released.due) == (first.id, full.clock.now + 30)
+    full.driver.release_claim(PROJECT, "q", full.claim.id)
+    stats = full.driver.queue_stats(PROJECT, "q")
+    assert (stats.free, stats.claimed, stats.delayed) == (len(full.posted) + len(rest), 0, 1)
+    assert full.events()[-1] == "released"
+
+
+def test_a_full_redis_refuses_subscriptions_and_deletes_them(full):
+    full.client.config_set("maxmemory", 0)
+    subscription = full.driver.create_subscription(PROJECT, "q", "http://h/", 600, {})
+    full.hold_over()
+    with pytest.raises(errors.StorageUnavailable, match=OOM):
+        full.driver.create_subscription(PROJECT, "q", "http://other/", 600, {})
+    assert full.driver.subscribed_queues() == [(PROJECT, "q")]
+    full.driver.delete_subscription(PROJECT, "q", subscription)
+    assert full.driver.subscribed_queues() == []
 
 
 def test_a_full_redis_pops_and_records_it(full):

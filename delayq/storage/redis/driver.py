@@ -7,7 +7,10 @@ a message is due.
 Each queue's keys share one hash tag, hence one cluster slot. A message is in exactly one
 of three sorted sets — free (by availability), delayed (by due time), claimed (by claim
 expiry) — so a claim reads the head of each and costs O(log n + limit) however many
-messages are delayed or claimed. Records live in hashes of 64 consecutive messages, which
+messages are delayed or claimed. A claim under a retry policy that makes a message due
+after the claim ends files it among the delayed by that due time, its claim's expiry in
+a fourth set beside (so stats still count it as claimed while the claim lives); a claim
+never reads that set. Records live in hashes of 64 consecutive messages, which
 Redis stores as compact listpacks; ``docs/redis.md`` has the sizing figures.
 
 A dead-letter move to a queue in the same slot (always, on a single server) happens inside
@@ -40,13 +43,21 @@ from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueStats
+from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.redis import layout, persistence, trail
 from delayq.storage.redis.client import NAME, connect, parse_uri, unavailable
 from delayq.storage.redis.layout import US, Keys, client_bytes, new_nonce
 from delayq.storage.redis.options import GROUP
-from delayq.storage.redis.scripts import METADATA_CHANGED, QUOTA_EXCEEDED, Scripts
+from delayq.storage.redis.scripts import (
+    METADATA_CHANGED,
+    QUOTA_EXCEEDED,
+    Scripts,
+    backoff_args,
+)
+from delayq.storage.redis.subscriptions import Subscriptions
 from delayq.storage.redis.wire import Wire
+from delayq.subscription import Subscription, SubscriptionChange
 
 LOG = logging.getLogger(__name__)
 
@@ -89,6 +100,7 @@ class Driver(base.Driver):
         # ARGV[1] of every script: without a clock "" (what str() returns, with no Python
         # call), so the script reads the server's clock.
         self._now_arg: Callable[[], str] = str if clock is None else self._clock_arg
+        self._subscriptions = Subscriptions(self.keys, lambda: self._scripts, self._now_arg)
         # Queue key → the metadata last read for a write, decoded and raw; posts and
         # claims check the raw text in their script (queue_for_write), so a stale entry
         # costs a retry, never a rule.
@@ -465,12 +477,13 @@ class Driver(base.Driver):
 
     @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Steps[Claim | None]:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+              backoff: Backoff | None = None) -> Steps[Claim | None]:
         key = self.keys.queue(project, queue)
         keys = [key]
         policy = ["", "", ""]
         target_nonce = ""  # only a dead-letter queue in this slot can be created here
+        waits = backoff_args(backoff)
         with unavailable:
             if dead_letter is not None:
                 target = self.keys.queue(project, dead_letter.queue)
@@ -482,7 +495,7 @@ class Driver(base.Driver):
             while True:
                 reply = yield self._scripts.claim.call(keys, [
                     self._now_arg(), ttl, grace, limit, *policy, target_nonce, CLAIM_BUDGET,
-                    queue, WRITE_REAP_BUDGET, metadata_token or ""])
+                    queue, WRITE_REAP_BUDGET, metadata_token or "", *waits])
                 if reply[0] == METADATA_CHANGED:
                     raise self._metadata_changed(key)
                 nonce, as_of, number, more, unlisted, outbox = reply[:6]
@@ -512,18 +525,71 @@ class Driver(base.Driver):
 
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> Steps[None]:
+                    grace: int, backoff: Backoff | None = None) -> Steps[None]:
         with unavailable:
-            missing = yield self._scripts.renew.call([self.keys.queue(project, queue)],
-                                                     [self._now_arg(), claim_id, ttl, grace])
+            missing = yield self._scripts.renew.call(
+                [self.keys.queue(project, queue)],
+                [self._now_arg(), claim_id, ttl, grace, *backoff_args(backoff)])
         if missing:
             raise errors.ClaimNotFound.with_id(claim_id)
 
     @operation
-    def release_claim(self, project: str, queue: str, claim_id: str) -> Steps[None]:
+    def release_claim(self, project: str, queue: str, claim_id: str,
+                      backoff: Backoff | None = None) -> Steps[None]:
         with unavailable:
             yield self._scripts.release.call([self.keys.queue(project, queue)],
-                                             [self._now_arg(), claim_id])
+                                             [self._now_arg(), claim_id,
+                                              *backoff_args(backoff)])
+
+    @operation
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Steps[Message]:
+        with unavailable:
+            reply = yield self._scripts.release_message.call(
+                [self.keys.queue(project, queue)],
+                [self._now_arg(), message_id, claim_id, repr(delay)])
+        if len(reply) == 1:
+            if reply[0] < 0:
+                raise errors.MessageNotFound.with_id(message_id)
+            refuse_delete(reply[0], message_id, claim_id)
+        nonce, as_of, seq, raw = reply[1:]
+        return layout.message(nonce, seq, raw, as_of)
+
+    # Subscriptions (subscriptions.py)
+
+    @operation
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> Steps[str | None]:
+        return (yield from self._subscriptions.create(project, queue, subscriber, ttl,
+                                                      options))
+
+    @operation
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Steps[Subscription | None]:
+        return (yield from self._subscriptions.get(project, queue, subscription_id))
+
+    @operation
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> Steps[list[Subscription]]:
+        return (yield from self._subscriptions.list(project, queue, marker, limit))
+
+    @operation
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> Steps[None]:
+        yield from self._subscriptions.update(project, queue, subscription_id, change)
+
+    @operation
+    def delete_subscription(self, project: str, queue: str, subscription_id: str
+                            ) -> Steps[None]:
+        yield from self._subscriptions.delete(project, queue, subscription_id)
+
+    @operation
+    def purge_subscriptions(self, project: str, queue: str) -> Steps[None]:
+        yield from self._subscriptions.delete(project, queue, "")
+
+    @operation
+    def subscribed_queues(self) -> Steps[list[tuple[str, str]]]:
+        return (yield from self._subscriptions.subscribed_queues())
 
     # Long-poll claims
 
@@ -580,19 +646,24 @@ class Driver(base.Driver):
 
     @operation
     def reap(self) -> None:
-        """One pass over every queue of every project (the reaper's work)."""
+        """One pass over every queue of every project, and over the deleted queues that
+        ever had subscriptions (which outlive them), the reaper's work."""
+        subscribed = {self.keys.subscribed_owner(entry.decode()) for entry, _version
+                      in self._client.hscan_iter(self.keys.subscribed_versions())}
         projects_key = self.keys.projects()
         for raw_project in self._client.sscan_iter(projects_key):
             project = raw_project.decode()
             catalogue = self.keys.catalogue(project)
             for name, _score in self._client.zscan_iter(catalogue):
                 self.reap_queue(project, name.decode())
+                subscribed.discard((project, name.decode()))
             if self._client.zcard(catalogue) == 0:
                 # Forget the project; a queue created meanwhile puts it back.
                 self._client.srem(projects_key, project)
                 if self._client.zcard(catalogue):
                     self._client.sadd(projects_key, project)
-
+        for project, name in sorted(subscribed):
+            self.reap_queue(project, name)
 
     # Audit reads. Not atomic across calls: a snapshot of a busy queue may be a little
     # ragged at its edges, which audits of history can afford.
@@ -618,8 +689,10 @@ class Driver(base.Driver):
                 pipe = self._client.pipeline(transaction=False)
                 for seq in seqs:
                     pipe.zscore(prefix + "c", seq)
-                claim_expiries = pipe.execute()
-            for seq, claim_expires in zip(seqs, claim_expiries, strict=True):
+                    pipe.zscore(prefix + "wc", seq)  # claimed, due after the claim
+                scores = pipe.execute()
+            for seq, in_c, in_wc in zip(seqs, scores[::2], scores[1::2], strict=True):
+                claim_expires = in_c if in_c is not None else in_wc
                 message = layout.message(nonce, seq, records[seq], as_of)
                 if message.expires * US <= as_of:
                     continue

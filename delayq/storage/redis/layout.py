@@ -11,16 +11,21 @@ scripts store:
 - ``NS:{PROJECT}:queues`` — a project's catalogue, a sorted set of its queue names.
 - ``NS:projects`` — the set of projects with a catalogue, for the reaper and audits.
 - ``NS:reaper`` — the reaper's lease.
+- ``NS:{!subscribed}:q`` — the subscribed-queues index (``Keys.subscribed``), a sorted
+  set of ``PROJECT/QUEUE`` (``Keys.subscribed_queue``), with siblings extending its
+  prefix (``lua/subscribed.lua`` lists them). No percent-encoded project makes its hash
+  tag, so it shares no key name with a project's.
 
 ``PROJECT`` is percent-encoded (``project_part``), so no ``/``, ``{`` or ``}`` of its
 own is mistaken for the key's structure. A message id is the queue's nonce (minted when
 the queue is made, ``new_nonce``) followed by the message's sequence name; a record is a
-MessagePack array (``message`` decodes it).
+MessagePack array (``message`` decodes it, ``subscription`` a subscription's).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import random
 import uuid
 from urllib.parse import quote, unquote
@@ -29,6 +34,7 @@ import msgpack
 
 from delayq import jsontext
 from delayq.message import Message
+from delayq.subscription import Subscription
 
 US = 1_000_000
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -36,6 +42,7 @@ SEQ_LENGTH = 8
 NONCE_LENGTH = 10
 NONCE_DIGITS = bytes(ord(DIGITS[b % len(DIGITS)]) for b in range(256))  # byte → digit
 KEY_CACHE_SIZE = 10_000  # queues whose state-hash key a process keeps made
+SUBSCRIBED_TAG = "!subscribed"  # quote() encodes "!": no project part is this
 
 # A record's fields, as lua/common.lua packs them (due and expires relative to created):
 # body, client, created, ttl, due, expires, claim, claim_expires, count, id, source,
@@ -77,6 +84,27 @@ class Keys:
 
     def reaper(self) -> str:
         return f"{self.namespace}:reaper"
+
+    def subscribed(self) -> str:
+        """The subscribed-queues index: queues by the expiry of their latest live
+        subscription. Its siblings extend its prefix: ``v`` (the subscription version
+        of each queue's entry), ``r`` (reservations of writes in progress)."""
+        return f"{self.namespace}:{{{SUBSCRIBED_TAG}}}:q"
+
+    def subscribed_versions(self) -> str:
+        """The hash of every queue the subscribed-queues index has had an entry of."""
+        return self.subscribed()[:-1] + "v"
+
+    @staticmethod
+    def subscribed_queue(project: str, name: str) -> str:
+        """A queue as the subscribed-queues index names it."""
+        return f"{project_part(project)}/{name}"
+
+    @staticmethod
+    def subscribed_owner(entry: str) -> tuple[str, str]:
+        """``(project, queue)`` of a name ``subscribed_queue`` made."""
+        project, _, queue = entry.partition("/")
+        return unquote(project), queue
 
     def trail_pattern(self, project: str | None) -> str:
         """A SCAN pattern of the trails of *project*'s queues (every project's: None)."""
@@ -164,3 +192,11 @@ def message(nonce: bytes, seq: bytes, raw: bytes, as_of: int) -> Message:
 def messages(nonce: bytes, pairs: list, as_of: int) -> list[Message]:
     """The messages of a reply's ``seq, record, seq, record, ...``."""
     return [message(nonce, pairs[i], pairs[i + 1], as_of) for i in range(0, len(pairs), 2)]
+
+
+def subscription(id_: bytes, queue: str, raw: bytes, as_of: int) -> Subscription:
+    """The subscription a stored record holds (``lua/common.lua``, "Subscriptions"),
+    read at *as_of* (microseconds)."""
+    subscriber, ttl, options, created, expires = msgpack.unpackb(raw, raw=True)
+    return Subscription(id_.decode(), queue, subscriber.decode(), ttl, json.loads(options),
+                        created / US, expires / US, as_of / US)

@@ -10,6 +10,7 @@ whatever the number of clients and processes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +18,17 @@ from typing import Any
 
 from redis.commands.core import Script
 
+from delayq.retry import Backoff
 from delayq.storage.redis.wire import Wire, command_exchange, script_exchange
 
 LUA_DIR = Path(__file__).with_name("lua")
 
 NAMES = (
     "post", "claim", "pop", "get", "list", "stats", "delete", "delete_many",
-    "claim_get", "renew", "release", "queue_create", "queue_update", "queue_drop",
-    "move_in", "reap", "redrive", "available_in", "edit",
+    "claim_get", "renew", "release", "release_message", "queue_create", "queue_update",
+    "queue_drop", "move_in", "reap", "redrive", "available_in", "edit",
+    "subscription_create", "subscription_get", "subscription_list", "subscription_update",
+    "subscription_delete", "subscribed", "subscribed_reserve", "subscribed_settle",
 )
 
 
@@ -41,6 +45,21 @@ METADATA_CHANGED = b"metadata-changed"
 # message quota; then the messages it holds and whether no expired one is left among
 # them (post.lua).
 QUOTA_EXCEEDED = b"quota-exceeded"
+# The two arguments of a claim, renewal or release without a retry policy.
+NO_BACKOFF = ("", "")
+
+
+@functools.lru_cache(maxsize=1024)  # a queue's claims all pass the same one
+def _backoff_args(backoff: Backoff) -> tuple[str, str]:
+    at = "" if backoff.dead_letter_at is None else str(backoff.dead_letter_at)
+    return at, ",".join(map(str, backoff.delays))
+
+
+def backoff_args(backoff: Backoff | None) -> tuple[str, str]:
+    """A retry policy's waits as the two script arguments common.lua's ``backoff_of``
+    reads: the attempt from which there is no wait ('' = none), and the waits in
+    seconds, comma-separated ('' with no policy)."""
+    return NO_BACKOFF if backoff is None else _backoff_args(backoff)
 
 
 def wrapped(common: str, body: str) -> str:

@@ -1,5 +1,6 @@
 -- Microseconds until some message of the queue is claimable (0: now), from the head of
--- each of its three sorted sets; no write.
+-- each of its three sorted sets ('d' holds a claimed message due after its claim by
+-- that due time, its availability); no write.
 -- KEYS: queue state. ARGV: now.
 -- Returns {microseconds}, or {} when the queue holds no message.
 local P = string.sub(KEYS[1], 1, -2)

@@ -3,7 +3,9 @@
 -- KEYS: source queue state [, dead-letter queue state when it shares the slot].
 -- ARGV: now, ttl, grace, limit, max_claim_count ('' = no policy), dead-letter queue,
 -- its messages ttl ('' = keep), nonce for a new dead-letter queue, work budget, source
--- queue name, reap budget, the metadata the claim was decided under ('' = unchecked).
+-- queue name, reap budget, the metadata the claim was decided under ('' = unchecked),
+-- the retry policy's waits (two arguments, backoff_of; '', '' = none): each claimed
+-- message is then due its wait after the claim's expiry.
 -- Moves to a dead-letter queue in another slot go to the outbox ('o'); the driver
 -- completes them (see docs/redis.md, "Dead-letter moves across slots").
 -- Returns {nonce, now, claim number (0 = none), more, target unlisted, outbox size,
@@ -21,6 +23,7 @@ local ttl, grace, limit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]
 local max_count = tonumber(ARGV[5])
 local target, target_ttl = ARGV[6], tonumber(ARGV[7])
 local budget, source = tonumber(ARGV[9]), ARGV[10]
+local backoff = backoff_of(ARGV[13], ARGV[14])
 local nonce = nonce_of(P)
 local expires = now + ttl * US
 local num = nil
@@ -49,9 +52,11 @@ local more = walk_claimable(P, now, limit, budget, function(seq, m)
   if expires + grace * US > m.expires then
     m.expires = expires + grace * US
   end
-  unindex(P, seq)
+  if backoff ~= nil then
+    m.due = expires + backoff_wait(backoff, m.count)
+  end
   store(P, seq, m)
-  redis.call('ZADD', P .. 'c', expires, seq)
+  index_claimed(P, seq, m)
   claimed[#claimed + 1] = {seq, m}
   return true
 end)

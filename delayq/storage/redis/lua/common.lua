@@ -8,17 +8,28 @@
 --   P..'bi'      ZSET  bucket numbers holding records (post order, for listings)
 --   P..'xb'      ZSET  bucket -> earliest expiry among its records (exact expiry)
 --   P..'r'       ZSET  seq -> availability, free messages
---   P..'d'       ZSET  seq -> due time, delayed messages (free once due)
+--   P..'d'       ZSET  seq -> due time, delayed messages (free once due), and claimed
+--                      messages due after their claim ends (a retry policy's wait)
 --   P..'c'       ZSET  seq -> claim expiry, claimed messages (free once expired)
+--   P..'wc'      ZSET  seq -> claim expiry, for the claimed messages in 'd': while the
+--                      claim lives they are claimed, then delayed until due
 --   P..'cl'      HASH  claim number -> claim record
 --   P..'ce'      ZSET  claim number -> claim expiry
 --   P..'a'       HASH  id -> seq, for messages whose id was not minted here (moved in)
 --   P..'o'       HASH  token -> dead-letter move or redrive waiting to reach its queue
 --   P..'mv'      ZSET  token -> time, moves already received from another slot
 --   P..'ev'      STREAM the queue's event trail (delayq/events.py); outlives the queue
+-- and its subscriptions (delayq/subscription.py), which outlive the queue too:
+--   P..'u'       HASH  subscription id -> record
+--   P..'ui'      ZSET  subscription ids, every score 0 (listings, in id order)
+--   P..'ux'      ZSET  subscription id -> expiry
+--   P..'us'      HASH  subscriber -> id of its subscription
+--   P..'uv'      STRING the subscriptions' version, raised by every change of them (the
+--                      subscribed-queues index applies a queue's changes in this order)
 -- A message is in exactly one of r, d, c (so their sizes add up to the messages the
 -- queue holds: live ones, delayed and claimed included, and expired ones not reaped
--- yet). Times are integer microseconds.
+-- yet). One that a claim made due after the claim's end is in 'wc' too, and its score
+-- in 'd' is when it is claimable again. Times are integer microseconds.
 --
 -- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail),
 -- and ENDED, the messages this call ended by kind (counted by trail(), trail on or off),
@@ -94,11 +105,22 @@ local function encode(m, wire)
   return cmsgpack.pack(f)
 end
 
--- A stored record of queue P at *seq*, its claim expiry filled in.
+-- A stored record of queue P at *seq*, its claim expiry filled in, and m.place saying
+-- where it is indexed: 'u' ('r' or 'd': no claim), 'c', or 'w' ('d' and 'wc'); nil
+-- when not known (as decode leaves it).
 local function decode_at(P, seq, raw)
   local m = decode(raw)
-  if m.claim ~= 0 then
-    m.claim_expires = tonumber(redis.call('ZSCORE', P .. 'c', seq)) or 0
+  if m.claim == 0 then
+    m.place = 'u'
+  else
+    local expires = redis.call('ZSCORE', P .. 'c', seq)
+    if expires then
+      m.place = 'c'
+    else
+      expires = redis.call('ZSCORE', P .. 'wc', seq)
+      m.place = expires and 'w' or nil
+    end
+    m.claim_expires = tonumber(expires) or 0
   end
   return m
 end
@@ -124,10 +146,23 @@ local function held(P)
       + redis.call('ZCARD', P .. 'c')
 end
 
-local function unindex(P, seq)
-  redis.call('ZREM', P .. 'r', seq)
-  redis.call('ZREM', P .. 'd', seq)
-  redis.call('ZREM', P .. 'c', seq)
+-- Takes message *seq* out of the sets that index it: those m.place names, else every
+-- set that may hold it.
+local function unindex(P, seq, m)
+  local place = m and m.place
+  if place == 'c' then
+    redis.call('ZREM', P .. 'c', seq)
+  elseif place == 'w' then
+    redis.call('ZREM', P .. 'd', seq)
+    redis.call('ZREM', P .. 'wc', seq)
+  else
+    redis.call('ZREM', P .. 'r', seq)
+    redis.call('ZREM', P .. 'd', seq)
+    if place == nil then
+      redis.call('ZREM', P .. 'c', seq)
+      redis.call('ZREM', P .. 'wc', seq)
+    end
+  end
 end
 
 -- A delay in seconds (a deliver_at gives whole milliseconds) as integer microseconds.
@@ -135,13 +170,61 @@ local function delay_us(seconds)
   return math.floor(seconds * US + 0.5)
 end
 
--- Indexes a message no claim holds by its due time: delayed until then, else free.
+-- Indexes a message no claim holds (any place it had is gone) by its due time:
+-- delayed until then, else free.
 local function index_unclaimed(P, seq, m, now)
+  m.place = 'u'
   if m.due > now then
     redis.call('ZADD', P .. 'd', m.due, seq)
   else
     redis.call('ZADD', P .. 'r', m.due, seq)
   end
+end
+
+-- Indexes a message a claim holds, moving it from the place it had: in 'c' by its
+-- claim's expiry, or, when it is due after the claim ends, in 'd' by its due time (when
+-- it is claimable again) with its claim's expiry in 'wc'.
+local function index_claimed(P, seq, m)
+  local place = m.due > m.claim_expires and 'w' or 'c'
+  if m.place ~= place then
+    unindex(P, seq, m)
+  end
+  if place == 'w' then
+    redis.call('ZADD', P .. 'd', m.due, seq)
+    redis.call('ZADD', P .. 'wc', m.claim_expires, seq)
+  else
+    redis.call('ZADD', P .. 'c', m.claim_expires, seq)
+  end
+  m.place = place
+end
+
+-- A retry policy's waits (retry.Backoff) from two script arguments: the attempt from
+-- which a message waits no more ('' = none) and the waits in seconds, comma-separated
+-- ('' = no policy: nil). The waits are read as far as attempts ask (backoff_wait): a
+-- long policy costs a claim of early attempts no more than a short one.
+local function backoff_of(dead_letter_at, delays)
+  if delays == '' then
+    return nil
+  end
+  return {at = tonumber(dead_letter_at), text = delays, from = 1, waits = {}}
+end
+
+-- Microseconds a message waits after its failed attempt *attempt* (Backoff.after).
+local function backoff_wait(backoff, attempt)
+  if backoff.at ~= nil and attempt >= backoff.at then
+    return 0
+  end
+  local waits = backoff.waits
+  while #waits < attempt and backoff.from ~= nil do
+    local first, last = string.find(backoff.text, '%d+', backoff.from)
+    if first == nil then
+      backoff.from = nil
+    else
+      waits[#waits + 1] = tonumber(string.sub(backoff.text, first, last)) * US
+      backoff.from = last + 1
+    end
+  end
+  return waits[math.min(attempt, #waits)]
 end
 
 local function remove(P, seq, m)
@@ -152,7 +235,7 @@ local function remove(P, seq, m)
     redis.call('ZREM', P .. 'bi', bucket)
     redis.call('ZREM', P .. 'xb', bucket)
   end
-  unindex(P, seq)
+  unindex(P, seq, m)
   if m.id ~= '' then
     redis.call('HDEL', P .. 'a', m.id)
   end
@@ -419,6 +502,24 @@ local function held_by(m, num, now)
   return m.claim == tonumber(num) and m.claim_expires > now
 end
 
+-- Why a delete of message *m* with *claim_id* ('' = none) is refused, as
+-- delayq.claim.delete_refusal: 0 allowed, 1 claimed and no claim id given, 2 no live
+-- claim holds it, 3 another claim does.
+local function delete_refusal(m, nonce, claim_id, now)
+  local claimed = m.claim ~= 0 and m.claim_expires > now
+  if claim_id == '' then
+    return claimed and 1 or 0
+  end
+  if not claimed then
+    return 2
+  end
+  local num = claim_number(nonce, claim_id)
+  if num == nil or not held_by(m, num, now) then
+    return 3
+  end
+  return 0
+end
+
 -- The messages a claim still holds, as {seq, record} pairs.
 local function holdings(P, num, claim, now)
   local held = {}
@@ -439,4 +540,68 @@ local function pack_messages(list)
     out[#out + 1] = encode(item[2], true)
   end
   return out
+end
+
+-- Subscriptions. A record is a MessagePack array: subscriber, ttl, options (JSON),
+-- created, expires.
+
+-- Removes subscription *id* of queue P.
+local function drop_subscription(P, id)
+  local raw = redis.call('HGET', P .. 'u', id)
+  if raw then
+    local subscriber = cmsgpack.unpack(raw)[1]
+    if redis.call('HGET', P .. 'us', subscriber) == id then
+      redis.call('HDEL', P .. 'us', subscriber)
+    end
+    redis.call('HDEL', P .. 'u', id)
+  end
+  redis.call('ZREM', P .. 'ui', id)
+  redis.call('ZREM', P .. 'ux', id)
+end
+
+-- Removes up to *budget* expired subscriptions of queue P.
+local function reap_subscriptions(P, now, budget)
+  local expired = redis.call('ZRANGEBYSCORE', P .. 'ux', '-inf', now, 'LIMIT', 0, budget)
+  for _, id in ipairs(expired) do
+    drop_subscription(P, id)
+  end
+end
+
+-- The live subscription *id* of queue P, decoded, and its record; nil when there is none.
+local function live_subscription(P, id, now)
+  local raw = redis.call('HGET', P .. 'u', id)
+  if not raw then
+    return nil
+  end
+  local record = cmsgpack.unpack(raw)
+  if record[5] <= now then
+    return nil
+  end
+  return record, raw
+end
+
+-- The id of queue P's live subscription for *subscriber*, or nil; an expired one found
+-- in its place is removed.
+local function subscription_of(P, subscriber, now)
+  local id = redis.call('HGET', P .. 'us', subscriber)
+  if not id then
+    return nil
+  end
+  if live_subscription(P, id, now) then
+    return id
+  end
+  drop_subscription(P, id)
+  return nil
+end
+
+-- After a change of queue P's subscriptions: its new version, and the expiry of its
+-- latest live subscription (0: none), for the subscribed-queues index
+-- (subscribed_settle.lua).
+local function subscriptions_changed(P, now)
+  local version = redis.call('INCR', P .. 'uv')
+  local last = redis.call('ZRANGE', P .. 'ux', -1, -1, 'WITHSCORES')
+  if #last > 0 and tonumber(last[2]) > now then
+    return {version, tonumber(last[2])}
+  end
+  return {version, 0}
 end

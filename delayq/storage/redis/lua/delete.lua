@@ -9,18 +9,9 @@ local seq, m = locate(P, nonce, ARGV[2])
 if seq == nil or m == nil or m.expires <= now then
   return 0
 end
-local claimed = m.claim ~= 0 and m.claim_expires > now
-if claim_id == '' and claimed then
-  return 1
-end
-if claim_id ~= '' then
-  if not claimed then
-    return 2
-  end
-  local num = claim_number(nonce, claim_id)
-  if num == nil or not held_by(m, num, now) then
-    return 3
-  end
+local refusal = delete_refusal(m, nonce, claim_id, now)
+if refusal ~= 0 then
+  return refusal
 end
 remove(P, seq, m)
 local fields = {'m', message_id(nonce, seq, m), 'c', m.count}

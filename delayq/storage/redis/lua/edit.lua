@@ -17,10 +17,10 @@ if ARGV[3] ~= '' then
 end
 if ARGV[4] ~= '' then
   -- A new due time moves the message out of whichever set holds it (a claim that
-  -- expired leaves it in 'c'): delayed until then, or free from now.
+  -- expired leaves it in 'c', or in 'd' and 'wc'): delayed until then, or free from now.
+  unindex(P, seq, m)
   m.due = now + delay_us(tonumber(ARGV[4]))
   m.claim, m.claim_expires = 0, 0
-  unindex(P, seq)
   index_unclaimed(P, seq, m, now)
 end
 store(P, seq, m)

@@ -34,9 +34,11 @@ while status == 0 do
       local m = decode_at(P, seq, records[seq])
       read = read + 1
       last = seq
+      -- A live claim's message is claimed, not delayed, whatever its due time.
+      local claimed = m.claim ~= 0 and m.claim_expires > now
       if m.expires > now
-          and (include_claimed or not (m.claim ~= 0 and m.claim_expires > now))
-          and (include_delayed or m.due <= now)
+          and (include_claimed or not claimed)
+          and (include_delayed or claimed or m.due <= now)
           and (exclude == '' or m.client ~= exclude) then
         page[#page + 1] = {seq, m}
       end

@@ -13,8 +13,8 @@ local existed = redis.call('EXISTS', P .. 's') == 1
 for _, bucket in ipairs(redis.call('ZRANGE', P .. 'bi', 0, -1)) do
   redis.call('UNLINK', bucket_key(P, bucket))
 end
-redis.call('UNLINK', P .. 'r', P .. 'd', P .. 'c', P .. 'bi', P .. 'xb', P .. 'cl',
-           P .. 'ce', P .. 'a')
+redis.call('UNLINK', P .. 'r', P .. 'd', P .. 'c', P .. 'wc', P .. 'bi', P .. 'xb',
+           P .. 'cl', P .. 'ce', P .. 'a')
 if existed then
   trail(P, 'purged', clock(ARGV[2]), {})
 end

@@ -4,7 +4,8 @@
 -- outbox; the driver hands it to its queue (move_in), as for dead-letter moves to
 -- another slot, so a process dying in between loses nothing.
 -- KEYS: this queue's state. ARGV: now, limit, destination ('' = each one's source), this
--- queue's name, skip budget (messages without a source stepped over), reap budget.
+-- queue's name, skip budget (messages stepped over: without a source, or held by a
+-- live claim), reap budget.
 -- Returns {moved, outbox size}.
 local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
@@ -14,7 +15,8 @@ end
 local limit, destination, queue = tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local budget = tonumber(ARGV[5])
 local nonce = nonce_of(P)
--- Free, delayed, and claimed whose claim is over; how many of each were stepped over.
+-- Free, delayed (with claimed ones due after their claim, stepped over while it lives),
+-- and claimed whose claim is over; how many of each were stepped over.
 local sets = {{P .. 'r', '+inf'}, {P .. 'd', '+inf'}, {P .. 'c', now}}
 local skipped = {0, 0, 0}
 local moved, work = 0, 0
@@ -43,7 +45,8 @@ while moved < limit and work < budget do
   elseif m.expires <= now then
     remove(P, seq, m)
     trail_expired(P, nonce, seq, m)
-  elseif destination == '' and m.source == '' then
+  elseif (destination == '' and m.source == '')
+      or (m.claim ~= 0 and m.claim_expires > now) then
     skipped[k] = skipped[k] + 1
     work = work + 1
   else

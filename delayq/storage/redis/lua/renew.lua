@@ -1,8 +1,11 @@
 -- Restart a live claim's ttl from now. KEYS: queue state. ARGV: now, claim id, ttl,
--- grace. Returns 0, or 1 when there is no such live claim.
+-- grace, the retry policy's waits (two arguments, backoff_of; '', '' = none): each of
+-- the claim's messages is then due its wait after the new expiry.
+-- Returns 0, or 1 when there is no such live claim.
 local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
 local ttl, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
+local backoff = backoff_of(ARGV[5], ARGV[6])
 local num, claim = find_claim(P, ARGV[2], now, false)
 if num == nil then
   return 1
@@ -14,8 +17,11 @@ for _, item in ipairs(holdings(P, num, claim, now)) do
   if expires + grace * US > m.expires then
     m.expires = expires + grace * US
   end
+  if backoff ~= nil then
+    m.due = expires + backoff_wait(backoff, m.count)
+  end
   store(P, seq, m)
-  redis.call('ZADD', P .. 'c', expires, seq)
+  index_claimed(P, seq, m)
 end
 claim[1], claim[2], claim[4] = ttl, grace, expires
 redis.call('HSET', P .. 'cl', num, cmsgpack.pack(claim))

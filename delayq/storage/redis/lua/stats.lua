@@ -9,8 +9,12 @@ local now = clock(ARGV[1])
 if not reap(P, now, tonumber(ARGV[2])) then
   return {0}
 end
-local delayed = redis.call('ZCOUNT', P .. 'd', '(' .. int(now), '+inf')
-local claimed = redis.call('ZCOUNT', P .. 'c', '(' .. int(now), '+inf')
+-- The members of 'd' whose claim lives ('wc' above now) are due after it: claimed, not
+-- delayed.
+local after = '(' .. int(now)
+local waiting = redis.call('ZCOUNT', P .. 'wc', after, '+inf')
+local delayed = redis.call('ZCOUNT', P .. 'd', after, '+inf') - waiting
+local claimed = redis.call('ZCOUNT', P .. 'c', after, '+inf') + waiting
 local free = redis.call('ZCARD', P .. 'r') + redis.call('ZCOUNT', P .. 'd', '-inf', now)
     + redis.call('ZCOUNT', P .. 'c', '-inf', now)
 local out = {1, nonce_of(P), now, redis.call('HLEN', P .. 'o'), free, claimed, delayed}
