@@ -1,6 +1,6 @@
-"""Push delivery end to end: the real ``delayq-server`` (gunicorn, 2 workers) pushes to
-real HTTP receivers started here — one that succeeds, one that answers 500, one that
-times out, and a port nobody listens on. Never early, retries spaced as the policy says,
+"""Push delivery end to end: the real ``delayq-server`` (gunicorn, 2 workers, on SQLite
+and on Redis) pushes to real HTTP receivers started here — one that succeeds, one that
+answers 500, one that times out, and a port nobody listens on. Never early, retries spaced as the policy says,
 dead-lettered after the last attempt, exactly the expected number of requests, and a
 worker SIGKILLed mid-push loses nothing."""
 
@@ -31,9 +31,9 @@ SLACK = 1.5  # seconds a push may come after its instant on a loaded machine
 CONNECTING = 0.1  # seconds from a push's start to its arrival at a receiver, at most
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["sqlite", "redis"])
 def server(tmp_path_factory, request):
-    driver = getattr(request, "param", "sqlite")
+    driver = request.param
     config = {"drivers:transport:wsgi": {"workers": 2},
               "notification": {"push_timeout": TIMEOUT, "push_scan_interval": 0.5},
               "transport": {"max_message_delay": 900}}
