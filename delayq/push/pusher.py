@@ -91,7 +91,8 @@ class PushSettings:
 class _Subscribed:
     """What the pusher knows of one subscribed queue."""
 
-    __slots__ = ("subscriptions", "fresh", "next", "busy", "again", "cramped", "starting")
+    __slots__ = ("subscriptions", "fresh", "next", "busy", "again", "cramped", "starting",
+                 "look_at")
 
     def __init__(self) -> None:
         self.subscriptions: list[Subscription] = []
@@ -102,6 +103,7 @@ class _Subscribed:
         self.cramped = False  # its subscriptions had no room: its next push to end
         # brings it back
         self.starting = False  # its turn counts as a push until it holds its own
+        self.look_at: float | None = None  # when the agenda has it next (loop time)
 
 
 class Pusher:
@@ -165,8 +167,17 @@ class Pusher:
     # The agenda
 
     def _schedule(self, key: Queue, delay: float) -> None:
-        heapq.heappush(self._agenda,
-                       (self._loop.time() + max(0.0, delay), next(self._order), key))
+        """Put *key* on the agenda *delay* seconds from now, unless it is there sooner
+        (a turn asks the store for the next due time anyway). The entries a sooner one
+        replaces stay in the heap, and are dropped when they come up."""
+        when = self._loop.time() + max(0.0, delay)
+        queue = self._queues.get(key)
+        if queue is None:
+            return
+        if queue.look_at is not None and queue.look_at <= when:
+            return
+        queue.look_at = when
+        heapq.heappush(self._agenda, (when, next(self._order), key))
         self._wake.set()
 
     async def _run(self) -> None:
@@ -207,8 +218,11 @@ class Pusher:
     def _start_due(self) -> None:
         now = self._loop.time()
         while self._agenda and self._agenda[0][0] <= now:
-            _, _, key = heapq.heappop(self._agenda)
-            self._starved[key] = None
+            when, _, key = heapq.heappop(self._agenda)
+            queue = self._queues.get(key)
+            if queue is not None and queue.look_at == when:
+                queue.look_at = None
+                self._starved[key] = None
         for key in list(self._starved):
             if self._in_flight + self._starting >= self.settings.in_flight:
                 return

@@ -14,11 +14,10 @@ the timeout, or no connection is a failed delivery. Redirects are not followed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
-import httpx
+import aiohttp
 
 from delayq import jsontext
 from delayq.message import Message
@@ -53,23 +52,23 @@ def request_headers(subscription: Subscription) -> dict[str, str]:
 
 
 class Webhooks:
-    """Pushes over one connection pool; ``close`` when done."""
+    """Pushes over one connection pool, made on the running event loop; ``close`` when
+    done. aiohttp makes the requests: a push costs it a tenth of the CPU httpx takes
+    (docs/performance.md, "Push delivery"). Proxies named by the environment
+    (``HTTPS_PROXY``, ``NO_PROXY``, ...) are used."""
 
     def __init__(self, timeout: float, connections: int) -> None:
         self.timeout = timeout
-        self._client = httpx.AsyncClient(
-            timeout=timeout, follow_redirects=False,
-            limits=httpx.Limits(max_connections=connections,
-                                max_keepalive_connections=connections))
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=connections),
+            timeout=aiohttp.ClientTimeout(total=timeout), trust_env=True)
 
     async def push(self, subscription: Subscription, queue: str, message: Message) -> bool:
         """POST *message* to *subscription*'s subscriber; whether it answered 2xx within
-        the timeout. The answer's body is not read."""
+        the timeout."""
         try:
-            status = await asyncio.wait_for(
-                self._post(subscription, request_body(subscription, queue, message)),
-                self.timeout)
-        except (httpx.HTTPError, TimeoutError) as exc:
+            status = await self._post(subscription, request_body(subscription, queue, message))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             LOG.info("Push of message %s of queue %s to %s failed: %s", message.id, queue,
                      subscription.subscriber, str(exc) or type(exc).__name__)
             return False
@@ -80,18 +79,18 @@ class Webhooks:
         return False
 
     async def _post(self, subscription: Subscription, content: bytes) -> int:
-        # Streamed, so that no answer, however large, is read into memory; the timeout
-        # bounds the whole exchange, which httpx bounds per read and write only.
-        async with self._client.stream("POST", subscription.subscriber, content=content,
-                                       headers=request_headers(subscription)) as response:
+        async with self._session.post(subscription.subscriber, data=content,
+                                      headers=request_headers(subscription),
+                                      allow_redirects=False) as response:
             # An answer read to its end leaves its connection to the next push; one
-            # longer than this is cut off with its connection.
+            # longer than this is cut off with its connection, never held in memory.
             read = 0
-            async for chunk in response.aiter_raw():
+            async for chunk in response.content.iter_chunked(MAX_ANSWER_READ):
                 read += len(chunk)
                 if read > MAX_ANSWER_READ:
+                    response.close()
                     break
-            return response.status_code
+            return response.status
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._session.close()
