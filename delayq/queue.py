@@ -9,8 +9,11 @@ from typing import Any
 
 from delayq.message import Message
 
-NAME_CHARACTERS = string.ascii_letters + string.digits + "_-"
+NAME_CHARACTERS = string.ascii_letters + string.digits + "_-."
 MAX_NAME_LENGTH = 64
+# Path segments that URLs resolve away (RFC 3986's dot segments): a client would send
+# /v2/queues/../messages as /v2/messages, so no such queue could be reached.
+DOT_SEGMENTS = (".", "..")
 
 # Reserved queue attributes: the leading underscore marks them as delayq's, not the user's.
 DEFAULT_MESSAGE_TTL = "_default_message_ttl"
@@ -31,14 +34,16 @@ RESERVED_ATTRIBUTES = (
 
 
 def is_valid_name(name: str) -> bool:
-    """True for a queue name: 1 to 64 ASCII letters, digits, underscores or hyphens."""
-    return 0 < len(name) <= MAX_NAME_LENGTH and _only_name_characters(name)
+    """True for a queue name: 1 to 64 ASCII letters, digits, underscores, hyphens or
+    dots, other than ``.`` and ``..``."""
+    return (0 < len(name) <= MAX_NAME_LENGTH and _only_name_characters(name)
+            and name not in DOT_SEGMENTS)
 
 
 @functools.lru_cache(maxsize=4096)  # every request names its queue, mostly the same few
 def _only_name_characters(name: str) -> bool:
     # A valid name strips to "" (str.strip, in C): cheaper than a regular expression's
-    # match, though each character is looked for among the 64 allowed.
+    # match, though each character is looked for among the 65 allowed.
     return not name.strip(NAME_CHARACTERS)
 
 

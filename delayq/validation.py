@@ -157,7 +157,7 @@ def queue_name(name: str) -> str:
     if not q.is_valid_name(name):
         raise ValidationError(
             f"Queue name {name[:80]!r} is invalid: use 1 to 64 letters, digits, "
-            "underscores or hyphens.")
+            "underscores, hyphens or dots (not . or .. alone).")
     return name
 
 
