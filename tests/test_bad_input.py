@@ -585,7 +585,7 @@ RESERVED_CASES = [
     ("_dead_letter_queue", "bad name!", {"_max_claim_count": 3}),
     ("_dead_letter_queue", "a" * 65, {"_max_claim_count": 3}),
     ("_dead_letter_queue", "", {"_max_claim_count": 3}),
-    ("_dead_letter_queue", "dl.q", {"_max_claim_count": 3}),
+    ("_dead_letter_queue", "..", {"_max_claim_count": 3}),
     ("_dead_letter_queue", SELF, {"_max_claim_count": 3}),
     ("_dead_letter_queue", 5, {"_max_claim_count": 3}),
     ("_dead_letter_queue", ["dlq"], {"_max_claim_count": 3}),
