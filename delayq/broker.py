@@ -15,7 +15,7 @@ from typing import Any
 
 from delayq import errors, metrics, validation
 from delayq import queue as q
-from delayq.claim import Claim
+from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.operations import Steps, operation
 from delayq.queue import QueueCounts, QueueStats
@@ -262,8 +262,31 @@ class Broker:
         yield from self.driver.delete_message.steps(project, queue, message_id, claim_id)
 
     @operation
-    def delete_messages(self, project: str, queue: str, ids: list[str]) -> Steps[None]:
-        yield from self.driver.delete_messages.steps(project, queue, ids)
+    def delete_messages(self, project: str, queue: str, ids: list[str],
+                        claim_ids: list[str] | None = None) -> Steps[None]:
+        """Delete the messages among *ids*, claimed or not; with *claim_ids*
+        (``message_delete_with_claim_id``) only messages that a live claim among them
+        holds.
+
+        With *claim_ids*, every live message among *ids* is read first, and the request
+        is refused whole (MessageNotClaimed, ClaimMismatch) unless each is held by one
+        of *claim_ids*; then each is deleted under its claim, atomically
+        (``Driver.delete_message``): a claim that ended between the read and its delete
+        refuses that delete, and the ones before it stay done.
+        """
+        if claim_ids is None:
+            yield from self.driver.delete_messages.steps(project, queue, ids)
+            return
+        found = yield from self.driver.get_messages.steps(project, queue, ids)
+        allowed = set(claim_ids)
+        for message in found:
+            holder = message.live_claim_id
+            if holder not in allowed:
+                refuse_delete(delete_refusal(claim_ids[0], holder), message.id,
+                              ", ".join(claim_ids))
+        for message in found:
+            yield from self.driver.delete_message.steps(project, queue, message.id,
+                                                        message.live_claim_id)
 
     @operation
     def pop(self, project: str, queue: str, limit: int) -> Steps[list[Message]]:

@@ -28,6 +28,9 @@ EVENTS_GROUP = "events"
 QUOTAS_GROUP = "quotas"
 
 KEYSTONE = "keystone"
+# [transport] client_id_uuid_safe: Zaqar's two settings.
+CLIENT_ID_STRICT = "strict"
+CLIENT_ID_OFF = "off"
 
 # ``[drivers] message_store`` name -> the driver's option group, and its options.
 DRIVER_OPTIONS = {"sqlite": sqlite_options, "redis": redis_options,
@@ -85,6 +88,26 @@ transport_opts = [
                help="Longest claim ttl a consumer may ask for, in seconds."),
     cfg.IntOpt("max_claim_grace", default=43200, min=60,
                help="Longest claim grace a consumer may ask for, in seconds."),
+    cfg.StrOpt("client_id_uuid_safe", default=CLIENT_ID_STRICT,
+               choices=[(CLIENT_ID_STRICT, "Client-ID must be a UUID."),
+                        (CLIENT_ID_OFF, "Client-ID may be any string of "
+                                        "min_length_client_id to max_length_client_id "
+                                        "characters.")],
+               help="What a Client-ID header may hold, as in Zaqar. A UUID is taken in "
+                    "its canonical form either way, so a client is the same client "
+                    "whatever the setting."),
+    cfg.IntOpt("min_length_client_id", default=10, min=1,
+               help="Shortest Client-ID accepted when client_id_uuid_safe is off."),
+    cfg.IntOpt("max_length_client_id", default=36, min=1,
+               help="Longest Client-ID accepted when client_id_uuid_safe is off."),
+    cfg.BoolOpt("message_delete_with_claim_id", default=False,
+                help="Deleting messages by id needs the claim that holds them, as in "
+                     "Zaqar: DELETE of one message without claim_id, and DELETE "
+                     "?ids= without claim_ids (or claim_ids without ids), are a 400; "
+                     "?ids= deletes only messages that a live claim of claim_ids holds, "
+                     "and refuses the request whole otherwise. Pops are allowed. Keeps "
+                     "a message from being deleted before a consumer claimed and "
+                     "handled it."),
 ]
 
 drivers_opts = [

@@ -20,7 +20,13 @@ from oslo_config import cfg
 
 from delayq import jsontext
 from delayq import queue as q
-from delayq.conf import QUOTAS_GROUP, TRANSPORT_GROUP, quotas_opts, transport_opts
+from delayq.conf import (
+    CLIENT_ID_STRICT,
+    QUOTAS_GROUP,
+    TRANSPORT_GROUP,
+    quotas_opts,
+    transport_opts,
+)
 from delayq.errors import ValidationError
 from delayq.message import NO_CHANGE, Unchanged
 
@@ -60,6 +66,10 @@ class Limits:
     max_message_delay: int = _TRANSPORT["max_message_delay"]
     max_claim_ttl: int = _TRANSPORT["max_claim_ttl"]
     max_claim_grace: int = _TRANSPORT["max_claim_grace"]
+    client_id_uuid_safe: str = _TRANSPORT["client_id_uuid_safe"]
+    min_length_client_id: int = _TRANSPORT["min_length_client_id"]
+    max_length_client_id: int = _TRANSPORT["max_length_client_id"]
+    message_delete_with_claim_id: bool = _TRANSPORT["message_delete_with_claim_id"]
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Limits:
@@ -77,6 +87,10 @@ class Limits:
             if getattr(self, default) > getattr(self, limit):
                 raise ValueError(f"[{TRANSPORT_GROUP}] {default} = {getattr(self, default)} "
                                  f"is above {limit} = {getattr(self, limit)}.")
+        if self.min_length_client_id > self.max_length_client_id:
+            raise ValueError(f"[{TRANSPORT_GROUP}] min_length_client_id = "
+                             f"{self.min_length_client_id} is above max_length_client_id = "
+                             f"{self.max_length_client_id}: no Client-ID would do.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +185,25 @@ def project_id(value: str | None) -> str:
     return value
 
 
-def client_id(value: str | None) -> str:
-    """The Client-ID header, required on message and claim requests: a UUID."""
+def client_id(value: str | None, limits: Limits) -> str:
+    """The Client-ID header, required on message and claim requests: a UUID, or with
+    ``client_id_uuid_safe = off`` any string of ``min_length_client_id`` to
+    ``max_length_client_id`` characters. A UUID is given in its canonical form either
+    way."""
     if not value:
         raise ValidationError("The Client-ID header is required on message and claim "
                               "requests: send a UUID in it.", title="Missing header value")
     canonical = _canonical_uuid(value)
-    if canonical is None:
-        raise ValidationError(f"Client-ID must be a UUID; got {value[:80]!r}.",
-                              title="Wrong UUID value")
-    return canonical
+    if limits.client_id_uuid_safe == CLIENT_ID_STRICT:
+        if canonical is None:
+            raise ValidationError(f"Client-ID must be a UUID; got {value[:80]!r}.",
+                                  title="Wrong UUID value")
+        return canonical
+    low, high = limits.min_length_client_id, limits.max_length_client_id
+    if not low <= len(value) <= high:
+        raise ValidationError(f"Client-ID must be {low} to {high} characters long; got "
+                              f"{len(value)}.", title="Wrong client ID length")
+    return canonical or value
 
 
 @functools.lru_cache(maxsize=4096)
@@ -446,6 +469,27 @@ def claim_options(document: Any, limits: Limits) -> tuple[int, int]:
     integer(ttl, "ttl", MIN_CLAIM_TTL, limits.max_claim_ttl)
     integer(grace, "grace", MIN_CLAIM_GRACE, limits.max_claim_grace)
     return ttl, grace
+
+
+def single_delete(claim_id: str | None, limits: Limits) -> None:
+    """Refuse a delete of one message without *claim_id* when
+    ``message_delete_with_claim_id`` asks for one."""
+    if limits.message_delete_with_claim_id and claim_id is None:
+        raise ValidationError("claim_id is required to delete a message: "
+                              "message_delete_with_claim_id is on.")
+
+
+def bulk_delete_claims(ids: list[str] | None, raw_claims: list[str] | None,
+                       limits: Limits) -> list[str] | None:
+    """The ``claim_ids`` of a delete by ``ids``: None unless
+    ``message_delete_with_claim_id`` is on, when ``ids`` and ``claim_ids`` go together."""
+    if not limits.message_delete_with_claim_id:
+        return None
+    claims = [part for item in raw_claims or () for part in item.split(",") if part]
+    if (ids is None) != (not claims):
+        raise ValidationError("ids and claim_ids go together: message_delete_with_claim_id "
+                              "is on, so a delete by ids names the claims holding them.")
+    return list(dict.fromkeys(claims)) or None
 
 
 def message_ids(raw: list[str], limits: Limits) -> list[str]:

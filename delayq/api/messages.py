@@ -34,7 +34,7 @@ class MessageCollection(_MessageResource):
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
-        client = request.client(req)
+        client = request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
         raw = await request.body(req, limits.max_messages_post_size, "message post")
@@ -48,7 +48,7 @@ class MessageCollection(_MessageResource):
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
-        client = request.client(req)
+        client = request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
         details = validation.query_bool(req.get_param("details"), "details")
@@ -86,16 +86,18 @@ class MessageCollection(_MessageResource):
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
         ids = req.get_param_as_list("ids")
         pop = req.get_param("pop")
         if (ids is None) == (pop is None):
             raise ValidationError("DELETE on messages takes exactly one of ids or pop.")
+        claim_ids = validation.bulk_delete_claims(ids, req.get_param_as_list("claim_ids"),
+                                                  limits)
         if ids is not None:
             await self.execute(self.broker.delete_messages, project, name,
-                           validation.message_ids(ids, limits))
+                               validation.message_ids(ids, limits), claim_ids)
             resp.status = falcon.HTTP_204
             return
         if not pop.strip():
@@ -112,7 +114,7 @@ class MessageResource(_MessageResource):
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
                      message_id: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         details = validation.query_bool(req.get_param("details"), "details")
         message = await self.execute(self.broker.get_message, project, name, message_id)
@@ -122,7 +124,7 @@ class MessageResource(_MessageResource):
                        message_id: str) -> None:
         """(delayq) Edit the body and/or the remaining delay of an unclaimed message."""
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         request.media_type(req, EDIT_TYPES, "Message PATCH")
         limits = self.limits
@@ -138,8 +140,9 @@ class MessageResource(_MessageResource):
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
                         message_id: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         claim_id = req.get_param("claim_id") or None
+        validation.single_delete(claim_id, self.limits)
         await self.execute(self.broker.delete_message, project, name, message_id, claim_id)
         resp.status = falcon.HTTP_204
