@@ -18,7 +18,7 @@ from delayq import queue as q
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.operations import Steps, operation
-from delayq.queue import QueueCounts, QueueStats
+from delayq.queue import QueueCounts, QueueFilter, QueuePage, QueueStats
 from delayq.storage.base import Driver
 from delayq.validation import Limits, MessageEdit, PostedMessage, Quotas
 
@@ -28,6 +28,10 @@ PATCH_OPS = ("add", "replace", "remove")
 METADATA_ATTEMPTS = 3
 LAST_ATTEMPT = METADATA_ATTEMPTS - 1
 PATCH_PREFIX = "/metadata/"
+# A filtered queue listing reads the project's queues FILTER_BATCH at a time, at most
+# FILTER_SCAN of them a request (Broker.select_queues).
+FILTER_BATCH = 100
+FILTER_SCAN = 1000
 
 
 class Broker:
@@ -114,6 +118,36 @@ class Broker:
                     ) -> Steps[list[tuple[str, dict[str, Any]]]]:
         listed = yield from self.driver.list_queues.steps(project, marker, limit)
         return [(name, self.with_reserved_defaults(metadata)) for name, metadata in listed]
+
+    @operation
+    def select_queues(self, project: str, marker: str | None, limit: int,
+                      matching: QueueFilter) -> Steps[QueuePage]:
+        """Up to *limit* queues after *marker*, by name, that *matching* shows, with
+        their metadata (reserved defaults filled in).
+
+        Unfiltered, one listing of the driver's. Filtered, the driver's listing is read
+        page after page, at most ``FILTER_SCAN`` queues a request: the next page's
+        marker is then the last queue read, so a request stays short however rare the
+        matches, and a page may hold fewer than *limit* (even none) before the end. A
+        filtered page that read the last queue has no next marker.
+        """
+        if not matching:
+            queues = yield from self.list_queues.steps(project, marker, limit)
+            return QueuePage(queues, queues[-1][0] if queues else None)
+        found: list[tuple[str, dict[str, Any]]] = []
+        after = marker
+        for _ in range(0, FILTER_SCAN, FILTER_BATCH):
+            listed = yield from self.driver.list_queues.steps(project, after, FILTER_BATCH)
+            for name, metadata in listed:
+                after = name
+                shown = self.with_reserved_defaults(metadata)
+                if matching.matches(name, shown):
+                    found.append((name, shown))
+                    if len(found) == limit:
+                        return QueuePage(found, name)
+            if len(listed) < FILTER_BATCH:
+                return QueuePage(found, None)  # every queue read
+        return QueuePage(found, after)
 
     @operation
     def count_queues(self, project: str) -> Steps[int]:

@@ -48,6 +48,45 @@ def _only_name_characters(name: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueFilter:
+    """Which queues a listing shows, as Zaqar's ``GET /v2/queues`` filters them: names
+    holding *name* (None: any), and metadata with each of *metadata*'s keys equal to
+    its value (an int matches an int, never a boolean)."""
+
+    name: str | None = None
+    metadata: tuple[tuple[str, int | str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.name) or bool(self.metadata)
+
+    def matches(self, name: str, metadata: dict[str, Any]) -> bool:
+        """Whether queue *name* with *metadata* (reserved defaults filled in) is shown."""
+        if self.name and self.name not in name:
+            return False
+        return all(key in metadata and _equal(metadata[key], wanted)
+                   for key, wanted in self.metadata)
+
+
+def _equal(value: Any, wanted: int | str) -> bool:
+    """Whether metadata *value* is filter value *wanted*: a number equal to an int (a
+    boolean is none), or the same string."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(wanted, int):
+        return isinstance(value, int | float) and value == wanted
+    return value == wanted
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    """A page of a queue listing: ``(name, metadata)`` pairs, and the marker of the next
+    page (None when the listing is over)."""
+
+    queues: list[tuple[str, dict[str, Any]]]
+    next_marker: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetterPolicy:
     """Where a claim sends a message that has been claimed ``max_claim_count`` times."""
 

@@ -175,6 +175,26 @@ def queue_name(name: str) -> str:
     return name
 
 
+# The query parameters of GET /v2/queues that are not metadata filters (Zaqar's).
+QUEUE_LISTING_PARAMETERS = ("marker", "limit", "detailed", "name", "with_count")
+INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def queue_filter(params: dict[str, str | list[str]]) -> q.QueueFilter:
+    """The filter of a queue listing's query *params*, as Zaqar reads them: ``name``, a
+    part of the names listed; every parameter but ``QUEUE_LISTING_PARAMETERS``, a
+    metadata key and the value it must have (an integer when it reads as one, else the
+    string)."""
+    for key, value in params.items():
+        if isinstance(value, list):
+            raise ValidationError(f"Query parameter {key[:40]!r} is given more than once.")
+    name = params.get("name") or None
+    metadata = tuple(sorted(
+        (key, int(value) if INTEGER.fullmatch(value) else value)
+        for key, value in params.items() if key not in QUEUE_LISTING_PARAMETERS))
+    return q.QueueFilter(name, metadata)
+
+
 def project_id(value: str | None) -> str:
     """The project scope; an absent X-Project-ID is the empty project."""
     if value is None:
