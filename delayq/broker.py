@@ -16,6 +16,7 @@ from typing import Any
 from delayq import errors, metrics, validation
 from delayq import queue as q
 from delayq.claim import Claim, delete_refusal, refuse_delete
+from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.operations import Steps, operation
 from delayq.queue import QueueCounts, QueueFilter, QueuePage, QueueStats
@@ -174,7 +175,7 @@ class Broker:
 
     @operation
     def post(self, project: str, queue: str, client_id: str, messages: list[PostedMessage],
-             size: int) -> Steps[list[str]]:
+             size: int, key: PostKey | None = None) -> Steps[list[str]]:
         """Store posted messages, each with its ttl and delay resolved for *queue*.
 
         *size* is the request body's length, checked against the queue's own
@@ -187,6 +188,12 @@ class Broker:
         Quotas: a post that would create its queue counts against
         ``max_queues_per_project``; ``max_messages_per_queue`` goes to the driver, which
         checks it in the post's own step. With both 0 a post reads nothing more.
+
+        With *key* (``delayq.idempotency``), the driver's step stores the messages and
+        the key together, or nothing when it keeps the key already: the post is then
+        answered with the ids the first one stored, if its body was the same (else
+        KeyReused), and counts nothing. A repeat is checked as any post is before the
+        driver looks its key up.
         """
         delays = yield from self._own_delays(messages)
         message_quota = self.quotas.max_messages_per_queue
@@ -205,11 +212,13 @@ class Broker:
             try:
                 ids = yield from self.driver.post_messages.steps(
                     project, queue, client_id, resolved, metadata_token=token,
-                    message_quota=message_quota)
+                    message_quota=message_quota, key=key)
                 break
             except errors.MetadataChanged:
                 if attempt == LAST_ATTEMPT:
                     raise
+            except KeyTaken as taken:
+                return replayed(key, taken.stored)
         self.counters.count(metrics.POSTED, len(ids))
         return ids
 
@@ -377,6 +386,14 @@ class Broker:
     def ping(self) -> Steps[bool]:
         """Whether the store answers."""
         return (yield from self.driver.ping.steps())
+
+
+def replayed(key: PostKey, stored: StoredKey) -> list[str]:
+    """The answer to a post whose *key* a driver keeps as *stored*: the first post's
+    message ids when the bodies are the same, else KeyReused."""
+    if stored.digest != key.digest:
+        raise errors.KeyReused.by_post(key.key, key.window)
+    return stored.ids
 
 
 def is_delayed_queue(queue_delay: int) -> bool:

@@ -88,6 +88,12 @@ transport_opts = [
                help="Longest claim ttl a consumer may ask for, in seconds."),
     cfg.IntOpt("max_claim_grace", default=43200, min=60,
                help="Longest claim grace a consumer may ask for, in seconds."),
+    cfg.IntOpt("idempotency_window", default=300, min=1,
+               help="Seconds a message post's Idempotency-Key is kept: a post repeating "
+                    "the key within them, to the same queue of the same project, stores "
+                    "nothing and is answered as the first post was (with a different "
+                    "body, a 422). The default is SQS FIFO's deduplication interval. "
+                    "Deleting or purging the queue forgets its keys."),
     cfg.StrOpt("client_id_uuid_safe", default=CLIENT_ID_STRICT,
                choices=[(CLIENT_ID_STRICT, "Client-ID must be a UUID."),
                         (CLIENT_ID_OFF, "Client-ID may be any string of "

@@ -70,6 +70,7 @@ class Limits:
     min_length_client_id: int = _TRANSPORT["min_length_client_id"]
     max_length_client_id: int = _TRANSPORT["max_length_client_id"]
     message_delete_with_claim_id: bool = _TRANSPORT["message_delete_with_claim_id"]
+    idempotency_window: int = _TRANSPORT["idempotency_window"]
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Limits:
@@ -193,6 +194,26 @@ def queue_filter(params: dict[str, str | list[str]]) -> q.QueueFilter:
         (key, int(value) if INTEGER.fullmatch(value) else value)
         for key, value in params.items() if key not in QUEUE_LISTING_PARAMETERS))
     return q.QueueFilter(name, metadata)
+
+
+MAX_IDEMPOTENCY_KEY = 255
+# Visible ASCII but the double quote and the backslash, which a quoted key cannot hold.
+IDEMPOTENCY_KEY = re.compile(rf"[!#-\[\]-~]{{1,{MAX_IDEMPOTENCY_KEY}}}")
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header of a message post: 1 to 255 visible ASCII
+    characters but ``"`` and ``\\``, bare or in double quotes (the key of ``"k1"`` is
+    ``k1``, as a structured-field string); None when absent."""
+    if value is None:
+        return None
+    key = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        raise ValidationError(
+            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters "
+            f"(no spaces, quotes or backslashes), bare or in double quotes; got "
+            f"{value[:80]!r}.", title="Invalid Idempotency-Key")
+    return key
 
 
 def project_id(value: str | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import falcon
 
-from delayq import jsontext, validation
+from delayq import idempotency, jsontext, validation
 from delayq.api import request, views
 from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
@@ -37,10 +37,18 @@ class MessageCollection(_MessageResource):
         client = request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
+        key = validation.idempotency_key(req.get_header(idempotency.HEADER))
         raw = await request.body(req, limits.max_messages_post_size, "message post")
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
-        ids = await self.execute(self.broker.post, project, name, client, posted, len(raw))
+        if key is None:
+            ids = await self.execute(self.broker.post, project, name, client, posted,
+                                     len(raw))
+        else:
+            ids = await self.execute(self.broker.post, project, name, client, posted,
+                                     len(raw), idempotency.PostKey(
+                                         key, idempotency.digest(raw),
+                                         limits.idempotency_window))
         self.longpoll.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location, document = views.posted(name, ids)
