@@ -41,6 +41,9 @@ METADATA_CHANGED = b"metadata-changed"
 # message quota; then the messages it holds and whether no expired one is left among
 # them (post.lua).
 QUOTA_EXCEEDED = b"quota-exceeded"
+# The first element of a post's reply when the queue keeps the post's idempotency key;
+# then what it keeps: the digest and the ids, comma-separated.
+KEY_TAKEN = b"key-taken"
 
 
 def wrapped(common: str, body: str) -> str:
@@ -155,6 +158,7 @@ class Scripts:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
+                  f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
         self._wire = wire
         self.commands = Commands(client, wire)
