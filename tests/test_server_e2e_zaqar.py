@@ -106,3 +106,19 @@ def test_listing_filtered_counted_and_streamed(server, project):
     started = time.monotonic()
     assert list(c.queues(name="nowhere")[0]) == []
     assert time.monotonic() - started < 5
+
+
+def test_a_keyed_post_through_the_client_is_stored_once(server, project):
+    c = client_named(server.url, "keyed.producer-1", project)
+
+    def keyed_post(key: str, order: int):
+        request, transport = c._request_and_transport()
+        request.headers["Idempotency-Key"] = key
+        return core.message_post(transport, request, "orders.eu",
+                                 [{"body": {"order": order}}])
+
+    first = keyed_post("order-4711", 4711)
+    assert keyed_post("order-4711", 4711) == first
+    # The client raises for the statuses it knows; a 422 it hands back as the answer.
+    assert keyed_post("order-4711", 4712)["title"] == "Idempotency key reused"
+    assert call(c, core.queue_get_stats, "orders.eu")["messages"]["total"] == 1
