@@ -21,6 +21,7 @@ message that moved to the dead-letter queue is still the same message.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -129,35 +130,43 @@ def consume(url: str, project: str, ledger: Ledger, stop: threading.Event) -> No
                     ledger.released += released is not None
 
 
-def run_workload(url: str, project: str, chaos: Callable[[threading.Event], None]
-                 ) -> Ledger:
-    """Producers and consumers for WORKLOAD_SECONDS while *chaos* runs in its own thread
-    (until the event is set); every thread's failure is raised here."""
-    ledger = Ledger()
+def run_for_a_while(jobs: list[Callable[[threading.Event], None]],
+                    join_timeout: float = 60) -> None:
+    """Each job in a thread of its own for WORKLOAD_SECONDS (until the event it is given
+    is set); the first thread's failure is raised here."""
     stop = threading.Event()
     failures: list[BaseException] = []
 
-    def guarded(target: Callable[..., None], *args: object) -> threading.Thread:
+    def guarded(job: Callable[[threading.Event], None]) -> threading.Thread:
         def run() -> None:
             try:
-                target(*args)
+                job(stop)
             except BaseException as exc:
                 failures.append(exc)
                 stop.set()
         return threading.Thread(target=run)
 
-    threads = [guarded(produce, url, project, f"p{i}", ledger, stop)
-               for i in range(PRODUCERS)]
-    threads += [guarded(consume, url, project, ledger, stop) for _ in range(CONSUMERS)]
-    threads.append(guarded(chaos, stop))
+    threads = [guarded(job) for job in jobs]
     for thread in threads:
         thread.start()
     stop.wait(WORKLOAD_SECONDS)
     stop.set()
     for thread in threads:
-        thread.join(60)
+        thread.join(join_timeout)
     if failures:
         raise failures[0]
+
+
+def run_workload(url: str, project: str, chaos: Callable[[threading.Event], None]
+                 ) -> Ledger:
+    """Producers and consumers for WORKLOAD_SECONDS while *chaos* runs in its own thread
+    (until the event is set); every thread's failure is raised here."""
+    ledger = Ledger()
+    run_for_a_while([*(functools.partial(produce, url, project, f"p{i}", ledger)
+                       for i in range(PRODUCERS)),
+                     *(functools.partial(consume, url, project, ledger)
+                       for _ in range(CONSUMERS)),
+                     chaos])
     return ledger
 
 
@@ -296,30 +305,11 @@ def test_repeated_keyed_posts_store_each_message_exactly_once(tmp_path, config):
     no answer: in the end each message is in the queue once, none lost, none doubled."""
     project = f"crash-{uuid.uuid4().hex[:6]}"
     ledger = KeyedLedger()
-    stop = threading.Event()
-    failures: list[BaseException] = []
+    kills: list[int] = []
     with two_workers(tmp_path / "server", config) as server:
-        kills: list[int] = []
-
-        def guarded(target: Callable[..., None], *args: object) -> threading.Thread:
-            def run() -> None:
-                try:
-                    target(*args)
-                except BaseException as exc:
-                    failures.append(exc)
-                    stop.set()
-            return threading.Thread(target=run)
-
-        threads = [guarded(keyed_produce, server.url, project, f"k{i}", ledger, stop)
-                   for i in range(KEYED_PRODUCERS)]
-        threads.append(guarded(worker_killer(server, kills), stop))
-        for thread in threads:
-            thread.start()
-        stop.wait(WORKLOAD_SECONDS)
-        stop.set()
-        for thread in threads:
-            thread.join(RETRY_DEADLINE + 10)
-        assert not failures, failures[0]
+        run_for_a_while([*(functools.partial(keyed_produce, server.url, project, f"k{i}",
+                                             ledger) for i in range(KEYED_PRODUCERS)),
+                         worker_killer(server, kills)], join_timeout=RETRY_DEADLINE + 10)
         wait_until_serving(server)
         stored = Counter(queued_bodies(server.url, project, KEYED))
     assert not [body for body, n in stored.items() if n > 1]
