@@ -35,7 +35,7 @@ import msgpack
 
 from delayq import conf, jsontext
 from delayq.server import Server
-from delayq.storage.redis.driver import CLAIM_BUDGET, WRITE_REAP_BUDGET, Driver
+from delayq.storage.redis.driver import CLAIM_BUDGET, NO_KEY, WRITE_REAP_BUDGET, Driver
 from delayq.storage.redis.layout import US, new_nonce
 from delayq.storage.redis.wire import script_exchange
 
@@ -91,8 +91,8 @@ class Messages(Resource):
         key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
         client = req.get_header(CLIENT_HEADER).encode()
         document = jsontext.loads((await req.stream.readall()).decode())
-        # A nonce, in case the queue is new; no message quota.
-        args = ["", new_nonce(), WRITE_REAP_BUDGET, token, 0]
+        # A nonce, in case the queue is new; no message quota, no idempotency key.
+        args = ["", new_nonce(), WRITE_REAP_BUDGET, token, 0, *NO_KEY]
         for message in document["messages"]:
             args += [jsontext.dumps_compact(message["body"]), client,
                      message.get("ttl", 3600), message.get("delay", 0)]

@@ -17,10 +17,15 @@ branch predictors it finds cold.
 Usage::
 
     python benchmarks/in_process.py [--driver redis --driver sqlite] [--requests 3000]
-                                    [--rounds 3] [--trivial-ping]
+                                    [--rounds 3] [--trivial-ping] [--keyed]
+                                    [--tree DIR ...]
 
-To compare two versions of delayq, run each checkout's copy of this script with
-``PYTHONPATH=<checkout>`` (the child processes inherit it).
+``--keyed`` adds each driver with every post under an ``Idempotency-Key`` of its own
+(``redis+key``): what a key costs a post, beside the same cycle without one. ``--tree
+DIR`` (repeatable) adds each driver run from that delayq source tree (``redis@1``), a
+checkout of another commit say, alternating with this one's in the same rounds.
+
+To compare two versions of delayq, give the other one's source tree with ``--tree``.
 """
 
 from __future__ import annotations
@@ -55,19 +60,26 @@ BARE = "bare"
 WARMUP_CYCLES = 200
 
 
-def headers(length: int) -> list[tuple[bytes, bytes]]:
+# A driver's target with every post under an Idempotency-Key of its own (--keyed).
+KEYED = "+key"
+TREE_SEPARATOR = "@"  # "redis@1": the driver run from the first --tree
+
+
+def headers(length: int, extra: list[tuple[bytes, bytes]] | None = None
+            ) -> list[tuple[bytes, bytes]]:
     return [(b"host", b"bench"), (b"client-id", CLIENT_ID.encode()),
             (b"x-project-id", b"bench"), (b"content-type", b"application/json"),
-            (b"content-length", str(length).encode())]
+            (b"content-length", str(length).encode()), *(extra or ())]
 
 
-async def call(app: Any, method: str, path: str, query: str = "", body: bytes = b""
-               ) -> tuple[int, bytes]:
-    """One request handed to *app* as uvicorn would: its status and body."""
+async def call(app: Any, method: str, path: str, query: str = "", body: bytes = b"",
+               extra: list[tuple[bytes, bytes]] | None = None) -> tuple[int, bytes]:
+    """One request handed to *app* as uvicorn would, with *extra* headers: its status
+    and body."""
     scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
              "http_version": "1.1", "method": method, "scheme": "http", "path": path,
              "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
-             "headers": headers(len(body)), "client": ("127.0.0.1", 1),
+             "headers": headers(len(body), extra), "client": ("127.0.0.1", 1),
              "server": ("127.0.0.1", 80)}
     received = False
 
@@ -92,11 +104,13 @@ async def call(app: Any, method: str, path: str, query: str = "", body: bytes = 
     return status, b"".join(parts)
 
 
-async def cycle(app: Any, trivial: bool) -> None:
-    """Post one message, claim it, delete it (3 requests)."""
+async def cycle(app: Any, trivial: bool, key: bytes | None = None) -> None:
+    """Post one message (under Idempotency-Key *key*, when given), claim it, delete it
+    (3 requests)."""
     queue = "/v2/queues/bench"
     status, _ = await call(app, "POST", f"{queue}/messages",
-                           body=b'{"messages": [{"body": 1, "ttl": 300}]}')
+                           body=b'{"messages": [{"body": 1, "ttl": 300}]}',
+                           extra=None if key is None else [(b"idempotency-key", key)])
     assert status in (200, 201), status
     status, body = await call(app, "POST", f"{queue}/claims", "limit=1",
                               b'{"ttl": 60, "grace": 60}')
@@ -169,13 +183,18 @@ def measure(target: str, requests: int, sections: dict[str, dict[str, Any]]
             ) -> dict[str, float]:
     """CPU milliseconds per request of *target* in this process: user + system
     (``cpu_ms``), and each apart (``user_ms``, ``system_ms``)."""
-    app = build_app(TRIVIAL if target == TRIVIAL_PING else target, sections)
+    keyed = target.endswith(KEYED)
+    app = build_app(TRIVIAL if target == TRIVIAL_PING else target.removesuffix(KEYED),
+                    sections)
     trivial = target in (TRIVIAL, TRIVIAL_PING)
     ping = redis_pinger(sections) if target == TRIVIAL_PING else None
     cycles = max(1, requests // 3)
+    posts = iter(range(10**9))
+    run_id = os.urandom(8).hex()  # keys of their own: rounds share the store
 
     async def one_cycle() -> None:
-        await cycle(app, trivial)
+        await cycle(app, trivial,
+                    f"{run_id}-{next(posts)}".encode() if keyed else None)
         if ping is not None:  # one round trip a request, between requests
             ping()
             ping()
@@ -204,11 +223,18 @@ def child(target: str, requests: int, sections_json: str) -> None:
     print(json.dumps(measure(target, requests, json.loads(sections_json))))
 
 
-def run_child(target: str, requests: int, sections: dict[str, Any]) -> dict[str, float]:
+def run_child(target: str, requests: int, sections: dict[str, Any],
+              tree: Path | None = None) -> dict[str, float]:
+    """*target* measured in a fresh process, on delayq from *tree* (put first on
+    ``PYTHONPATH``) when given."""
+    env = os.environ.copy()
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree),
+                                                          env.get("PYTHONPATH")]))
     result = subprocess.run(
         [sys.executable, __file__, "--child", target, "--requests", str(requests),
          "--sections", json.dumps(sections)],
-        check=True, capture_output=True, text=True, env=os.environ.copy())
+        check=True, capture_output=True, text=True, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -223,6 +249,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trivial-ping", action="store_true",
                         help="also the trivial app with one Redis PING round trip after "
                              "each request (needs --driver redis)")
+    parser.add_argument("--keyed", action="store_true",
+                        help="also each driver with every post under an Idempotency-Key "
+                             "of its own (target DRIVER+key)")
+    parser.add_argument("--tree", type=Path, action="append", default=[],
+                        help="a delayq source tree to measure each driver (without key) "
+                             "from as well, as DRIVER@N for the N-th tree; repeatable")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--sections", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -232,7 +264,13 @@ def main(argv: list[str] | None = None) -> None:
     drivers = args.driver or ["redis"]
     if args.trivial_ping and "redis" not in drivers:
         parser.error("--trivial-ping needs --driver redis (its Redis answers the PINGs)")
-    targets = [TRIVIAL, *([TRIVIAL_PING] if args.trivial_ping else []), *drivers]
+    trees = [tree.resolve() for tree in args.tree]
+    targets = [TRIVIAL, *([TRIVIAL_PING] if args.trivial_ping else []), *drivers,
+               *([driver + KEYED for driver in drivers] if args.keyed else []),
+               *(f"{driver}{TREE_SEPARATOR}{number}" for driver in drivers
+                 for number in range(1, len(trees) + 1))]
+    for number, tree in enumerate(trees, 1):
+        print(f"tree {number}: {tree}")
     results: dict[str, list[dict[str, float]]] = {target: [] for target in targets}
     with tempfile.TemporaryDirectory(prefix="delayq-in-process-") as tmp, \
             contextlib.ExitStack() as services:
@@ -243,10 +281,14 @@ def main(argv: list[str] | None = None) -> None:
             sections[name] = backend.sections(directory)
             services.enter_context(backend.service(sections[name], directory))
         sections[TRIVIAL_PING] = sections.get("redis", {})
+        for name in drivers:
+            sections[name + KEYED] = sections[name]
         for _ in range(args.rounds):
             for target in results:
-                results[target].append(
-                    run_child(target, args.requests, sections.get(target, {})))
+                served, _, number = target.partition(TREE_SEPARATOR)
+                results[target].append(run_child(
+                    served, args.requests, sections.get(served, {}),
+                    trees[int(number) - 1] if number else None))
     print("| target | CPU ms/request, each round | mean | user | system | ratio to trivial |")
     print("|---|---|---:|---:|---:|---:|")
 

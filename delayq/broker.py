@@ -15,10 +15,11 @@ from typing import Any
 
 from delayq import errors, metrics, retry, validation
 from delayq import queue as q
-from delayq.claim import Claim
+from delayq.claim import Claim, delete_refusal, refuse_delete
+from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.operations import Steps, operation
-from delayq.queue import QueueCounts, QueueStats
+from delayq.queue import QueueCounts, QueueFilter, QueuePage, QueueStats
 from delayq.storage.base import Driver
 from delayq.subscription import Subscription, SubscriptionChange
 from delayq.validation import Limits, MessageEdit, PostedMessage, Quotas
@@ -29,6 +30,10 @@ PATCH_OPS = ("add", "replace", "remove")
 METADATA_ATTEMPTS = 3
 LAST_ATTEMPT = METADATA_ATTEMPTS - 1
 PATCH_PREFIX = "/metadata/"
+# A filtered queue listing reads the project's queues FILTER_BATCH at a time, at most
+# FILTER_SCAN of them a request (Broker.select_queues).
+FILTER_BATCH = 100
+FILTER_SCAN = 1000
 
 
 class Broker:
@@ -117,6 +122,36 @@ class Broker:
         return [(name, self.with_reserved_defaults(metadata)) for name, metadata in listed]
 
     @operation
+    def select_queues(self, project: str, marker: str | None, limit: int,
+                      matching: QueueFilter) -> Steps[QueuePage]:
+        """Up to *limit* queues after *marker*, by name, that *matching* shows, with
+        their metadata (reserved defaults filled in).
+
+        Unfiltered, one listing of the driver's. Filtered, the driver's listing is read
+        page after page, at most ``FILTER_SCAN`` queues a request: the next page's
+        marker is then the last queue read, so a request stays short however rare the
+        matches, and a page may hold fewer than *limit* (even none) before the end. A
+        filtered page that read the last queue has no next marker.
+        """
+        if not matching:
+            queues = yield from self.list_queues.steps(project, marker, limit)
+            return QueuePage(queues, queues[-1][0] if queues else None)
+        found: list[tuple[str, dict[str, Any]]] = []
+        after = marker
+        for _ in range(0, FILTER_SCAN, FILTER_BATCH):
+            listed = yield from self.driver.list_queues.steps(project, after, FILTER_BATCH)
+            for name, metadata in listed:
+                after = name
+                shown = self.with_reserved_defaults(metadata)
+                if matching.matches(name, shown):
+                    found.append((name, shown))
+                    if len(found) == limit:
+                        return QueuePage(found, name)
+            if len(listed) < FILTER_BATCH:
+                return QueuePage(found, None)  # every queue read
+        return QueuePage(found, after)
+
+    @operation
     def count_queues(self, project: str) -> Steps[int]:
         return (yield from self.driver.count_queues.steps(project))
 
@@ -141,7 +176,7 @@ class Broker:
 
     @operation
     def post(self, project: str, queue: str, client_id: str, messages: list[PostedMessage],
-             size: int) -> Steps[list[str]]:
+             size: int, key: PostKey | None = None) -> Steps[list[str]]:
         """Store posted messages, each with its ttl and delay resolved for *queue*.
 
         *size* is the request body's length, checked against the queue's own
@@ -154,6 +189,12 @@ class Broker:
         Quotas: a post that would create its queue counts against
         ``max_queues_per_project``; ``max_messages_per_queue`` goes to the driver, which
         checks it in the post's own step. With both 0 a post reads nothing more.
+
+        With *key* (``delayq.idempotency``), the driver's step stores the messages and
+        the key together, or nothing when it keeps the key already: the post is then
+        answered with the ids the first one stored, if its body was the same (else
+        KeyReused), and counts nothing. A repeat is checked as any post is before the
+        driver looks its key up.
         """
         delays = yield from self._own_delays(messages)
         message_quota = self.quotas.max_messages_per_queue
@@ -172,11 +213,13 @@ class Broker:
             try:
                 ids = yield from self.driver.post_messages.steps(
                     project, queue, client_id, resolved, metadata_token=token,
-                    message_quota=message_quota)
+                    message_quota=message_quota, key=key)
                 break
             except errors.MetadataChanged:
                 if attempt == LAST_ATTEMPT:
                     raise
+            except KeyTaken as taken:
+                return replayed(key, taken.stored)
         self.counters.count(metrics.POSTED, len(ids))
         return ids
 
@@ -263,8 +306,31 @@ class Broker:
         yield from self.driver.delete_message.steps(project, queue, message_id, claim_id)
 
     @operation
-    def delete_messages(self, project: str, queue: str, ids: list[str]) -> Steps[None]:
-        yield from self.driver.delete_messages.steps(project, queue, ids)
+    def delete_messages(self, project: str, queue: str, ids: list[str],
+                        claim_ids: list[str] | None = None) -> Steps[None]:
+        """Delete the messages among *ids*, claimed or not; with *claim_ids*
+        (``message_delete_with_claim_id``) only messages that a live claim among them
+        holds.
+
+        With *claim_ids*, every live message among *ids* is read first, and the request
+        is refused whole (MessageNotClaimed, ClaimMismatch) unless each is held by one
+        of *claim_ids*; then each is deleted under its claim, atomically
+        (``Driver.delete_message``): a claim that ended between the read and its delete
+        refuses that delete, and the ones before it stay done.
+        """
+        if claim_ids is None:
+            yield from self.driver.delete_messages.steps(project, queue, ids)
+            return
+        found = yield from self.driver.get_messages.steps(project, queue, ids)
+        allowed = set(claim_ids)
+        for message in found:
+            holder = message.live_claim_id
+            if holder not in allowed:
+                refuse_delete(delete_refusal(claim_ids[0], holder), message.id,
+                              ", ".join(claim_ids))
+        for message in found:
+            yield from self.driver.delete_message.steps(project, queue, message.id,
+                                                        message.live_claim_id)
 
     @operation
     def pop(self, project: str, queue: str, limit: int) -> Steps[list[Message]]:
@@ -434,6 +500,14 @@ def push_backoff(metadata: dict[str, Any], dead_letter: q.DeadLetterPolicy | Non
     policy = retry.effective(metadata.get(retry.RETRY_POLICY),
                              subscription.options.get(retry.RETRY_POLICY))
     return retry.backoff(policy, dead_letter.max_claim_count if dead_letter else None)
+
+
+def replayed(key: PostKey, stored: StoredKey) -> list[str]:
+    """The answer to a post whose *key* a driver keeps as *stored*: the first post's
+    message ids when the bodies are the same, else KeyReused."""
+    if stored.digest != key.digest:
+        raise errors.KeyReused.by_post(key.key, key.window)
+    return stored.ids
 
 
 def is_delayed_queue(queue_delay: int) -> bool:

@@ -29,6 +29,9 @@ EVENTS_GROUP = "events"
 QUOTAS_GROUP = "quotas"
 
 KEYSTONE = "keystone"
+# [transport] client_id_uuid_safe: Zaqar's two settings.
+CLIENT_ID_STRICT = "strict"
+CLIENT_ID_OFF = "off"
 
 # ``[drivers] message_store`` name -> the driver's option group, and its options.
 DRIVER_OPTIONS = {"sqlite": sqlite_options, "redis": redis_options,
@@ -90,6 +93,32 @@ transport_opts = [
                help="Seconds a subscription lives when its creator gives no ttl."),
     cfg.IntOpt("max_subscriptions_per_page", default=20, min=1,
                help="Largest page of a subscription listing."),
+    cfg.IntOpt("idempotency_window", default=300, min=1,
+               help="Seconds a message post's Idempotency-Key is kept: a post repeating "
+                    "the key within them, to the same queue of the same project, stores "
+                    "nothing and is answered as the first post was (with a different "
+                    "body, a 422). The default is SQS FIFO's deduplication interval. "
+                    "Deleting or purging the queue forgets its keys."),
+    cfg.StrOpt("client_id_uuid_safe", default=CLIENT_ID_STRICT,
+               choices=[(CLIENT_ID_STRICT, "Client-ID must be a UUID."),
+                        (CLIENT_ID_OFF, "Client-ID may be any string of "
+                                        "min_length_client_id to max_length_client_id "
+                                        "characters.")],
+               help="What a Client-ID header may hold, as in Zaqar. A UUID is taken in "
+                    "its canonical form either way, so a client is the same client "
+                    "whatever the setting."),
+    cfg.IntOpt("min_length_client_id", default=10, min=1,
+               help="Shortest Client-ID accepted when client_id_uuid_safe is off."),
+    cfg.IntOpt("max_length_client_id", default=36, min=1,
+               help="Longest Client-ID accepted when client_id_uuid_safe is off."),
+    cfg.BoolOpt("message_delete_with_claim_id", default=False,
+                help="Deleting messages by id needs the claim that holds them, as in "
+                     "Zaqar: DELETE of one message without claim_id, and DELETE "
+                     "?ids= without claim_ids (or claim_ids without ids), are a 400; "
+                     "?ids= deletes only messages that a live claim of claim_ids holds, "
+                     "and refuses the request whole otherwise. Pops are allowed. Keeps "
+                     "a message from being deleted before a consumer claimed and "
+                     "handled it."),
 ]
 
 drivers_opts = [

@@ -150,6 +150,17 @@ class SubscriptionExists(Conflict):
                    "subscriptions are unique by project, queue and subscriber.")
 
 
+class KeyReused(DelayqError):
+    """An Idempotency-Key of a post within its window came with another body (HTTP 422);
+    nothing is stored."""
+
+    @classmethod
+    def by_post(cls, key: str, window: int) -> KeyReused:
+        return cls(f"Idempotency-Key {key[:80]!r} was used for a post with another body "
+                   f"within the last {window} seconds (idempotency_window): send this "
+                   "post under a new key.")
+
+
 class QuotaExceeded(DelayqError):
     """A request would take a project or a queue past an operator's quota (HTTP 403);
     nothing of it is done."""

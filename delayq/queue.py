@@ -9,8 +9,11 @@ from typing import Any
 
 from delayq.message import Message
 
-NAME_CHARACTERS = string.ascii_letters + string.digits + "_-"
+NAME_CHARACTERS = string.ascii_letters + string.digits + "_-."
 MAX_NAME_LENGTH = 64
+# Path segments that URLs resolve away (RFC 3986's dot segments): a client would send
+# /v2/queues/../messages as /v2/messages, so no such queue could be reached.
+DOT_SEGMENTS = (".", "..")
 
 # Reserved queue attributes: the leading underscore marks them as delayq's, not the user's.
 DEFAULT_MESSAGE_TTL = "_default_message_ttl"
@@ -31,15 +34,56 @@ RESERVED_ATTRIBUTES = (
 
 
 def is_valid_name(name: str) -> bool:
-    """True for a queue name: 1 to 64 ASCII letters, digits, underscores or hyphens."""
-    return 0 < len(name) <= MAX_NAME_LENGTH and _only_name_characters(name)
+    """True for a queue name: 1 to 64 ASCII letters, digits, underscores, hyphens or
+    dots, other than ``.`` and ``..``."""
+    return (0 < len(name) <= MAX_NAME_LENGTH and _only_name_characters(name)
+            and name not in DOT_SEGMENTS)
 
 
 @functools.lru_cache(maxsize=4096)  # every request names its queue, mostly the same few
 def _only_name_characters(name: str) -> bool:
     # A valid name strips to "" (str.strip, in C): cheaper than a regular expression's
-    # match, though each character is looked for among the 64 allowed.
+    # match, though each character is looked for among the 65 allowed.
     return not name.strip(NAME_CHARACTERS)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFilter:
+    """Which queues a listing shows, as Zaqar's ``GET /v2/queues`` filters them: names
+    holding *name* (None: any), and metadata with each of *metadata*'s keys equal to
+    its value (an int matches an int, never a boolean)."""
+
+    name: str | None = None
+    metadata: tuple[tuple[str, int | str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.name) or bool(self.metadata)
+
+    def matches(self, name: str, metadata: dict[str, Any]) -> bool:
+        """Whether queue *name* with *metadata* (reserved defaults filled in) is shown."""
+        if self.name and self.name not in name:
+            return False
+        return all(key in metadata and _equal(metadata[key], wanted)
+                   for key, wanted in self.metadata)
+
+
+def _equal(value: Any, wanted: int | str) -> bool:
+    """Whether metadata *value* is filter value *wanted*: a number equal to an int (a
+    boolean is none), or the same string."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(wanted, int):
+        return isinstance(value, int | float) and value == wanted
+    return value == wanted
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    """A page of a queue listing: ``(name, metadata)`` pairs, and the marker of the next
+    page (None when the listing is over)."""
+
+    queues: list[tuple[str, dict[str, Any]]]
+    next_marker: str | None
 
 
 @dataclass(frozen=True, slots=True)

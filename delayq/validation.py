@@ -21,7 +21,13 @@ from oslo_config import cfg
 
 from delayq import jsontext, retry
 from delayq import queue as q
-from delayq.conf import QUOTAS_GROUP, TRANSPORT_GROUP, quotas_opts, transport_opts
+from delayq.conf import (
+    CLIENT_ID_STRICT,
+    QUOTAS_GROUP,
+    TRANSPORT_GROUP,
+    quotas_opts,
+    transport_opts,
+)
 from delayq.errors import ValidationError
 from delayq.message import NO_CHANGE, Unchanged
 from delayq.subscription import SubscriptionChange
@@ -71,6 +77,11 @@ class Limits:
     max_claim_grace: int = _TRANSPORT["max_claim_grace"]
     default_subscription_ttl: int = _TRANSPORT["default_subscription_ttl"]
     max_subscriptions_per_page: int = _TRANSPORT["max_subscriptions_per_page"]
+    client_id_uuid_safe: str = _TRANSPORT["client_id_uuid_safe"]
+    min_length_client_id: int = _TRANSPORT["min_length_client_id"]
+    max_length_client_id: int = _TRANSPORT["max_length_client_id"]
+    message_delete_with_claim_id: bool = _TRANSPORT["message_delete_with_claim_id"]
+    idempotency_window: int = _TRANSPORT["idempotency_window"]
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Limits:
@@ -88,6 +99,10 @@ class Limits:
             if getattr(self, default) > getattr(self, limit):
                 raise ValueError(f"[{TRANSPORT_GROUP}] {default} = {getattr(self, default)} "
                                  f"is above {limit} = {getattr(self, limit)}.")
+        if self.min_length_client_id > self.max_length_client_id:
+            raise ValueError(f"[{TRANSPORT_GROUP}] min_length_client_id = "
+                             f"{self.min_length_client_id} is above max_length_client_id = "
+                             f"{self.max_length_client_id}: no Client-ID would do.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +183,48 @@ def queue_name(name: str) -> str:
     if not q.is_valid_name(name):
         raise ValidationError(
             f"Queue name {name[:80]!r} is invalid: use 1 to 64 letters, digits, "
-            "underscores or hyphens.")
+            "underscores, hyphens or dots (not . or .. alone).")
     return name
+
+
+# The query parameters of GET /v2/queues that are not metadata filters (Zaqar's).
+QUEUE_LISTING_PARAMETERS = ("marker", "limit", "detailed", "name", "with_count")
+INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def queue_filter(params: dict[str, str | list[str]]) -> q.QueueFilter:
+    """The filter of a queue listing's query *params*, as Zaqar reads them: ``name``, a
+    part of the names listed; every parameter but ``QUEUE_LISTING_PARAMETERS``, a
+    metadata key and the value it must have (an integer when it reads as one, else the
+    string)."""
+    for key, value in params.items():
+        if isinstance(value, list):
+            raise ValidationError(f"Query parameter {key[:40]!r} is given more than once.")
+    name = params.get("name") or None
+    metadata = tuple(sorted(
+        (key, int(value) if INTEGER.fullmatch(value) else value)
+        for key, value in params.items() if key not in QUEUE_LISTING_PARAMETERS))
+    return q.QueueFilter(name, metadata)
+
+
+MAX_IDEMPOTENCY_KEY = 255
+# Visible ASCII but the double quote and the backslash, which a quoted key cannot hold.
+IDEMPOTENCY_KEY = re.compile(rf"[!#-\[\]-~]{{1,{MAX_IDEMPOTENCY_KEY}}}")
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header of a message post: 1 to 255 visible ASCII
+    characters but ``"`` and ``\\``, bare or in double quotes (the key of ``"k1"`` is
+    ``k1``, as a structured-field string); None when absent."""
+    if value is None:
+        return None
+    key = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        raise ValidationError(
+            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters "
+            f"(no spaces, quotes or backslashes), bare or in double quotes; got "
+            f"{value[:80]!r}.", title="Invalid Idempotency-Key")
+    return key
 
 
 def project_id(value: str | None) -> str:
@@ -182,16 +237,25 @@ def project_id(value: str | None) -> str:
     return value
 
 
-def client_id(value: str | None) -> str:
-    """The Client-ID header, required on message and claim requests: a UUID."""
+def client_id(value: str | None, limits: Limits) -> str:
+    """The Client-ID header, required on message and claim requests: a UUID, or with
+    ``client_id_uuid_safe = off`` any string of ``min_length_client_id`` to
+    ``max_length_client_id`` characters. A UUID is given in its canonical form either
+    way."""
     if not value:
         raise ValidationError("The Client-ID header is required on message and claim "
                               "requests: send a UUID in it.", title="Missing header value")
     canonical = _canonical_uuid(value)
-    if canonical is None:
-        raise ValidationError(f"Client-ID must be a UUID; got {value[:80]!r}.",
-                              title="Wrong UUID value")
-    return canonical
+    if limits.client_id_uuid_safe == CLIENT_ID_STRICT:
+        if canonical is None:
+            raise ValidationError(f"Client-ID must be a UUID; got {value[:80]!r}.",
+                                  title="Wrong UUID value")
+        return canonical
+    low, high = limits.min_length_client_id, limits.max_length_client_id
+    if not low <= len(value) <= high:
+        raise ValidationError(f"Client-ID must be {low} to {high} characters long; got "
+                              f"{len(value)}.", title="Wrong client ID length")
+    return canonical or value
 
 
 @functools.lru_cache(maxsize=4096)
@@ -561,6 +625,27 @@ def subscription_change(document: Any, limits: Limits) -> SubscriptionChange:
         else subscriber(document["subscriber"]),
         ttl=None if ttl is None else subscription_ttl(ttl),
         options=None if options is None else subscription_options(options, limits))
+
+
+def single_delete(claim_id: str | None, limits: Limits) -> None:
+    """Refuse a delete of one message without *claim_id* when
+    ``message_delete_with_claim_id`` asks for one."""
+    if limits.message_delete_with_claim_id and claim_id is None:
+        raise ValidationError("claim_id is required to delete a message: "
+                              "message_delete_with_claim_id is on.")
+
+
+def bulk_delete_claims(ids: list[str] | None, raw_claims: list[str] | None,
+                       limits: Limits) -> list[str] | None:
+    """The ``claim_ids`` of a delete by ``ids``: None unless
+    ``message_delete_with_claim_id`` is on, when ``ids`` and ``claim_ids`` go together."""
+    if not limits.message_delete_with_claim_id:
+        return None
+    claims = [part for item in raw_claims or () for part in item.split(",") if part]
+    if (ids is None) != (not claims):
+        raise ValidationError("ids and claim_ids go together: message_delete_with_claim_id "
+                              "is on, so a delete by ids names the claims holding them.")
+    return list(dict.fromkeys(claims)) or None
 
 
 def message_ids(raw: list[str], limits: Limits) -> list[str]:

@@ -6,7 +6,7 @@ bulk writes a server receives). Set ``DELAYQ_TEST_MONGODB_URI`` to a replica set
 ``mongodb://127.0.0.1:27017/?replicaSet=rs0``, and the same suite also runs against it,
 each test in a database of its own (``delayq_test_*``, dropped at the end of the session).
 
-mongomock is made to keep two promises of a real server that the driver relies on:
+mongomock is made to keep three promises of a real server that the driver relies on:
 
 1. A write to a document is atomic: MongoDB matches a document against an update's
    filter and modifies it as one step, so of two updates filtered on the same state only
@@ -15,10 +15,16 @@ mongomock is made to keep two promises of a real server that the driver relies o
    server's guarantee (coarser than a server's, never weaker).
 2. pymongo 4.11 and later pass ``UpdateOne``'s ``sort`` argument to bulk writes, which
    mongomock 4.3 does not accept; an unset one is dropped.
+3. A transaction (``session.with_transaction``) commits whole or not at all, and no
+   other operation sees it half done. mongomock has no sessions; here a session's
+   transaction runs its callback holding the lock of promise 1 (so nothing runs beside
+   it), and puts back every collection's documents as they were when the callback
+   raises. Operations ignore the session they are given.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import threading
@@ -40,11 +46,43 @@ _ATOMIC = ("insert_one", "insert_many", "update_one", "update_many", "replace_on
 
 def _atomic(method):
     @functools.wraps(method)
-    def locked(*args, **kwargs):
+    def locked(*args, session=None, **kwargs):
         with _LOCK:
             return method(*args, **kwargs)
 
     return locked
+
+
+class _Session:
+    """A mongomock client's session: transactions as promise 3 says."""
+
+    def __init__(self, client: mongomock.MongoClient) -> None:
+        self._client = client
+
+    def __enter__(self) -> _Session:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        return None
+
+    def with_transaction(self, callback, **options):
+        with _LOCK:
+            saved = self._documents()
+            try:
+                return callback(self)
+            except BaseException:
+                for collection, documents in self._stores():
+                    collection._documents = saved.get(id(collection), type(documents)())
+                raise
+
+    def _stores(self):
+        for database in self._client._store._databases.values():
+            for collection in database._collections.values():
+                yield collection, collection._documents
+
+    def _documents(self) -> dict:
+        return {id(collection): copy.deepcopy(documents)
+                for collection, documents in self._stores()}
 
 
 def _accept_unset_sort(add_update):
@@ -67,6 +105,7 @@ def _patch_mongomock() -> None:
     cursor._compute_results = _atomic(cursor._compute_results)
     builder = mongomock.collection.BulkOperationBuilder
     builder.add_update = _accept_unset_sort(builder.add_update)
+    mongomock.MongoClient.start_session = lambda client, **options: _Session(client)
     collection._delayq_atomic = True
 
 

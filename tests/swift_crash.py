@@ -18,10 +18,11 @@ from typing import Any
 from swiftclient.client import Connection
 
 from delayq.broker import Broker
+from delayq.idempotency import PostKey
 from delayq.message import NewMessage
 from delayq.storage.swift.driver import Driver
 from delayq.storage.swift.layout import CLAIMED, MESSAGE_PREFIX, Entry, Record
-from delayq.validation import Limits, message_edit
+from delayq.validation import Limits, PostedMessage, message_edit
 
 
 def die() -> None:
@@ -103,7 +104,36 @@ def after_rewriting_the_edited(driver: Driver) -> None:
     objects.move_entry = dying_move_entry
 
 
+def after_the_key_bid(driver: Driver) -> None:
+    """Dies once it has won the bid for a keyed post's key object, before any message."""
+    dies_after(driver._objects, "bid",
+               lambda won, container, name, post, headers: won and name.startswith("i/"))
+
+
+def after_the_first_message(driver: Driver) -> None:
+    """Dies once one message object of a keyed post is created (phase 1 under way)."""
+    dies_after(driver._objects, "create",
+               lambda created, container, name, body, headers:
+               name.startswith(MESSAGE_PREFIX))
+
+
+def after_marking_visible(driver: Driver) -> None:
+    """Dies once a keyed post's messages are all created and its key object says so,
+    before any index entry is written (phase 2 not begun)."""
+    mark = driver._keys._mark
+
+    def mark_then_die(container: str, name: str, state: str, until: str) -> None:
+        mark(container, name, state, until)
+        if state == "visible":
+            die()
+
+    driver._keys._mark = mark_then_die
+
+
 KINDS: dict[str, Callable[[Driver], None]] = {
+    "after-key-bid": after_the_key_bid,
+    "after-first-message": after_the_first_message,
+    "after-visible": after_marking_visible,
     "after-claim-bid": after_winning("claim"),
     "after-claim-record": after_writing_the_claim,
     "after-claim-entry": after_the_new_entry,
@@ -175,3 +205,13 @@ def edit_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: st
     broker = dying_broker(kind, auth, prefix, now)
     broker.edit_message(project, queue, message_id, message_edit(document, broker.limits))
     raise SystemExit("the edit finished without reaching the crash point")
+
+
+def keyed_post_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
+                       queue: str, now: float, key: PostKey, bodies: list[Any]) -> None:
+    """Post *bodies* to *queue* under *key* at time *now* with a driver that dies at
+    *kind*."""
+    broker = dying_broker(kind, auth, prefix, now)
+    broker.post(project, queue, "keyed-producer", [PostedMessage(b, None, None)
+                                                   for b in bodies], size=0, key=key)
+    raise SystemExit("the post finished without reaching the crash point")

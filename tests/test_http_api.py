@@ -788,7 +788,7 @@ def test_redrive_to_a_destination(client, headers):
 
 @pytest.mark.parametrize(("document", "complaint"), [
     ({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"limit": "5"}, "limit"),
-    ({"destination": "dlq"}, "destination"), ({"destination": "a.b"}, "destination"),
+    ({"destination": "dlq"}, "destination"), ({"destination": "a b"}, "destination"),
     ({"destination": 5}, "destination"), ({"where": "q"}, "where"), ([], "JSON object"),
 ])
 def test_a_bad_redrive_is_a_400_that_moves_nothing(client, headers, document, complaint):

@@ -113,8 +113,9 @@ def test_request_latency_is_labelled_by_route_template(client, headers):
 
 def test_queue_gauges_free_claimed_delayed(client, headers):
     project = headers["X-Project-ID"]
-    delayed_queue = f"d-{uuid.uuid4().hex[:8]}"
-    queue = f"q-{uuid.uuid4().hex[:8]}"
+    # Dotted names: each its own series, named as the queue is.
+    delayed_queue = f"d.{uuid.uuid4().hex[:8]}"
+    queue = f"{delayed_queue}.q"
     client.simulate_put(f"/v2/queues/{delayed_queue}", headers=headers,
                         json={"_default_message_delay": 600})
     post(client, headers, delayed_queue, 3)

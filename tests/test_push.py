@@ -1,8 +1,8 @@
 """Push delivery end to end: the real ``delayq-server`` (gunicorn, 2 workers, on SQLite
 and on Redis) pushes to real HTTP receivers started here — one that succeeds, one that
-answers 500, one that times out, and a port nobody listens on. Never early, retries spaced as the policy says,
-dead-lettered after the last attempt, exactly the expected number of requests, and a
-worker SIGKILLed mid-push loses nothing."""
+answers 500, one that times out, and a port nobody listens on. Never early, retries
+spaced as the policy says, dead-lettered after the last attempt, exactly the expected
+number of requests, and a worker SIGKILLed mid-push loses nothing."""
 
 from __future__ import annotations
 

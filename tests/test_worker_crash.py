@@ -1,7 +1,9 @@
 """Crashes under load: a produce / consume / dead-letter workload runs over HTTP against
 the real ``delayq-server`` (gunicorn, 2 workers) while worker processes are killed with
 SIGKILL again and again — or while Redis, or the whole SQLite-backed server, is killed
-and restarted. Afterwards every message is accounted for exactly once.
+and restarted. Afterwards every message is accounted for exactly once. Producers posting
+under an ``Idempotency-Key`` repeat each unanswered post until it is answered, and then
+every message is stored exactly once.
 
 What a client was told is the contract; a request whose answer was lost to a crash may
 or may not have taken effect:
@@ -19,6 +21,7 @@ message that moved to the dead-letter queue is still the same message.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -127,35 +130,43 @@ def consume(url: str, project: str, ledger: Ledger, stop: threading.Event) -> No
                     ledger.released += released is not None
 
 
-def run_workload(url: str, project: str, chaos: Callable[[threading.Event], None]
-                 ) -> Ledger:
-    """Producers and consumers for WORKLOAD_SECONDS while *chaos* runs in its own thread
-    (until the event is set); every thread's failure is raised here."""
-    ledger = Ledger()
+def run_for_a_while(jobs: list[Callable[[threading.Event], None]],
+                    join_timeout: float = 60) -> None:
+    """Each job in a thread of its own for WORKLOAD_SECONDS (until the event it is given
+    is set); the first thread's failure is raised here."""
     stop = threading.Event()
     failures: list[BaseException] = []
 
-    def guarded(target: Callable[..., None], *args: object) -> threading.Thread:
+    def guarded(job: Callable[[threading.Event], None]) -> threading.Thread:
         def run() -> None:
             try:
-                target(*args)
+                job(stop)
             except BaseException as exc:
                 failures.append(exc)
                 stop.set()
         return threading.Thread(target=run)
 
-    threads = [guarded(produce, url, project, f"p{i}", ledger, stop)
-               for i in range(PRODUCERS)]
-    threads += [guarded(consume, url, project, ledger, stop) for _ in range(CONSUMERS)]
-    threads.append(guarded(chaos, stop))
+    threads = [guarded(job) for job in jobs]
     for thread in threads:
         thread.start()
     stop.wait(WORKLOAD_SECONDS)
     stop.set()
     for thread in threads:
-        thread.join(60)
+        thread.join(join_timeout)
     if failures:
         raise failures[0]
+
+
+def run_workload(url: str, project: str, chaos: Callable[[threading.Event], None]
+                 ) -> Ledger:
+    """Producers and consumers for WORKLOAD_SECONDS while *chaos* runs in its own thread
+    (until the event is set); every thread's failure is raised here."""
+    ledger = Ledger()
+    run_for_a_while([*(functools.partial(produce, url, project, f"p{i}", ledger)
+                       for i in range(PRODUCERS)),
+                     *(functools.partial(consume, url, project, ledger)
+                       for _ in range(CONSUMERS)),
+                     chaos])
     return ledger
 
 
@@ -250,6 +261,62 @@ def test_killed_workers_lose_and_duplicate_nothing(tmp_path, config):
     assert len(kills) >= 5, kills
     assert tally["posted"] >= 50 and tally["deleted"] >= 20, tally
     assert ledger.released > 0 and tally["dead_lettered"] > 0, (ledger, tally)
+
+
+# Idempotent posts: producers repeat every unanswered post under its key.
+
+KEYED = "keyed"
+KEYED_PRODUCERS = 3
+RETRY_DEADLINE = 60.0  # seconds a producer repeats one post before the test fails
+
+
+@dataclass
+class KeyedLedger:
+    posted: set[str] = field(default_factory=set)  # answered 201, after any repeats
+    repeats: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def keyed_produce(url: str, project: str, name: str, ledger: KeyedLedger,
+                  stop: threading.Event) -> None:
+    """Post batches of 3 under a key each, repeating a post (same key, same body) until
+    it is answered."""
+    with httpx.Client(base_url=url, headers=headers(project), timeout=10) as client:
+        n = 0
+        while not stop.is_set():
+            bodies = [f"{name}-{n + i}" for i in range(3)]
+            n += len(bodies)
+            document = {"messages": [{"body": body, "ttl": 600} for body in bodies]}
+            key = {"Idempotency-Key": f"{name}-{n}"}
+            deadline = time.monotonic() + RETRY_DEADLINE
+            while (response := answered(client.post, f"/v2/queues/{KEYED}/messages",
+                                        json=document, headers=key)) is None:
+                assert time.monotonic() < deadline, f"post {key} never answered"
+                with ledger.lock:
+                    ledger.repeats += 1
+                time.sleep(0.05)
+            assert response.status_code == 201, response.text
+            with ledger.lock:
+                ledger.posted.update(bodies)
+
+
+def test_repeated_keyed_posts_store_each_message_exactly_once(tmp_path, config):
+    """Workers are killed while producers post under keys and repeat every post that got
+    no answer: in the end each message is in the queue once, none lost, none doubled."""
+    project = f"crash-{uuid.uuid4().hex[:6]}"
+    ledger = KeyedLedger()
+    kills: list[int] = []
+    with two_workers(tmp_path / "server", config) as server:
+        run_for_a_while([*(functools.partial(keyed_produce, server.url, project, f"k{i}",
+                                             ledger) for i in range(KEYED_PRODUCERS)),
+                         worker_killer(server, kills)], join_timeout=RETRY_DEADLINE + 10)
+        wait_until_serving(server)
+        stored = Counter(queued_bodies(server.url, project, KEYED))
+    assert not [body for body, n in stored.items() if n > 1]
+    assert set(stored) == ledger.posted
+    assert len(kills) >= 5, kills
+    assert ledger.repeats > 0 and len(ledger.posted) >= 60, (ledger.repeats,
+                                                              len(ledger.posted))
 
 
 def test_a_redis_restart_loses_nothing_acknowledged(tmp_path):

@@ -33,7 +33,7 @@ class ClaimCollection(_ClaimResource):
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
@@ -69,7 +69,7 @@ class ClaimResource(_ClaimResource):
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
                      claim_id: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         claim = await self.execute(self.broker.get_claim, project, name, claim_id)
         resp.content_location = views.claim_href(name, claim_id)
@@ -78,7 +78,7 @@ class ClaimResource(_ClaimResource):
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
                        claim_id: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         document = await request.json_body(req, MAX_CLAIM_BODY, "claim update",
                                            if_empty={})
@@ -89,7 +89,7 @@ class ClaimResource(_ClaimResource):
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
                         claim_id: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         await self.execute(self.broker.release_claim, project, name, claim_id)
         self.longpoll.notify(project, name)

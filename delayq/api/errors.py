@@ -20,6 +20,7 @@ STATUS = {
     errors.ClaimMismatch: (falcon.HTTP_403, "Unable to delete"),
     errors.MessageNotClaimed: (falcon.HTTP_400, "Unable to delete"),
     errors.QuotaExceeded: (falcon.HTTP_403, "Quota exceeded"),
+    errors.KeyReused: (falcon.HTTP_422, "Idempotency key reused"),
     errors.Conflict: (falcon.HTTP_409, "Conflict"),
     errors.NotAuthenticated: (falcon.HTTP_401, "Unauthorized"),
     errors.Forbidden: (falcon.HTTP_403, "Forbidden"),

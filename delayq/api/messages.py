@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import falcon
 
-from delayq import jsontext, validation
+from delayq import idempotency, jsontext, validation
 from delayq.api import request, views
 from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
@@ -42,13 +42,21 @@ class MessageCollection(_MessageResource):
 
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
-        client = request.client(req)
+        client = request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
+        key = validation.idempotency_key(req.get_header(idempotency.HEADER))
         raw = await request.body(req, limits.max_messages_post_size, "message post")
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
-        ids = await self.execute(self.broker.post, project, name, client, posted, len(raw))
+        if key is None:
+            ids = await self.execute(self.broker.post, project, name, client, posted,
+                                     len(raw))
+        else:
+            ids = await self.execute(self.broker.post, project, name, client, posted,
+                                     len(raw), idempotency.PostKey(
+                                         key, idempotency.digest(raw),
+                                         limits.idempotency_window))
         self.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location, document = views.posted(name, ids)
@@ -56,7 +64,7 @@ class MessageCollection(_MessageResource):
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
-        client = request.client(req)
+        client = request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
         details = validation.query_bool(req.get_param("details"), "details")
@@ -94,16 +102,18 @@ class MessageCollection(_MessageResource):
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         limits = self.limits
         ids = req.get_param_as_list("ids")
         pop = req.get_param("pop")
         if (ids is None) == (pop is None):
             raise ValidationError("DELETE on messages takes exactly one of ids or pop.")
+        claim_ids = validation.bulk_delete_claims(ids, req.get_param_as_list("claim_ids"),
+                                                  limits)
         if ids is not None:
             await self.execute(self.broker.delete_messages, project, name,
-                           validation.message_ids(ids, limits))
+                               validation.message_ids(ids, limits), claim_ids)
             resp.status = falcon.HTTP_204
             return
         if not pop.strip():
@@ -120,7 +130,7 @@ class MessageResource(_MessageResource):
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
                      message_id: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         details = validation.query_bool(req.get_param("details"), "details")
         message = await self.execute(self.broker.get_message, project, name, message_id)
@@ -132,7 +142,7 @@ class MessageResource(_MessageResource):
         with ``claim_id``, hand the message back from that claim, due after ``delay``
         seconds (SQS's ChangeMessageVisibility)."""
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         request.media_type(req, EDIT_TYPES, "Message PATCH")
         limits = self.limits
@@ -153,8 +163,9 @@ class MessageResource(_MessageResource):
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
                         message_id: str) -> None:
         project = request.project(req)
-        request.client(req)
+        request.client(req, self.limits)
         validation.queue_name(name)
         claim_id = req.get_param("claim_id") or None
+        validation.single_delete(claim_id, self.limits)
         await self.execute(self.broker.delete_message, project, name, message_id, claim_id)
         resp.status = falcon.HTTP_204

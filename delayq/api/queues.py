@@ -28,28 +28,32 @@ class QueueCollection(_QueueResource):
     """``/v2/queues``"""
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Zaqar's listing: ``name`` and metadata filters (``validation.queue_filter``),
+        ``detailed``, ``with_count`` (every queue of the project, filters aside)."""
         project = request.project(req)
         limits = self.limits
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
                                          limits.max_queues_per_page, 10)
         marker = req.get_param("marker")
         detailed = validation.query_bool(req.get_param("detailed"), "detailed")
-        queues = await self.execute(self.broker.list_queues, project, marker, limit)
+        with_count = validation.query_bool(req.get_param("with_count"), "with_count")
+        matching = validation.queue_filter(req.params)
+        page = await self.execute(self.broker.select_queues, project, marker, limit,
+                                  matching)
         listed = []
-        for name, metadata in queues:
+        for name, metadata in page.queues:
             view = {"name": name, "href": views.queue_href(name)}
             if detailed:
                 view["metadata"] = metadata
             listed.append(view)
         links = []
-        if queues:
-            params = {"marker": queues[-1][0], "limit": limit}
-            if detailed:
-                params["detailed"] = "true"
+        if page.next_marker is not None:
+            # The same listing, from the next queue on: every parameter kept.
+            params = {**req.params, "marker": page.next_marker, "limit": limit}
             links.append({"rel": "next",
                           "href": f"{views.V2}/queues{falcon.to_query_str(params)}"})
         resp.media = {"queues": listed, "links": links}
-        if validation.query_bool(req.get_param("with_count"), "with_count"):
+        if with_count:
             resp.media["count"] = await self.execute(self.broker.count_queues, project)
 
 

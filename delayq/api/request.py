@@ -48,8 +48,9 @@ def project(req: falcon.Request) -> str:
     return validation.project_id(req.get_header(PROJECT_HEADER))
 
 
-def client(req: falcon.Request) -> str:
-    return validation.client_id(req.get_header(CLIENT_HEADER))
+def client(req: falcon.Request, limits: validation.Limits) -> str:
+    """The Client-ID header, checked (``validation.client_id``)."""
+    return validation.client_id(req.get_header(CLIENT_HEADER), limits)
 
 
 def media_type(req: falcon.Request, accepted: tuple[str, ...], what: str) -> None:

@@ -25,6 +25,7 @@ from oslo_config import cfg
 
 from delayq.claim import Claim
 from delayq.events import Event
+from delayq.idempotency import PostKey
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
@@ -165,8 +166,15 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0) -> list[str]:
+                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
         """Store *messages* in order, creating the queue if needed; their ids.
+
+        *key* (``delayq.idempotency``): when the queue keeps ``key.key`` (stored by a post
+        less than its window ago, on the backend's clock), raise ``KeyTaken`` with what
+        is kept, storing nothing and before any other check; else store the key (its
+        digest, the new ids, kept ``key.window`` seconds) and the messages in one atomic
+        step, so that neither is ever stored without the other. Deleting or purging the
+        queue forgets its keys. None costs nothing.
 
         *metadata_token*: see ``queue_for_write``. *message_quota*, above 0, is the most
         live messages (free, delayed and claimed; not expired ones) the queue may hold

@@ -29,7 +29,7 @@ def claim_and_expire(broker, clock, queue="q", **kwargs):
     ({"_max_claim_count": "3", "_dead_letter_queue": "dlq"}, "_max_claim_count"),
     ({"_max_claim_count": True, "_dead_letter_queue": "dlq"}, "_max_claim_count"),
     ({"_max_claim_count": 2.0, "_dead_letter_queue": "dlq"}, "_max_claim_count"),
-    ({"_max_claim_count": 2, "_dead_letter_queue": "no.dots"}, "_dead_letter_queue"),
+    ({"_max_claim_count": 2, "_dead_letter_queue": "no spaces"}, "_dead_letter_queue"),
     ({"_max_claim_count": 2, "_dead_letter_queue": 7}, "_dead_letter_queue"),
     ({"_max_claim_count": 2, "_dead_letter_queue": "q"}, "_dead_letter_queue"),
     ({"_max_claim_count": 2, "_dead_letter_queue": "dlq",

@@ -42,6 +42,7 @@ import pymongo.errors
 from bson import ObjectId
 from oslo_config import cfg
 from pymongo import ReturnDocument
+from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
@@ -49,6 +50,7 @@ from pymongo.write_concern import WriteConcern
 from delayq import errors, events, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
+from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
@@ -66,6 +68,7 @@ from delayq.storage.mongo.client import (
 )
 from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes
+from delayq.storage.mongo.keys import PostKeys
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.mongo.subscriptions import Subscriptions
 from delayq.storage.mongo.trail import Trail
@@ -142,6 +145,7 @@ class Driver(base.Driver):
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
         self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
         self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
+        self._keys = PostKeys(client, db[lay.POST_KEYS], self._messages, self._allocate)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable:
@@ -242,6 +246,7 @@ class Driver(base.Driver):
         self._claims.delete_many(where)
         existed = self._queues.delete_one(where).deleted_count
         gone += self._messages.delete_many(where).deleted_count
+        self._keys.forget(project, name)
         self._tallies.drop(project, name)
         if existed or gone:  # deleting an absent queue changes nothing
             self._trail.purged(project, name, now)
@@ -253,6 +258,7 @@ class Driver(base.Driver):
         where = {lay.PROJECT: project, lay.QUEUE: name}
         gone = self._messages.delete_many(where).deleted_count
         self._claims.delete_many(where)
+        self._keys.forget(project, name)
         self._tallies.drop(project, name)
         # An empty queue is purged too, an absent one not: the queue is looked up only
         # when the trail needs to know.
@@ -301,8 +307,10 @@ class Driver(base.Driver):
         documents, however many messages the queue holds."""
         return self._tallies.read(project, name, self._now_ms())
 
-    def _allocate(self, project: str, queue: str, count: int, now: int) -> int:
-        """Reserve *count* sequence numbers of the queue, creating it if needed; the first.
+    def _allocate(self, project: str, queue: str, count: int, now: int,
+                  session: ClientSession | None = None) -> int:
+        """Reserve *count* sequence numbers of the queue, creating it if needed; the first
+        (within *session*'s transaction, when given).
 
         Two first posts to a new queue may both try to insert it; MongoDB retries such an
         upsert itself, and so does this for servers that don't.
@@ -313,7 +321,7 @@ class Driver(base.Driver):
             try:
                 doc = self._queues.find_one_and_update(
                     {lay.PROJECT: project, lay.QUEUE: queue}, update, {lay.SEQ: 1}, upsert=True,
-                    return_document=ReturnDocument.AFTER)
+                    return_document=ReturnDocument.AFTER, session=session)
                 return doc[lay.SEQ] - count + 1
             except pymongo.errors.DuplicateKeyError:
                 if attempt == 2:
@@ -326,15 +334,28 @@ class Driver(base.Driver):
     @backend_call
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0) -> list[str]:
+                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
+        """With a key, one transaction stores the key and the messages (``keys.py``)."""
         now = self._now_ms()
+        if key is not None:
+            kept = self._keys.kept(project, queue, key.key, now)
+            if kept is not None:
+                raise KeyTaken(kept)
         if message_quota:
             self._check_message_quota(project, queue, len(messages), message_quota, now)
-        first = self._allocate(project, queue, len(messages), now)
-        docs = [lay.new_message(project, queue, first + i, m.body, m.ttl, m.delay, client_id,
-                                now)
-                for i, m in enumerate(messages)]
+
+        def make(first: int) -> list[dict[str, Any]]:
+            return [lay.new_message(project, queue, first + i, m.body, m.ttl, m.delay,
+                                    client_id, now)
+                    for i, m in enumerate(messages)]
+
         changes = tallies.Changes()
+        if key is not None:
+            docs = self._keys.post(project, queue, key, len(messages), now, make)
+            if isinstance(docs, StoredKey):
+                raise KeyTaken(docs)
+            return self._posted(project, queue, now, docs, changes)
+        docs = make(self._allocate(project, queue, len(messages), now))
         try:
             self._messages.insert_many(docs, ordered=True)
         except pymongo.errors.BulkWriteError as exc:
@@ -343,6 +364,11 @@ class Driver(base.Driver):
                 changes.add(queue, None, doc)
             self._tallies.write(project, changes)
             raise
+        return self._posted(project, queue, now, docs, changes)
+
+    def _posted(self, project: str, queue: str, now: int, docs: list[dict[str, Any]],
+                changes: tallies.Changes) -> list[str]:
+        """Count and record the stored message documents *docs* of a post; their ids."""
         for doc in docs:
             changes.add(queue, None, doc)
         self._tallies.write(project, changes)

@@ -51,6 +51,14 @@ These collections hold everything, for every project:
     compare ``e`` with now; a TTL index on ``e`` removes expired ones within the TTL
     monitor's minute.
 
+``post_keys``
+    The idempotency keys of posts (``delayq.idempotency``, kept by ``keys.py``): one
+    document per key a queue keeps, named by project, queue and key ``ik`` (unique
+    together), with the digest ``dg`` of the post's body and the ids ``ids`` of the
+    messages it stored. ``x`` is when the key is no longer kept, the post's time plus its
+    window: lookups compare it with the current time, and a TTL index on it removes the
+    document afterwards.
+
 ``locks``
     Leases that let one process of the deployment do a job at a time: one document per
     job, named by ``_id``; ``e`` is when the holder's lease ends and ``h`` who holds it
@@ -88,6 +96,7 @@ EVENTS = "events"
 TALLIES = "tallies"
 LOCKS = "locks"
 SUBSCRIPTIONS = "subscriptions"
+POST_KEYS = "post_keys"
 
 # Fields (short: they are repeated in every document)
 ID = "_id"
@@ -116,6 +125,9 @@ TALLY = "n"
 HOLDER = "h"  # locks: who holds the lease (its end is EXPIRES)
 SUBSCRIBER = "sb"
 OPTIONS = "o"
+POST_KEY = "ik"  # post_keys: the idempotency key (with PROJECT and QUEUE)
+POST_DIGEST = "dg"
+POST_IDS = "ids"
 # The locks document of the background reaper's lease (delayq.storage.reaper).
 REAPER_LEASE = "reaper"
 # What a message's tally instants depend on (``tallies.marks``).
@@ -141,6 +153,7 @@ EVENT_TIMES = ("due", "expires")
 # would pick from statistics.
 CLAIMABLE_INDEX = "claimable"
 LISTING_INDEX = "listing"
+POST_KEY_INDEX = "post_key"
 CLAIM_INDEX = "claim"
 TRAIL_INDEX = "trail"
 PAGE_INDEX = "page"
@@ -177,6 +190,11 @@ def indexes(expired_retention: int) -> dict[str, list[IndexModel]]:
             # One queue's trail in order, and the queues that have one (distinct p, q).
             IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (EVENT_TIME, ASCENDING),
                         (ID, ASCENDING)], name=TRAIL_INDEX),
+            IndexModel([(FORGET_AT, ASCENDING)], name=EXPIRY_INDEX, expireAfterSeconds=0),
+        ],
+        POST_KEYS: [
+            IndexModel([(PROJECT, ASCENDING), (QUEUE, ASCENDING), (POST_KEY, ASCENDING)],
+                       name=POST_KEY_INDEX, unique=True),
             IndexModel([(FORGET_AT, ASCENDING)], name=EXPIRY_INDEX, expireAfterSeconds=0),
         ],
         TALLIES: [

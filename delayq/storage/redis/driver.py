@@ -37,9 +37,10 @@ from oslo_config import cfg
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from delayq import errors, events, jsontext
+from delayq import errors, events, idempotency, jsontext
 from delayq.claim import Claim, refuse_delete
 from delayq.conf import events_settings
+from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import Steps, operation
 from delayq.queue import DeadLetterPolicy, QueueStats
@@ -50,6 +51,7 @@ from delayq.storage.redis.client import NAME, connect, parse_uri, unavailable
 from delayq.storage.redis.layout import US, Keys, client_bytes, new_nonce
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import (
+    KEY_TAKEN,
     METADATA_CHANGED,
     QUOTA_EXCEEDED,
     Scripts,
@@ -69,6 +71,7 @@ REDRIVE_SKIP_BUDGET = 10_000  # messages without a source a redrive steps over p
 READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
 CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
 METADATA_CACHE_SIZE = 10_000  # queues whose metadata a process keeps for writes
+NO_KEY = ["", "", 0]  # the idempotency arguments of a post without a key
 
 
 class Driver(base.Driver):
@@ -343,29 +346,35 @@ class Driver(base.Driver):
     @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0) -> Steps[list[str]]:
+                      message_quota: int = 0, key: PostKey | None = None
+                      ) -> Steps[list[str]]:
         """The message quota is checked in the post script, exactly: a queue's sorted
         sets hold each of its messages once, and the script reaps the expired ones
-        before it refuses (``_quota_refusal``)."""
+        before it refuses (``_quota_refusal``). So is the idempotency key: looked up,
+        and kept with the messages, by the same script call."""
         client = client_bytes(client_id)
-        key = self.keys.queue(project, queue)
+        state = self.keys.queue(project, queue)
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
                            metadata_token or "", message_quota]
+        args += NO_KEY if key is None else [key.key, key.digest, key.window]
         for m in messages:
             # No spaces; ASCII escapes keep lone surrogates (valid JSON, not UTF-8).
             body = jsontext.dumps_compact(m.body)
             args += [body, client, m.ttl, m.delay]
         with unavailable:
-            reply = yield self._scripts.post.call([key], args)
-            if reply[0] == METADATA_CHANGED:
-                raise self._metadata_changed(key)
-            while message_quota and reply[0] == QUOTA_EXCEEDED:
+            reply = yield self._scripts.post.call([state], args)
+            while True:
+                if reply[0] == KEY_TAKEN:
+                    digest, _, ids = reply[1].decode().partition(",")
+                    raise KeyTaken(StoredKey(digest, idempotency.decode_ids(ids)))
+                if reply[0] == METADATA_CHANGED:
+                    raise self._metadata_changed(state)
+                if not (message_quota and reply[0] == QUOTA_EXCEEDED):
+                    break
                 self._quota_refusal(queue, reply, len(messages), message_quota)
                 # Expired messages not reaped yet were counted: reap more, then again.
                 args[2] = READ_REAP_BUDGET
-                reply = yield self._scripts.post.call([key], args)
-                if reply[0] == METADATA_CHANGED:
-                    raise self._metadata_changed(key)
+                reply = yield self._scripts.post.call([state], args)
             if not reply[1]:  # the queue is not in its project's catalogue yet
                 yield from self._list_queue(project, queue)
         nonce = reply[0]

@@ -62,6 +62,11 @@ def backoff_args(backoff: Backoff | None) -> tuple[str, str]:
     return NO_BACKOFF if backoff is None else _backoff_args(backoff)
 
 
+# The first element of a post's reply when the queue keeps the post's idempotency key;
+# then what it keeps: the digest and the ids, comma-separated.
+KEY_TAKEN = b"key-taken"
+
+
 def wrapped(common: str, body: str) -> str:
     """*body* run as a function after *common*; its reply goes last, behind the number
     of messages the call ended and the ENDED counts.
@@ -174,6 +179,7 @@ class Scripts:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
+                  f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
         self._wire = wire
         self.commands = Commands(client, wire)

@@ -19,9 +19,10 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors, events, jsontext, tallies, validation
+from delayq import errors, events, idempotency, jsontext, tallies, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
+from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
@@ -297,6 +298,7 @@ class Driver(base.Driver):
                 return
             db.execute(sql.MESSAGES_DELETE_QUEUE, (queue_id,))
             db.execute(sql.CLAIMS_DELETE_QUEUE, (queue_id,))
+            db.execute(sql.POST_KEYS_DELETE_QUEUE, (queue_id,))
             self._record(db, [event_row(project=project, queue=name, kind=events.PURGED,
                                         time=self.now())])
             if drop:
@@ -351,10 +353,13 @@ class Driver(base.Driver):
     @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0) -> list[str]:
+                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
+        """A key is looked up, and kept, in the post's transaction."""
         ids = [uuid.uuid4().hex for _ in messages]
         with self._write() as db:
             now = self.now()
+            if key is not None:
+                self._refuse_kept_key(db, project, queue, key, now)
             if message_quota:
                 self._check_message_quota(db, project, queue, len(messages), message_quota,
                                           now)
@@ -367,8 +372,21 @@ class Driver(base.Driver):
                 event_row(project=project, queue=queue, kind=events.POSTED, time=now,
                           message_id=id_, due=now + m.delay, ttl=m.ttl, expires=now + m.ttl)
                 for id_, m in zip(ids, messages, strict=True)])
+            if key is not None:
+                db.execute(sql.POST_KEY_KEEP, (queue_id, key.key, key.digest,
+                                               idempotency.encode_ids(ids), now + key.window))
+                db.execute(sql.POST_KEYS_FORGET, (now, self._expiry_batch))
             self._expire(db, now)
         return ids
+
+    def _refuse_kept_key(self, db: sqlite3.Connection, project: str, queue: str,
+                         key: PostKey, now: float) -> None:
+        """Raise KeyTaken when the queue keeps *key* (its row not expired at *now*)."""
+        queue_id = self._queue_id(db, project, queue)
+        row = None if queue_id is None else db.execute(
+            sql.POST_KEY, (queue_id, key.key, now)).fetchone()
+        if row is not None:
+            raise KeyTaken(StoredKey(row[0], idempotency.decode_ids(row[1])))
 
     def _check_message_quota(self, db: sqlite3.Connection, project: str, queue: str,
                              posted: int, quota: int, now: float) -> None:

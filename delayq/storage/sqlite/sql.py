@@ -85,6 +85,15 @@ CREATE INDEX IF NOT EXISTS subscriptions_queue ON subscriptions (project, queue,
 CREATE INDEX IF NOT EXISTS subscriptions_subscriber
     ON subscriptions (project, queue, subscriber);
 CREATE INDEX IF NOT EXISTS subscriptions_expires ON subscriptions (expires);
+CREATE TABLE IF NOT EXISTS post_keys (
+    queue_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    ids TEXT NOT NULL,
+    expires REAL NOT NULL,
+    PRIMARY KEY (queue_id, key)
+);
+CREATE INDEX IF NOT EXISTS post_keys_expires ON post_keys (expires);
 """
 
 # Queues
@@ -223,6 +232,19 @@ SET queue_id = :target, claim_id = NULL, claim_expires = 0, claim_count = 0,
     due = min(due, :now), available = min(due, :now), source_queue = NULL, moved_at = NULL
 WHERE seq = :seq
 """
+
+# Idempotency keys of posts (delayq.idempotency): one row per key a queue keeps, written
+# in the transaction of the post that stored it; a row past its expiry is no longer kept,
+# and keyed posts remove such rows in batches.
+
+POST_KEY = "SELECT digest, ids FROM post_keys WHERE queue_id = ? AND key = ? AND expires > ?"
+POST_KEY_KEEP = """
+INSERT OR REPLACE INTO post_keys (queue_id, key, digest, ids, expires) VALUES (?, ?, ?, ?, ?)
+"""
+POST_KEYS_FORGET = """
+DELETE FROM post_keys WHERE rowid IN (SELECT rowid FROM post_keys WHERE expires <= ? LIMIT ?)
+"""
+POST_KEYS_DELETE_QUEUE = "DELETE FROM post_keys WHERE queue_id = ?"
 
 # Claims
 

@@ -24,6 +24,7 @@ from swiftclient.exceptions import ClientException
 from delayq import errors, events
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
+from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
@@ -31,6 +32,7 @@ from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.expiry import Expiry
+from delayq.storage.swift.keys import PostKeys
 from delayq.storage.swift.layout import US, Entry, Record
 from delayq.storage.swift.markers import Markers
 from delayq.storage.swift.objects import (
@@ -87,6 +89,8 @@ class Driver(base.Driver):
                                 self._ensure_queue)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
                               self._stop)
+        self._keys = PostKeys(self._objects, self._tallies, self._trail, self._ensure_queue,
+                              self._new_id, self._now_us)
         self._last_id_us = 0
         self._lock = threading.Lock()  # guards _last_id_us
         clock_object = lay.clock_object(secrets.token_hex(8))
@@ -315,12 +319,22 @@ class Driver(base.Driver):
     @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0) -> list[str]:
+                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
+        """With a key, its key object decides the post and holds it whole (``keys.py``)."""
         container = self._objects.container(project, queue)
         with unavailable:
             now = self._now_us()
+            if key is not None:
+                kept = self._keys.kept(project, queue, key.key, now)
+                if kept is not None:
+                    raise KeyTaken(kept)
             if message_quota:
                 self._check_message_quota(project, queue, len(messages), message_quota)
+            if key is not None:
+                posted = self._keys.post(project, queue, client_id, messages, key, now)
+                if isinstance(posted, StoredKey):
+                    raise KeyTaken(posted)
+                return posted
             records = [(self._new_id(now), m,
                         Record(ttl=m.ttl, created=now, due=now + round(m.delay * US),
                                client=client_id, expires=now + m.ttl * US))

@@ -26,6 +26,8 @@
 --   P..'us'      HASH  subscriber -> id of its subscription
 --   P..'uv'      STRING the subscriptions' version, raised by every change of them (the
 --                      subscribed-queues index applies a queue's changes in this order)
+--   P..'k'       HASH  idempotency key -> digest,id,id,... of the post that stored it
+--   P..'ke'      ZSET  idempotency key -> when it is no longer kept
 -- A message is in exactly one of r, d, c (so their sizes add up to the messages the
 -- queue holds: live ones, delayed and claimed included, and expired ones not reaped
 -- yet). One that a claim made due after the claim's end is in 'wc' too, and its score
@@ -604,4 +606,26 @@ local function subscriptions_changed(P, now)
     return {version, tonumber(last[2])}
   end
   return {version, 0}
+end
+
+-- What queue P keeps of idempotency key *key* ('digest,id,id,...'), or nil when it keeps
+-- no such key at *now* (none stored, or its window is over).
+local function kept_key(P, key, now)
+  local until_ = tonumber(redis.call('ZSCORE', P .. 'ke', key))
+  if until_ == nil or until_ <= now then
+    return nil
+  end
+  return redis.call('HGET', P .. 'k', key)
+end
+
+-- Keeps *key* with *value* until *until_*, and forgets up to *budget* keys whose window
+-- is over at *now*.
+local function keep_key(P, key, value, until_, now, budget)
+  for _, old in ipairs(redis.call('ZRANGEBYSCORE', P .. 'ke', '-inf', now, 'LIMIT', 0,
+                                  budget)) do
+    redis.call('HDEL', P .. 'k', old)
+    redis.call('ZREM', P .. 'ke', old)
+  end
+  redis.call('HSET', P .. 'k', key, value)
+  redis.call('ZADD', P .. 'ke', until_, key)
 end

@@ -1,18 +1,27 @@
 -- Post messages, creating the queue when needed.
 -- KEYS: queue state. ARGV: now, nonce for a new queue, reap budget, the metadata the
--- post was decided under ('' = unchecked), the message quota (0 = none), then per
--- message: body, client, ttl, delay (seconds). Returns {nonce, listed, then each
--- message's seq name}: the ids are nonce .. seq, named here once rather than again by
--- the driver. Or {METADATA_CHANGED}; or {QUOTA_EXCEEDED, held, finished}: the post would
--- take the queue past its quota of live messages and stored nothing, the queue holding
--- *held* messages, of which none is expired when *finished* is 1 (else call again with
--- a larger reap budget: expired messages not reaped yet still counted).
+-- post was decided under ('' = unchecked), the message quota (0 = none), the post's
+-- idempotency key ('' = none), its digest, its window (seconds), then per message:
+-- body, client, ttl, delay (seconds). Returns {nonce, listed, then each message's seq
+-- name}: the ids are nonce .. seq, named here once rather than again by the driver. Or
+-- {KEY_TAKEN, kept}: the queue keeps the key (kept_key); or {METADATA_CHANGED}; or
+-- {QUOTA_EXCEEDED, held, finished}: the post would take the queue past its quota of live
+-- messages and stored nothing, the queue holding *held* messages, of which none is
+-- expired when *finished* is 1 (else call again with a larger reap budget: expired
+-- messages not reaped yet still counted).
 local P = string.sub(KEYS[1], 1, -2)
+local key = ARGV[6]
+local now = clock(ARGV[1])
+if key ~= '' then
+  local kept = kept_key(P, key, now)
+  if kept then
+    return {KEY_TAKEN, kept}
+  end
+end
 if not metadata_is(P, ARGV[4]) then
   return {METADATA_CHANGED}
 end
-local now = clock(ARGV[1])
-local count = (#ARGV - 5) / 4
+local count = (#ARGV - 8) / 4
 local quota = tonumber(ARGV[5])
 if quota > 0 and held(P) + count > quota then
   -- Over, counting expired messages not reaped yet: reap (bounded), then count again.
@@ -28,7 +37,7 @@ local last = redis.call('HINCRBY', P .. 's', 'seq', count)
 local first = last - count + 1
 local reply = {nonce, 0}
 for i = 0, count - 1 do
-  local at = 6 + i * 4
+  local at = 9 + i * 4
   local ttl, delay = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local m = {body = ARGV[at], client = ARGV[at + 1], created = now, ttl = ttl,
              due = now + delay_us(delay), expires = now + ttl * US, claim = 0,
@@ -39,6 +48,14 @@ for i = 0, count - 1 do
                            'e', int(m.expires)})
   index_unclaimed(P, seq, m, now)
   reply[3 + i] = seq
+end
+if key ~= '' then
+  local ids = {}
+  for i = 3, #reply do
+    ids[#ids + 1] = nonce .. reply[i]
+  end
+  keep_key(P, key, ARGV[7] .. ',' .. table.concat(ids, ','), now + tonumber(ARGV[8]) * US,
+           now, tonumber(ARGV[3]))
 end
 reap(P, now, tonumber(ARGV[3]))
 reply[2] = redis.call('HGET', P .. 's', 'listed') and 1 or 0

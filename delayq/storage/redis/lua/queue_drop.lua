@@ -1,6 +1,8 @@
 -- Delete every message and claim of a queue; with ARGV[1] = 'delete' the queue too.
 -- KEYS: queue state. ARGV: how ('delete' or 'purge'), now.
--- The event trail ('ev') stays, with a 'purged' event: audits still see the history. Large structures are freed in the background (UNLINK).
+-- Idempotency keys ('k', 'ke') go too. The event trail ('ev') stays, with a 'purged'
+-- event: audits still see the history. Large structures are freed in the background
+-- (UNLINK).
 -- The outbox ('o') stays: moves a claim put there since the driver last emptied it are
 -- completed afterwards, not lost. So do the move markers ('mv', which expire on their
 -- own): a move arriving again after a purge must still be recognised.
@@ -14,7 +16,7 @@ for _, bucket in ipairs(redis.call('ZRANGE', P .. 'bi', 0, -1)) do
   redis.call('UNLINK', bucket_key(P, bucket))
 end
 redis.call('UNLINK', P .. 'r', P .. 'd', P .. 'c', P .. 'wc', P .. 'bi', P .. 'xb',
-           P .. 'cl', P .. 'ce', P .. 'a')
+           P .. 'cl', P .. 'ce', P .. 'a', P .. 'k', P .. 'ke')
 if existed then
   trail(P, 'purged', clock(ARGV[2]), {})
 end
