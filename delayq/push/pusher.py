@@ -200,8 +200,8 @@ class Pusher:
         """Read which queues are subscribed, and when each has a message due."""
         try:
             keys = await self.execute(self.broker.subscribed_queues)
-        except Exception:  # noqa: BLE001 - pushing goes on; the next round asks again
-            LOG.warning("Push: cannot list the subscribed queues", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - pushing goes on; the next round asks
+            failed("cannot list the subscribed queues", exc)
             return
         listed = set(keys)
         for key in [k for k, q in self._queues.items() if k not in listed and not q.busy]:
@@ -247,9 +247,8 @@ class Pusher:
     async def _turn(self, key: Queue, queue: _Subscribed) -> None:
         try:
             await self._claim_and_push(key, queue)
-        except Exception:  # noqa: BLE001 - one queue's trouble must not stop the others
-            LOG.warning("Push: queue %s of project %s failed its turn", key[1], key[0],
-                        exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - one queue's trouble must not stop others
+            failed(f"queue {key[1]} of project {key[0]} failed its turn", exc)
             self._schedule(key, STORE_FAILED_PAUSE)
         finally:
             self._started(queue)
@@ -347,11 +346,22 @@ class Pusher:
             self._schedule(key, wait)
         except errors.DelayqError as exc:
             # The claim ends on its own and the message comes back: pushed again.
-            LOG.warning("Push: message %s of queue %s: %s", message.id, key[1],
-                        getattr(exc, "detail", exc))
+            failed(f"message {message.id} of queue {key[1]}", exc)
         finally:
             queue = self._queues.get(key)
             if queue is not None and queue.cramped:
                 queue.cramped = False
                 self._starved.setdefault(key, None)
             self._let_go(subscription, 1)  # wakes the agenda for the starved
+
+
+def failed(what: str, exc: Exception) -> None:
+    """Log what a push could not do: a store's unavailability or a refusal in one line,
+    as the API logs them, anything else with its traceback."""
+    if isinstance(exc, errors.StorageUnavailable):
+        LOG.warning("Push: %s: the %s message store is unavailable: %s", what, exc.store,
+                    exc.detail)
+    elif isinstance(exc, errors.DelayqError):
+        LOG.warning("Push: %s: %s", what, exc.description)
+    else:
+        LOG.error("Push: %s", what, exc_info=exc)
