@@ -9,7 +9,8 @@ import sqlite3
 from delayq.message import NewMessage
 from delayq.queue import QueueCounts
 from delayq.storage.sqlite import sql
-from delayq.storage.sqlite.driver import Driver, tally_ranges
+from delayq.storage.sqlite.driver import Driver
+from delayq.storage.sqlite.tallies import ranges as tally_ranges
 from tests.contract.drivers import FakeClock
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors, events, idempotency, jsontext, tallies, validation
+from delayq import errors, events, idempotency, jsontext, validation
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.conf import events_settings
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
@@ -29,7 +29,9 @@ from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.sqlite import sql
+from delayq.storage.sqlite import tallies as sqlite_tallies
 from delayq.storage.sqlite.options import GROUP
+from delayq.storage.sqlite.subscriptions import Subscriptions
 from delayq.storage.unavailable import Unavailability
 from delayq.subscription import Subscription, SubscriptionChange
 
@@ -61,18 +63,6 @@ def backoff_params(backoff: Backoff | None) -> dict[str, Any]:
     return {"delays": json.dumps(backoff.delays), "dead_letter_at": backoff.dead_letter_at}
 
 
-def tally_ranges(now: float, kinds: tuple[int, ...] = tallies.KINDS) -> dict[str, int]:
-    """Parameters of ``sql.TALLIES_AFTER`` (or of a query of some *kinds*, made by
-    ``sql.tallies_after``): ``tallies.ranges`` of each kind."""
-    params = {}
-    for level, start, end in tallies.ranges(now):
-        for kind in kinds:
-            params[f"s{kind}_{level}"] = start
-            if end is not None:
-                params[f"e{kind}_{level}"] = end
-    return params
-
-
 class Driver(base.Driver):
     """Queues, messages and claims in one SQLite database file."""
 
@@ -95,8 +85,11 @@ class Driver(base.Driver):
         self._lock = threading.Lock()
         # executescript commits on its own; each CREATE ... IF NOT EXISTS is idempotent,
         # so workers starting together may all run it.
+        self._subscriptions = Subscriptions(self._db, self._write, self._clock,
+                                            expiry_batch)
         self._db().executescript(sql.SCHEMA)
-        self._install_tallies()
+        with self._write() as db:
+            sqlite_tallies.install(db)
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts, *,
@@ -157,27 +150,6 @@ class Driver(base.Driver):
         if self._local.ended:
             self.endings(self._local.ended)
 
-    def _install_tallies(self) -> None:
-        """Create the tallies and their triggers, counting the messages already stored,
-        once per database: in one write transaction, so a worker starting alongside
-        neither counts a message twice nor misses one. A database whose triggers
-        predate the ``held`` term has them replaced."""
-        with self._write() as db:
-            db.execute(sql.SCHEMA_MARKS)
-            if db.execute(sql.TALLIES_MARKED, (sql.TALLY_TRIGGERS_MARK,)).fetchone():
-                return
-            if db.execute(sql.TALLIES_MARKED, (sql.TALLIES_MARK,)).fetchone():
-                for statement in sql.TALLY_TRIGGERS_DROP:
-                    db.execute(statement)
-            else:
-                for statement in sql.TALLY_SCHEMA:
-                    db.execute(statement)
-                db.execute(sql.TALLIES_BACKFILL)
-                db.execute(sql.TALLIES_MARK_SET, (sql.TALLIES_MARK,))
-            for statement in sql.TALLY_TRIGGERS:
-                db.execute(statement)
-            db.execute(sql.TALLIES_MARK_SET, (sql.TALLY_TRIGGERS_MARK,))
-
     @operation
     def now(self) -> float:
         return self._clock()
@@ -214,7 +186,7 @@ class Driver(base.Driver):
         db.execute(sql.EXPIRED_SUBSCRIPTIONS_DELETE, (now, self._expiry_batch))
         if not self._events.enabled:
             self._local.ended += [events.EXPIRED] * len(gone)
-            self._forget_tallies(db, now)
+            sqlite_tallies.forget(db, now, self._expiry_batch * 4)
             return len(gone)
         if gone:
             names = {id_: (project, name) for id_, project, name in db.execute(
@@ -224,17 +196,10 @@ class Driver(base.Driver):
                           kind=events.EXPIRED, time=expires, message_id=id_,
                           claim_count=count, expires=expires)
                 for queue_id, id_, count, expires in gone if queue_id in names])
-        self._forget_tallies(db, now)
+        sqlite_tallies.forget(db, now, self._expiry_batch * 4)
         # Events leave in batches as new ones arrive, like expired messages.
         db.execute(sql.EVENTS_FORGET, (now - self._events.retention, self._expiry_batch * 4))
         return len(gone)
-
-    def _forget_tallies(self, db: sqlite3.Connection, now: float) -> None:
-        """Remove a batch of tally blocks that ended an hour or more before *now*: no
-        count reads them again (the hour allows for a clock stepping back)."""
-        db.execute(sql.TALLIES_FORGET, {
-            "limit": self._expiry_batch * 4,
-            **{f"b{level}": block for level, block in tallies.forgettable(now).items()}})
 
     def _record(self, db: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
         """Append event rows (made by event_row) to the trail, when it is on; note the
@@ -336,17 +301,12 @@ class Driver(base.Driver):
 
     @operation
     def queue_counts(self, project: str, name: str) -> QueueCounts:
-        """From the tallies: O(log n), to the millisecond (a message due, or a claim
-        ending, later in the current millisecond already counts as free)."""
+        """From the tallies (tallies.py): O(log n)."""
         db = self._db()
-        now = self.now()
         queue_id = self._queue_id(db, project, name)
         if queue_id is None:
             return QueueCounts(0, 0, 0)
-        after = db.execute(sql.TALLIES_AFTER,
-                           {"queue_id": queue_id, **tally_ranges(now)}).fetchone()
-        # The query's columns are the kinds in order (sql.tallies_after).
-        return tallies.from_sums(dict(zip(tallies.KINDS, after, strict=True)))
+        return sqlite_tallies.counts(db, queue_id, self.now())
 
     # Messages
 
@@ -395,10 +355,7 @@ class Driver(base.Driver):
         whatever the concurrency, O(log n) (``queue_counts``), and to the millisecond
         (a message with under a millisecond left to live no longer counts)."""
         queue_id = self._queue_id(db, project, queue)
-        held = 0
-        if queue_id is not None:
-            held = db.execute(sql.TALLIES_LIVE_AFTER, {
-                "queue_id": queue_id, **tally_ranges(now, (tallies.LIVE,))}).fetchone()[0]
+        held = 0 if queue_id is None else sqlite_tallies.live(db, queue_id, now)
         if held + posted > quota:
             raise errors.QuotaExceeded.messages(queue, held, posted, quota)
 
@@ -675,77 +632,39 @@ class Driver(base.Driver):
                                         claim_count=released.claim_count)])
             return released
 
-    # Subscriptions
-
-    @staticmethod
-    def _subscription(row: tuple, as_of: float) -> Subscription:
-        id_, queue, subscriber, ttl, options, created, expires = row
-        return Subscription(id=id_, queue=queue, subscriber=subscriber, ttl=ttl,
-                            options=json.loads(options), created=created, expires=expires,
-                            as_of=as_of)
+    # Subscriptions (subscriptions.py)
 
     @operation
     def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
                             options: dict[str, Any]) -> str | None:
-        with self._write() as db:
-            now = self.now()
-            if db.execute(sql.SUBSCRIPTION_OF_SUBSCRIBER,
-                          (project, queue, subscriber, now)).fetchone():
-                return None
-            db.execute(sql.EXPIRED_SUBSCRIPTIONS_DELETE, (now, self._expiry_batch))
-            subscription_id = uuid.uuid4().hex
-            db.execute(sql.SUBSCRIPTION_INSERT, (project, subscription_id, queue, subscriber,
-                                                 ttl, json.dumps(options), now, now + ttl))
-            return subscription_id
+        return self._subscriptions.create(project, queue, subscriber, ttl, options)
 
     @operation
     def get_subscription(self, project: str, queue: str, subscription_id: str
                          ) -> Subscription | None:
-        now = self.now()
-        row = self._db().execute(sql.SUBSCRIPTION_GET,
-                                 (project, queue, subscription_id, now)).fetchone()
-        return self._subscription(row, now) if row else None
+        return self._subscriptions.get(project, queue, subscription_id)
 
     @operation
     def list_subscriptions(self, project: str, queue: str, marker: str | None,
                            limit: int) -> list[Subscription]:
-        now = self.now()
-        rows = self._db().execute(sql.SUBSCRIPTIONS_PAGE,
-                                  (project, queue, marker or "", now, limit))
-        return [self._subscription(row, now) for row in rows]
+        return self._subscriptions.page(project, queue, marker, limit)
 
     @operation
     def update_subscription(self, project: str, queue: str, subscription_id: str,
                             change: SubscriptionChange) -> None:
-        with self._write() as db:
-            now = self.now()
-            if change.subscriber is not None:
-                taken = db.execute(sql.SUBSCRIPTION_OF_SUBSCRIBER,
-                                   (project, queue, change.subscriber, now)).fetchone()
-                if taken and taken[0] != subscription_id:
-                    raise errors.SubscriptionExists.for_subscriber(change.subscriber)
-            updated = db.execute(sql.SUBSCRIPTION_UPDATE, {
-                "subscriber": change.subscriber, "ttl": change.ttl,
-                "expires": None if change.ttl is None else now + change.ttl,
-                "options": None if change.options is None else json.dumps(change.options),
-                "project": project, "queue": queue, "id": subscription_id, "now": now})
-            if updated.rowcount == 0:
-                raise errors.SubscriptionNotFound.with_id(subscription_id)
+        self._subscriptions.update(project, queue, subscription_id, change)
 
     @operation
     def delete_subscription(self, project: str, queue: str, subscription_id: str) -> None:
-        with self._write() as db:
-            db.execute(sql.SUBSCRIPTION_DELETE, (project, queue, subscription_id))
+        self._subscriptions.delete(project, queue, subscription_id)
 
     @operation
     def purge_subscriptions(self, project: str, queue: str) -> None:
-        with self._write() as db:
-            db.execute(sql.SUBSCRIPTIONS_DELETE_QUEUE, (project, queue))
+        self._subscriptions.purge(project, queue)
 
     @operation
     def subscribed_queues(self) -> list[tuple[str, str]]:
-        rows = self._db().execute(sql.SUBSCRIBED_QUEUES, (self.now(),))
-        return [(project, queue) for project, queue in rows]
+        return self._subscriptions.queues()
 
     # Long-poll claims
 
