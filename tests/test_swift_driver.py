@@ -654,9 +654,7 @@ def expired_ids(driver: Driver, queue: str) -> list[str]:
 def reporting(make_driver: Callable[..., Driver], ended: list[str], **options: Any
               ) -> Driver:
     """A driver whose endings land in *ended* (thread-safe: list.extend)."""
-    driver = make_driver(**options)
-    driver.endings = ended.extend
-    return driver
+    return make_driver(endings=ended.extend, **options)
 
 
 class DeleteFinds:
