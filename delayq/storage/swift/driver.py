@@ -290,7 +290,7 @@ class Driver(base.Driver):
                 seen.add(entry.message_id)
                 if entry.available <= now:
                     free += 1
-                elif entry.state == lay.CLAIMED:
+                elif entry.is_claimed(now):
                     claimed += 1
                 else:
                     delayed += 1
@@ -450,8 +450,8 @@ class Driver(base.Driver):
             if entry is None or entry.expires <= now or entry.message_id <= (marker or ""):
                 continue
             available = entry.available <= now
-            claimed = entry.state == lay.CLAIMED and not available
-            delayed = entry.state == lay.FREE and not available
+            claimed = not available and entry.is_claimed(now)
+            delayed = not available and not claimed
             if (include_claimed or not claimed) and (include_delayed or not delayed):
                 wanted.add(entry.message_id)
         ids = sorted(wanted)

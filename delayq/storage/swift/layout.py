@@ -12,15 +12,18 @@ Inside it:
     plus ``expired_retention``: an expired message stays stored that long for the driver
     to remove it itself and report it (``expired``), and is dropped by Swift, unseen,
     only when nobody did.
-``a/<available>.<id>.<count>.<generation>.<state>.<expires>``
+``a/<available>.<id>.<count>.<generation>.<state>.<expires>[.<claim end>]``
     The availability index: an empty object per message, named by when it next becomes
-    claimable (its due time, or its claim's expiry) — or by its expiry, when that comes
-    first (a delay past the ttl) — so listing ``a/`` up to *now* yields exactly the
-    claimable messages, oldest first, however many are delayed or claimed and with no
-    delay condition at all, and with them every expired one, which the reaper removes.
-    The name also carries what a claim needs to decide without reading the message:
-    claim count, generation, state (``f`` free or delayed, ``c`` claimed) and expiry —
-    which is also all ``stats`` needs. ``X-Delete-At`` as its message's.
+    claimable (its due time; while a claim holds it, the later of that and the claim's
+    expiry) — or by its expiry, when that comes first (a delay past the ttl) — so listing
+    ``a/`` up to *now* yields exactly the claimable messages, oldest first, however many
+    are delayed or claimed and with no delay condition at all, and with them every
+    expired one, which the reaper removes. The name also carries what a claim needs to
+    decide without reading the message: claim count, generation, state (``f`` free or
+    delayed, ``c`` claimed) and expiry — which is also all ``stats`` needs. A claimed
+    message due after its claim's expiry (a retry policy's wait) has its claim's expiry
+    as a seventh part: claimed until then, delayed after. ``X-Delete-At`` as its
+    message's.
 ``c/<id>/<generation>``
     Generation markers (``Marker``), the source of truth for exclusivity: the n-th claim
     (or the dead-letter move, edit, or expiry) of a message is the one request that
@@ -309,19 +312,28 @@ class Entry:
     generation: int
     state: str
     expires: int
+    # A claimed message due after its claim: when the claim ends (0: at ``available``).
+    claim_ends: int = 0
 
     @property
     def name(self) -> str:
-        return (f"{INDEX_PREFIX}{time_name(self.available)}.{self.message_id}.{self.count}."
+        name = (f"{INDEX_PREFIX}{time_name(self.available)}.{self.message_id}.{self.count}."
                 f"{self.generation}.{self.state}.{time_name(self.expires)}")
+        return f"{name}.{time_name(self.claim_ends)}" if self.claim_ends else name
+
+    def is_claimed(self, now_us: int) -> bool:
+        """Held by a live claim at *now_us*, whatever its due time."""
+        return self.state == CLAIMED and (self.claim_ends or self.available) > now_us
 
     @classmethod
     def parse(cls, name: str) -> Entry | None:
         try:
-            available, message_id, count, generation, state, expires = (
+            available, message_id, count, generation, state, expires, *rest = (
                 name[len(INDEX_PREFIX):].split("."))
+            if len(rest) > 1:
+                return None
             return cls(int(available, 16), message_id, int(count), int(generation), state,
-                       int(expires, 16))
+                       int(expires, 16), int(rest[0], 16) if rest else 0)
         except ValueError:
             return None
 
@@ -363,10 +375,13 @@ class Record:
         return bool(self.claim) and self.claim_expires > now_us
 
     def entry(self, message_id: str) -> Entry:
-        """The index entry this state calls for."""
+        """The index entry this state calls for: a claimed message is available again
+        at the later of its claim's expiry and its due time (never after its expiry)."""
         if self.claim and self.claim_expires:
-            return Entry(self.claim_expires, message_id, self.count, self.generation,
-                         CLAIMED, self.expires)
+            available = min(max(self.due, self.claim_expires), self.expires)
+            return Entry(available, message_id, self.count, self.generation, CLAIMED,
+                         self.expires,
+                         self.claim_expires if available > self.claim_expires else 0)
         return free_entry(self.due, message_id, self.count, self.generation, self.expires)
 
     def move(self) -> Marker:

@@ -378,7 +378,7 @@ class Markers:
             after = names[-1]
             # Entries of live claims are skipped; delayed ones are taken.
             entries = [e for e in map(Entry.parse, names)
-                       if e is not None and (e.state == lay.FREE or e.available <= now)]
+                       if e is not None and not e.is_claimed(now)]
             while entries and len(moved) < limit:
                 # No more moves at once than still wanted: each won bid is a move.
                 take = min(objects.concurrency, limit - len(moved))
