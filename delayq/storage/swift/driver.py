@@ -3,9 +3,9 @@
 ``layout.py`` describes the objects. The driver's requests and what Swift's answers need
 before they can be trusted (bids, 404 rechecks, the proxy's clock) are ``objects.py``'s;
 claims, moves, redrives, edits and expiries are won by bidding for generation markers
-(``markers.py``); the event trail is ``trail.py``'s, the tallies behind ``queue_counts``
-``tallies.py``'s, the reaper's passes ``expiry.py``'s. This module answers the storage
-interface with them.
+(``markers.py``), and what a claim's holder does then is ``claims.py``'s; the event trail
+is ``trail.py``'s, the tallies behind ``queue_counts`` ``tallies.py``'s, the reaper's
+passes ``expiry.py``'s. This module answers the storage interface with them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
+from delayq.storage.swift.claims import Claims
 from delayq.storage.swift.expiry import Expiry
 from delayq.storage.swift.layout import US, Entry, Record
 from delayq.storage.swift.markers import Markers
@@ -37,7 +38,6 @@ from delayq.storage.swift.objects import (
     EXPIRED_RETENTION,
     NAME,
     Objects,
-    delete_at,
     is_status,
     unavailable,
 )
@@ -85,6 +85,7 @@ class Driver(base.Driver):
         self._trail = Trail(self._objects, events_settings, endings)
         self._markers = Markers(self._objects, self._tallies, self._trail,
                                 self._ensure_queue)
+        self._claims = Claims(self._objects, self._tallies)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
                               self._stop)
         self._last_id_us = 0
@@ -560,7 +561,7 @@ class Driver(base.Driver):
                 return None
             claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
                      "messages": [[i, record.generation] for i, record, _, _ in taken]}
-            self._put_claim(container, claim_id, claim)
+            self._claims.put(container, claim_id, claim)
             self._trail.record(project, queue, now, trail + [
                 self._trail.event(project, queue, events.CLAIMED, now, message_id=message_id,
                                   claim_id=claim_id, claim_count=record.count,
@@ -570,67 +571,21 @@ class Driver(base.Driver):
                      expires=expires / US, as_of=now / US,
                      messages=[record.message(i, body, now) for i, record, body, _ in taken])
 
-    def _put_claim(self, container: str, claim_id: str, claim: dict[str, Any]) -> None:
-        self._objects.swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
-                                       headers={"X-Delete-At": delete_at(claim["expires"])})
-
-    def _live_claim(self, container: str, claim_id: str, now: int) -> dict[str, Any]:
-        found = None
-        if lay.is_claim_id(claim_id):
-            found = self._objects.get(container, lay.claim_name(claim_id))
-        claim = json.loads(found[1]) if found else None
-        if claim is None or claim["expires"] <= now:
-            raise errors.ClaimNotFound.with_id(claim_id)
-        return claim
-
-    def _held(self, container: str, claim_id: str, claim: dict[str, Any], now: int
-              ) -> list[tuple[str, Record, bytes]]:
-        found = self._objects.parallel(
-            lambda pair: (pair[0], self._objects.read(container, pair[0])), claim["messages"])
-        return [(i, read[0], read[1]) for i, read in found
-                if read is not None and read[0].claim == claim_id
-                and read[0].is_claimed(now) and read[0].expires > now]
-
     @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        container = self._objects.container(project, queue)
         with unavailable:
-            now = self._now_us()
-            claim = self._live_claim(container, claim_id, now)
-            held = self._held(container, claim_id, claim, now)
-        return Claim(id=claim_id, ttl=claim["ttl"], grace=claim["grace"],
-                     created=claim["created"] / US, expires=claim["expires"] / US,
-                     as_of=now / US,
-                     messages=[r.message(i, b, now) for i, r, b in sorted(held)])
+            return self._claims.get(project, queue, claim_id, self._now_us())
 
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int) -> None:
-        container = self._objects.container(project, queue)
         with unavailable:
-            now = self._now_us()
-            claim = self._live_claim(container, claim_id, now)
-            expires = now + ttl * US
-            self._objects.parallel(
-                lambda item: self._markers.renew_one(project, queue, item[0], item[1],
-                                                     claim_id, expires, grace, now),
-                self._held(container, claim_id, claim, now))
-            self._put_claim(container, claim_id,
-                            {**claim, "ttl": ttl, "grace": grace, "expires": expires})
+            self._claims.renew(project, queue, claim_id, ttl, grace, self._now_us())
 
     @operation
     def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        container = self._objects.container(project, queue)
         with unavailable:
-            now = self._now_us()
-            try:
-                claim = self._live_claim(container, claim_id, now)
-            except errors.ClaimNotFound:
-                return
-            self._objects.parallel(
-                lambda item: self._markers.release_one(project, queue, item[0], item[1], now),
-                self._held(container, claim_id, claim, now))
-            self._objects.delete(container, lay.claim_name(claim_id))
+            self._claims.release(project, queue, claim_id, self._now_us())
 
     # Redrive and edits
 

@@ -250,8 +250,8 @@ def is_message_id(text: str) -> bool:
     return len(text) == ID_LENGTH and set(text) <= HEX
 
 
-def is_claim_id(text: str) -> bool:
-    """True for text shaped like a claim id (a UUID's 32 hex digits)."""
+def is_uuid_hex(text: str) -> bool:
+    """True for text shaped like a claim or subscription id (a UUID's 32 hex digits)."""
     return len(text) == 32 and set(text) <= HEX
 
 

@@ -256,45 +256,6 @@ class Markers:
             objects.delete(container, entry.name)
         return found
 
-    def renew_one(self, project: str, queue: str, message_id: str, record: Record,
-                  claim_id: str, expires: int, grace: int, now: int) -> None:
-        """Extend claim *claim_id* of a message it holds to *expires*: its marker, its
-        record, its index entry."""
-        objects = self._objects
-        container = objects.container(project, queue)
-        renewed = Record(**{**vars(record), "claim_expires": expires,
-                            "expires": max(record.expires, expires + grace * US)})
-        marker = Marker(kind=lay.CLAIM, at=now, claim=claim_id, expires=expires, grace=grace)
-        objects.swift.put_object(
-            container, lay.marker_name(message_id, record.generation),
-            lay.encode(marker.stored()),
-            headers={"X-Delete-At": objects.marker_until(renewed.expires)})
-        objects.write_record(container, message_id, renewed)
-        self._tallies.tally(project, queue, record, renewed)
-        objects.move_entry(container, message_id, record.entry(message_id),
-                           renewed.entry(message_id))
-
-    def release_one(self, project: str, queue: str, message_id: str, record: Record,
-                    now: int) -> None:
-        """Put a claimed message back at its due time (claim count kept)."""
-        objects = self._objects
-        container = objects.container(project, queue)
-        name = lay.marker_name(message_id, record.generation)
-        found = objects.get(container, name)
-        if found is None:
-            return
-        marker = Marker.parse(found[1])
-        if marker.claim != record.claim or marker.expires <= now:
-            return
-        objects.swift.put_object(container, name, lay.encode(replace(marker,
-                                                                     expires=0).stored()),
-                                 headers={"X-Delete-At": objects.marker_until(record.expires)})
-        released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
-        objects.write_record(container, message_id, released)
-        self._tallies.tally(project, queue, record, released)
-        objects.move_entry(container, message_id, record.entry(message_id),
-                           released.entry(message_id))
-
     # Moves
 
     def _move(self, project: str, queue: str, entry: Entry, before: Record, body: bytes,
