@@ -321,7 +321,7 @@ class Driver(base.Driver):
         with unavailable:
             now = self._now_us()
             if message_quota:
-                self._check_message_quota(project, queue, len(messages), message_quota)
+                self._tallies.check_quota(project, queue, len(messages), message_quota)
             records = [(self._new_id(now), m,
                         Record(ttl=m.ttl, created=now, due=now + round(m.delay * US),
                                client=client_id, expires=now + m.ttl * US))
@@ -358,23 +358,6 @@ class Driver(base.Driver):
                                   expires=record.expires / US)
                 for message_id, _, record in records])
         return [message_id for message_id, _, _ in records]
-
-    def _check_message_quota(self, project: str, queue: str, posted: int, quota: int
-                             ) -> None:
-        """Refuse a post of *posted* messages that would take the queue past *quota*
-        live messages, counted from the tallies (``queue_counts``) just before the
-        post writes.
-
-        Swift has no atomic step to check it in: posts running at the same time each
-        count the queue before the others' messages are counted, and other processes'
-        changes reach the count within ``tally_flush_interval`` (their posts may pass
-        the quota meanwhile; room their deletions make is seen only then). A tally
-        change lost (``tallies.py``) miscounts its messages until they would
-        have expired.
-        """
-        held = self.queue_counts(project, queue)
-        if held.total + posted > quota:
-            raise errors.QuotaExceeded.messages(queue, held.total, posted, quota)
 
     def _new_id(self, now: int) -> str:
         """An id after every id this process made before, so its posts list in order."""
