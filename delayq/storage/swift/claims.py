@@ -25,6 +25,7 @@ from typing import Any
 
 from delayq import errors
 from delayq.claim import Claim
+from delayq.retry import Backoff
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Marker, Record
 from delayq.storage.swift.objects import Objects, delete_at
@@ -78,28 +79,32 @@ class Claims:
                      messages=[r.message(i, b, now) for i, r, b in sorted(held)])
 
     def renew(self, project: str, queue: str, claim_id: str, ttl: int, grace: int,
-              now: int) -> None:
-        """Restart the claim's ttl from *now*. Raises ClaimNotFound."""
+              backoff: Backoff | None, now: int) -> None:
+        """Restart the claim's ttl from *now*; with *backoff*, each message is due
+        ``backoff.after(its claim count)`` after the new expiry. Raises ClaimNotFound."""
         container = self._objects.container(project, queue)
         claim = self._live(container, claim_id, now)
         expires = now + ttl * US
         self._objects.parallel(
             lambda held: self._renew_one(project, queue, held, claim_id, expires, grace,
-                                         now),
+                                         backoff, now),
             self._held(container, claim_id, claim, now))
         self.put(container, claim_id, {**claim, "ttl": ttl, "grace": grace,
                                        "expires": expires})
 
     def _renew_one(self, project: str, queue: str, held: Held, claim_id: str, expires: int,
-                   grace: int, now: int) -> None:
+                   grace: int, backoff: Backoff | None, now: int) -> None:
         """Extend the claim of one message it holds to *expires*: its marker, its
         record, its index entry."""
         objects = self._objects
         container = objects.container(project, queue)
         message_id, record, _ = held
+        due = None if backoff is None else expires + backoff.after(record.count) * US
         renewed = Record(**{**vars(record), "claim_expires": expires,
+                            "due": record.due if due is None else due,
                             "expires": max(record.expires, expires + grace * US)})
-        marker = Marker(kind=lay.CLAIM, at=now, claim=claim_id, expires=expires, grace=grace)
+        marker = Marker(kind=lay.CLAIM, at=now, claim=claim_id, expires=expires, grace=grace,
+                        due=due)
         objects.swift.put_object(
             container, lay.marker_name(message_id, record.generation),
             lay.encode(marker.stored()),
@@ -109,38 +114,45 @@ class Claims:
         objects.move_entry(container, message_id, record.entry(message_id),
                            renewed.entry(message_id))
 
-    def release(self, project: str, queue: str, claim_id: str, now: int) -> None:
-        """Free the claim's messages at their due time, then delete the claim object. An
-        absent claim is not an error."""
+    def release(self, project: str, queue: str, claim_id: str, backoff: Backoff | None,
+                now: int) -> None:
+        """Free the claim's messages: at once (due no later than *now*), or with
+        *backoff* each due ``backoff.after(its claim count)`` from *now*; then delete
+        the claim object. An absent claim is not an error."""
         container = self._objects.container(project, queue)
         try:
             claim = self._live(container, claim_id, now)
         except errors.ClaimNotFound:
             return
 
-        self._objects.parallel(
-            lambda held: self._release_one(project, queue, held[0], held[1], now),
-            self._held(container, claim_id, claim, now))
+        def release_one(held: Held) -> None:
+            record = held[1]
+            due = (min(record.due, now) if backoff is None
+                   else now + backoff.after(record.count) * US)
+            self._release_one(project, queue, held[0], record, due, now)
+
+        self._objects.parallel(release_one, self._held(container, claim_id, claim, now))
         self._objects.delete(container, lay.claim_name(claim_id))
 
     def _release_one(self, project: str, queue: str, message_id: str, record: Record,
-                     now: int) -> None:
-        """Put a claimed message back at its due time (claim count kept), unless the
-        claim's marker no longer holds it."""
+                     due: int, now: int) -> Record | None:
+        """Free a message its claim holds, due at *due* (claim count kept): the released
+        record, or None when the claim's marker no longer holds it (nothing changed)."""
         objects = self._objects
         container = objects.container(project, queue)
         name = lay.marker_name(message_id, record.generation)
         found = objects.get(container, name)
         if found is None:
-            return
+            return None
         marker = Marker.parse(found[1])
         if marker.claim != record.claim or marker.expires <= now:
-            return
+            return None
         objects.swift.put_object(container, name,
                                  lay.encode(replace(marker, expires=0).stored()),
                                  headers={"X-Delete-At": objects.marker_until(record.expires)})
-        released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
+        released = Record(**{**vars(record), "claim": "", "claim_expires": 0, "due": due})
         objects.write_record(container, message_id, released)
         self._tallies.tally(project, queue, record, released)
         objects.move_entry(container, message_id, record.entry(message_id),
                            released.entry(message_id))
+        return released

@@ -27,6 +27,7 @@ from delayq.conf import events_settings
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
@@ -529,15 +530,15 @@ class Driver(base.Driver):
 
     @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+              backoff: Backoff | None = None) -> Claim | None:
         container = self._objects.container(project, queue)
         with unavailable:
             now = self._now_us()
             claim_id = uuid.uuid4().hex
             expires = now + ttl * US
             taken, moved, expired = self._markers.take(project, queue, now, limit, claim_id,
-                                                       expires, grace, dead_letter)
+                                                       expires, grace, dead_letter, backoff)
             trail = expired + [move.dead_lettered(project, queue, now) for move in moved]
             if not taken:
                 self._trail.record(project, queue, now, trail)
@@ -561,14 +562,15 @@ class Driver(base.Driver):
 
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
+                    grace: int, backoff: Backoff | None = None) -> None:
         with unavailable:
-            self._claims.renew(project, queue, claim_id, ttl, grace, self._now_us())
+            self._claims.renew(project, queue, claim_id, ttl, grace, backoff, self._now_us())
 
     @operation
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
+    def release_claim(self, project: str, queue: str, claim_id: str,
+                      backoff: Backoff | None = None) -> None:
         with unavailable:
-            self._claims.release(project, queue, claim_id, self._now_us())
+            self._claims.release(project, queue, claim_id, backoff, self._now_us())
 
     # Redrive and edits
 

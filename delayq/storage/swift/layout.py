@@ -29,7 +29,8 @@ Inside it:
     (or the dead-letter move, edit, or expiry) of a message is the one request that
     creates ``c/<id>/<n>`` with ``If-None-Match: *``. Body: kind (claim, move, edit or
     expire), claim id, claim expiry; an edit's marker carries the edit itself (new due
-    time, new body), so that whoever meets it can complete it. An ``expire`` marker is
+    time, new body), a claim's under a retry policy the due time it sets, so that
+    whoever meets it can complete it. An ``expire`` marker is
     the right to delete an expired message and report it: of all the claims and reapers
     that meet it, only its winner does.
 ``k/<claim id>``
@@ -423,7 +424,8 @@ class Marker:
     queue: str | None = None  # a move's target queue
     ttl: int | None = None  # a dead-letter move's ttl there (None: the message keeps its)
     redrive: bool = False  # a move back by redrive, not a dead-letter move
-    due: int | None = None  # an edit's new due time (None: unchanged)
+    # An edit's new due time (None: unchanged); a claim's under a retry policy.
+    due: int | None = None
     body: str | None = None  # an edit's new body, JSON (None: unchanged)
     nonce: str | None = None  # the winning bid's, once stored
     base: int | None = None  # a move's first generation in its target queue
@@ -450,6 +452,8 @@ class Marker:
                 fields["redrive"] = True
             if self.kind == EDIT:
                 fields.update(due=self.due, body=self.body)
+            elif self.due is not None:
+                fields["due"] = self.due
         if self.nonce is not None:
             fields["nonce"] = self.nonce
         if self.base is not None:
