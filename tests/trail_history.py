@@ -40,6 +40,7 @@ def trail_scenario(broker: Broker, clock: FakeClock) -> dict[str, str]:
     names["second claim"] = second.id
     clock.advance(3)
     broker.delete_message(project, "q", kept, second.id)
+    broker.release_message(project, "q", held, second.id, 10)
     broker.delete_messages(project, "q", [bulk, held])
     [names["after"]] = contract.post(broker, "q", "after")
     clock.advance(1)

@@ -1,6 +1,6 @@
 """The Swift driver's claims as their holder sees them: the claim object ``k/<claim id>``,
-the messages it still holds, and what its holder does with them — renew the claim or
-release it.
+the messages it still holds, and what its holder does with them — renew the claim,
+release it, or hand one message back.
 
 A claim wins its messages by bidding for their generation markers (``markers.py``); what
 its holder does afterwards stays within those generations and bids for nothing. Per
@@ -13,7 +13,7 @@ the next generation; the message's state may already show what the holder decide
 Nothing is lost, and the state names one claim at a time.
 
 Nothing here is conditional (Swift has none): each acts on a claim live when the request
-started, so a renewal or release made in the last instant of a claim's ttl can
+started, so a renewal, release or hand-back made in the last instant of a claim's ttl can
 overwrite the state a new claim of the same message has just written.
 """
 
@@ -23,13 +23,16 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from delayq import errors
-from delayq.claim import Claim
+from delayq import errors, events
+from delayq.claim import MESSAGE_NOT_CLAIMED, Claim, delete_refusal, refuse_delete
+from delayq.message import Message
 from delayq.retry import Backoff
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Marker, Record
+from delayq.storage.swift.markers import Markers
 from delayq.storage.swift.objects import Objects, delete_at
 from delayq.storage.swift.tallies import Tallies
+from delayq.storage.swift.trail import Trail
 
 Held = tuple[str, Record, bytes]  # (id, record, body) of a message a claim holds
 
@@ -37,9 +40,12 @@ Held = tuple[str, Record, bytes]  # (id, record, body) of a message a claim hold
 class Claims:
     """The claims of the queues under the driver's prefix."""
 
-    def __init__(self, objects: Objects, tallies: Tallies) -> None:
+    def __init__(self, objects: Objects, tallies: Tallies, trail: Trail,
+                 markers: Markers) -> None:
         self._objects = objects
         self._tallies = tallies
+        self._trail = trail
+        self._markers = markers
 
     def put(self, container: str, claim_id: str, claim: dict[str, Any]) -> None:
         """Write the claim object: ttl, grace, times and the ``[id, generation]`` pairs
@@ -133,6 +139,36 @@ class Claims:
 
         self._objects.parallel(release_one, self._held(container, claim_id, claim, now))
         self._objects.delete(container, lay.claim_name(claim_id))
+
+    def hand_back(self, project: str, queue: str, message_id: str, claim_id: str,
+                  delay: float, now: int) -> Message:
+        """Take one message out of claim *claim_id*, due *delay* seconds from *now*
+        (``release_message``): checked as a delete with a claim id is, then released as
+        a release frees each of its messages. Records a ``released`` event."""
+        objects = self._objects
+        container = objects.container(project, queue)
+        found = (objects.read(container, message_id) if lay.is_message_id(message_id)
+                 else None)
+        if found is not None and found[0].moving:
+            # It has left this queue: its move is completed, not reported.
+            self._markers.finish_move(project, queue, message_id, found[0], found[1],
+                                      found[0].move(), now)
+            found = None
+        if found is None or found[0].expires <= now:
+            raise errors.MessageNotFound.with_id(message_id)
+        record, body = found
+        holder = record.claim if record.is_claimed(now) else None
+        refuse_delete(delete_refusal(claim_id, holder), message_id, claim_id)
+        released = self._release_one(project, queue, message_id, record,
+                                     now + round(delay * US), now)
+        if released is None:
+            # Its marker says the claim no longer holds it: a release of the claim
+            # rewrote it just now.
+            refuse_delete(MESSAGE_NOT_CLAIMED, message_id, claim_id)
+        self._trail.record(project, queue, now, [self._trail.event(
+            project, queue, events.RELEASED, now, message_id=message_id,
+            due=released.due / US, claim_count=released.count)])
+        return released.message(message_id, body, now)
 
     def _release_one(self, project: str, queue: str, message_id: str, record: Record,
                      due: int, now: int) -> Record | None:

@@ -86,7 +86,7 @@ class Driver(base.Driver):
         self._trail = Trail(self._objects, events_settings, endings)
         self._markers = Markers(self._objects, self._tallies, self._trail,
                                 self._ensure_queue)
-        self._claims = Claims(self._objects, self._tallies)
+        self._claims = Claims(self._objects, self._tallies, self._trail, self._markers)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
                               self._stop)
         self._last_id_us = 0
@@ -571,6 +571,13 @@ class Driver(base.Driver):
                       backoff: Backoff | None = None) -> None:
         with unavailable:
             self._claims.release(project, queue, claim_id, backoff, self._now_us())
+
+    @operation
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Message:
+        with unavailable:
+            return self._claims.hand_back(project, queue, message_id, claim_id, delay,
+                                          self._now_us())
 
     # Redrive and edits
 
