@@ -5,7 +5,8 @@ before they can be trusted (bids, 404 rechecks, the proxy's clock) are ``objects
 claims, moves, redrives, edits and expiries are won by bidding for generation markers
 (``markers.py``), and what a claim's holder does then is ``claims.py``'s; the event trail
 is ``trail.py``'s, the tallies behind ``queue_counts`` ``tallies.py``'s, the reaper's
-passes ``expiry.py``'s. This module answers the storage interface with them.
+passes ``expiry.py``'s, subscriptions ``subscriptions.py``'s. This module answers the
+storage interface with them.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ from delayq.storage.swift.objects import (
     unavailable,
 )
 from delayq.storage.swift.options import GROUP
+from delayq.storage.swift.subscriptions import Subscriptions
 from delayq.storage.swift.tallies import Tallies
 from delayq.storage.swift.trail import Trail
+from delayq.subscription import Subscription, SubscriptionChange
 
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
 MESSAGES_BATCH = 100  # messages read at once by read_messages
@@ -87,6 +90,7 @@ class Driver(base.Driver):
         self._markers = Markers(self._objects, self._tallies, self._trail,
                                 self._ensure_queue)
         self._claims = Claims(self._objects, self._tallies, self._trail, self._markers)
+        self._subscriptions = Subscriptions(self._objects)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
                               self._stop)
         self._last_id_us = 0
@@ -159,8 +163,10 @@ class Driver(base.Driver):
     def reap(self) -> None:
         """One pass: the expired messages of every queue container under this driver's
         prefix, each removed and reported by whoever wins its expire marker (so passes
-        and claims racing report each once)."""
+        and claims racing report each once); then the expired subscriptions."""
         self._expiry.reap()
+        with unavailable:
+            self._subscriptions.reap(self._now_us())
 
     def reap_queue(self, project: str, queue: str) -> None:
         """Remove the queue's expired messages (``expiry.Expiry.reap_queue``)."""
@@ -578,6 +584,49 @@ class Driver(base.Driver):
         with unavailable:
             return self._claims.hand_back(project, queue, message_id, claim_id, delay,
                                           self._now_us())
+
+    # Subscriptions (subscriptions.py)
+
+    @operation
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> str | None:
+        with unavailable:
+            return self._subscriptions.create(project, queue, subscriber, ttl, options,
+                                              self._now_us())
+
+    @operation
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Subscription | None:
+        with unavailable:
+            return self._subscriptions.get(project, queue, subscription_id, self._now_us())
+
+    @operation
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> list[Subscription]:
+        with unavailable:
+            return self._subscriptions.list(project, queue, marker, limit, self._now_us())
+
+    @operation
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> None:
+        with unavailable:
+            self._subscriptions.update(project, queue, subscription_id, change,
+                                       self._now_us)
+
+    @operation
+    def delete_subscription(self, project: str, queue: str, subscription_id: str) -> None:
+        with unavailable:
+            self._subscriptions.delete(project, queue, subscription_id)
+
+    @operation
+    def purge_subscriptions(self, project: str, queue: str) -> None:
+        with unavailable:
+            self._subscriptions.purge(project, queue)
+
+    @operation
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        with unavailable:
+            return self._subscriptions.subscribed_queues(self._now_us())
 
     # Redrive and edits
 

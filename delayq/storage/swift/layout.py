@@ -74,6 +74,22 @@ for ``<prefix>:clock``, which holds the one object ``now`` that reads the proxy'
     slot's (``kind`` ``lease``), ``X-Delete-After`` the lease, never renewed, so one
     process of the deployment reaps per pass.
 
+Subscriptions (``delayq.subscription``) have one container for the whole deployment,
+``<prefix>:subscriptions`` (no second colon, no comma: neither a queue's nor an events
+container), so that the queues subscribed in every project are one listing
+(``subscriptions.py``):
+
+``s/<project>/<queue>/<id>/<written>.<expires>``
+    A version of a subscription (JSON: project, queue, id, subscriber, ttl, options,
+    creation and expiry times, and when this version was written), its expiry in its
+    name so that listings tell the live ones without reading them; the newest version
+    of an id is the subscription. ``X-Delete-At`` its expiry.
+``u/<project>/<queue>/<subscriber digest>/<n>``
+    The locks of one subscriber of one queue (the SHA-256 of its URL), each won by a
+    bid (``kind`` ``subscriber``): the newest names the subscription that holds the
+    subscriber, or says ``released``. The newest is kept; older ones carry
+    ``X-Delete-After`` a day.
+
 Times in names are microseconds in 14 hexadecimal digits, so names sort by time.
 """
 
@@ -180,6 +196,65 @@ def slot_name(slot: int) -> str:
 # The reaper's lease, in the writers container (no slot's name, which begins with
 # SLOT_PREFIX).
 REAPER = "reaper"
+
+
+SUBSCRIPTIONS = "subscriptions"
+SUBSCRIPTION_PREFIX = "s/"
+SUBSCRIBER_PREFIX = "u/"
+SUBSCRIBER = "subscriber"  # the kind of a subscriber's lock (a bid like a marker)
+
+
+def subscriptions_container(prefix: str) -> str:
+    """The container of every project's subscriptions."""
+    return f"{prefix}:{SUBSCRIPTIONS}"
+
+
+def queue_subscriptions(project: str, queue: str) -> str:
+    """The start of the names of the queue's subscriptions."""
+    return f"{SUBSCRIPTION_PREFIX}{project_part(project)}/{queue}/"
+
+
+def subscription_name(project: str, queue: str, subscription_id: str, written: int,
+                      expires: int) -> str:
+    """The name of the version of a subscription written at *written*."""
+    return (f"{queue_subscriptions(project, queue)}{subscription_id}/"
+            f"{time_name(written)}.{time_name(expires)}")
+
+
+@dataclass(frozen=True)
+class SubscriptionName:
+    """What the name of a subscription's version tells."""
+
+    part: str  # the project part (``project_part``)
+    queue: str
+    id: str
+    written: int
+    expires: int
+
+    @classmethod
+    def parse(cls, name: str) -> SubscriptionName | None:
+        try:
+            part, queue, subscription_id, times = name[len(SUBSCRIPTION_PREFIX):].split("/")
+            written, expires = times.split(".")
+            return cls(part, queue, subscription_id, int(written, 16), int(expires, 16))
+        except ValueError:
+            return None
+
+
+def subscriber_locks(project: str, queue: str, subscriber: str) -> str:
+    """The start of the names of the locks of *subscriber* of the queue."""
+    digest = hashlib.sha256(subscriber.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{SUBSCRIBER_PREFIX}{project_part(project)}/{queue}/{digest}/"
+
+
+def subscriber_lock(project: str, queue: str, subscriber: str, generation: int) -> str:
+    return (f"{subscriber_locks(project, queue, subscriber)}"
+            f"{generation:0{GENERATION_DIGITS}d}")
+
+
+def generation_of(name: str) -> int:
+    """The generation a marker's or a lock's name ends with."""
+    return int(name.rsplit("/", 1)[1])
 
 
 def lease_body(holder: str) -> dict[str, Any]:

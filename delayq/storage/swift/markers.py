@@ -299,7 +299,7 @@ class Markers:
         """
         target = self._objects.container(project, marker.queue)
         old = self._objects.names(target, lay.marker_prefix(message_id))
-        return replace(marker, base=int(old[-1].rsplit("/", 1)[1]) if old else 0)
+        return replace(marker, base=lay.generation_of(old[-1]) if old else 0)
 
     def finish_move(self, project: str, queue: str, message_id: str, record: Record,
                     body: bytes, move: Marker, now: int, met: Entry | None = None) -> None:
@@ -542,7 +542,7 @@ class Markers:
             return
         record, body = found
         markers = objects.names(container, lay.marker_prefix(message_id))
-        generation = int(markers[-1].rsplit("/", 1)[1]) if markers else 0
+        generation = lay.generation_of(markers[-1]) if markers else 0
         if generation > record.generation and not record.moving:
             latest = objects.get(container, markers[-1], newest=True)
             if latest is None:
