@@ -11,6 +11,9 @@ from oslo_config import cfg
 
 from tests.apps import HTTP_DRIVERS, http_client, sqlite_conf
 
+# The Swift-only modules' drivers (make_driver, prefix, raw).
+pytest_plugins = ("tests.swift_fixtures",)
+
 
 @pytest.fixture
 def make_conf(tmp_path) -> Callable[..., cfg.ConfigOpts]:

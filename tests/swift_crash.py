@@ -2,10 +2,11 @@
 (or holding a tally writer slot).
 
 Each kind changes nothing but *when the process dies*: it wraps one step of the claim,
-dead-letter or edit protocol (a method of the driver's ``Objects`` or ``Markers``,
-delayq/storage/swift/objects.py and markers.py) so that the process kills itself with
-SIGKILL right after (or, for the last step of a move, instead of) that step, as a crash
-would, leaving Swift exactly as that step left it.
+dead-letter, edit or hand-back protocol (a method of the driver's ``Objects`` or
+``Markers``, delayq/storage/swift/objects.py and markers.py) so that the process kills
+itself with SIGKILL right after (or, for the last step of a move or the state of a
+hand-back, instead of) that step, as a crash would, leaving Swift exactly as that step
+left it.
 """
 
 from __future__ import annotations
@@ -130,6 +131,23 @@ def after_marking_visible(driver: Driver) -> None:
     driver._keys._mark = mark_then_die
 
 
+def before_writing_the_released(driver: Driver) -> None:
+    """Dies once the claim's marker says the handed-back message is released, before the
+    message's state does."""
+
+    def write_record(container: str, message_id: str, record: Record) -> None:
+        die()
+
+    driver._objects.write_record = write_record
+
+
+def after_writing_the_released(driver: Driver) -> None:
+    """Dies once the handed-back message's state is written, before its index entry
+    moves."""
+    dies_after(driver._objects, "write_record",
+               lambda _, container, message_id, record: not record.claim)
+
+
 KINDS: dict[str, Callable[[Driver], None]] = {
     "after-key-bid": after_the_key_bid,
     "after-first-message": after_the_first_message,
@@ -142,7 +160,9 @@ KINDS: dict[str, Callable[[Driver], None]] = {
     "after-copy": after_copying,
     "before-source-delete": before_deleting_the_source,
     "after-edit-bid": after_winning("edit"),
-    "after-edit-write": after_rewriting_the_edited}
+    "after-edit-write": after_rewriting_the_edited,
+    "after-hand-back-marker": before_writing_the_released,
+    "after-hand-back-record": after_writing_the_released}
 
 
 class FixedClock:
@@ -195,6 +215,16 @@ def redrive_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project:
     """Redrive one message of *queue* at time *now* with a driver that dies at *kind*."""
     dying_broker(kind, auth, prefix, now).redrive(project, queue, limit=1)
     raise SystemExit("the redrive finished without reaching the crash point")
+
+
+def hand_back_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,
+                      queue: str, now: float, message_id: str, claim_id: str, delay: float
+                      ) -> None:
+    """Hand *message_id* back from claim *claim_id* with *delay* at time *now*, with a
+    driver that dies at *kind*."""
+    dying_broker(kind, auth, prefix, now).release_message(project, queue, message_id,
+                                                          claim_id, delay)
+    raise SystemExit("the hand-back finished without reaching the crash point")
 
 
 def edit_and_die(kind: str, auth: tuple[str, str, str], prefix: str, project: str,

@@ -19,7 +19,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,6 +40,7 @@ from delayq.storage.swift.driver import Driver
 from delayq.validation import Limits, message_edit
 from tests.contract.drivers import FakeClock
 from tests.server import free_port
+from tests.swift_fixtures import connector
 from tests.swift_server import SWIFT
 from tests.trail_history import replayed_trail, sqlite_trail
 
@@ -54,53 +54,9 @@ START = 4_000_000_000.25
 POLICY = {"_max_claim_count": 1, "_dead_letter_queue": "dlq"}
 
 
-def connector(auth_url: str, user: str, key: str,
-              wrap: Callable[[Connection], Any] | None = None) -> Callable[[], Any]:
-    def connect() -> Any:
-        conn = Connection(authurl=auth_url, user=user, key=key, retries=0, timeout=30)
-        return wrap(conn) if wrap else conn
-
-    return connect
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-@pytest.fixture
-def raw() -> Iterator[Connection]:
-    """A plain swiftclient connection to the test account, to look at the objects."""
-    auth = SWIFT.auth()
-    conn = Connection(auth.auth_url, auth.user, auth.key, retries=0)
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def make_driver(prefix) -> Iterator[Callable[..., Driver]]:
-    """Drivers on the test account under this test's prefix; closed after the test."""
-    opened: list[Driver] = []
-
-    def make(*, clock: Callable[[], float] | None = None,
-             wrap: Callable[[Connection], Any] | None = None, apart: bool = False,
-             **options: Any) -> Driver:
-        """*apart*: under a prefix of its own, sharing nothing with the test's others."""
-        auth = SWIFT.auth()
-        driver = Driver(connector(auth.auth_url, auth.user, auth.key, wrap),
-                        prefix=f"{prefix}x{len(opened)}" if apart else prefix, clock=clock,
-                        **options)
-        opened.append(driver)
-        return driver
-
-    yield make
-    for driver in opened:
-        driver.close()
 
 
 def post(driver: Driver, queue: str, count: int, *, ttl: int = 3600, delay: int = 0
@@ -654,9 +610,7 @@ def expired_ids(driver: Driver, queue: str) -> list[str]:
 def reporting(make_driver: Callable[..., Driver], ended: list[str], **options: Any
               ) -> Driver:
     """A driver whose endings land in *ended* (thread-safe: list.extend)."""
-    driver = make_driver(**options)
-    driver.endings = ended.extend
-    return driver
+    return make_driver(endings=ended.extend, **options)
 
 
 class DeleteFinds:

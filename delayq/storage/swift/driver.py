@@ -3,9 +3,10 @@
 ``layout.py`` describes the objects. The driver's requests and what Swift's answers need
 before they can be trusted (bids, 404 rechecks, the proxy's clock) are ``objects.py``'s;
 claims, moves, redrives, edits and expiries are won by bidding for generation markers
-(``markers.py``); the event trail is ``trail.py``'s, the tallies behind ``queue_counts``
-``tallies.py``'s, the reaper's passes ``expiry.py``'s. This module answers the storage
-interface with them.
+(``markers.py``), and what a claim's holder does then is ``claims.py``'s; the event trail
+is ``trail.py``'s, the tallies behind ``queue_counts`` ``tallies.py``'s, the reaper's
+passes ``expiry.py``'s, subscriptions ``subscriptions.py``'s. This module answers the
+storage interface with them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
 from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
+from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
+from delayq.storage.swift.claims import Claims
 from delayq.storage.swift.expiry import Expiry
 from delayq.storage.swift.keys import PostKeys
 from delayq.storage.swift.layout import US, Entry, Record
@@ -39,13 +42,14 @@ from delayq.storage.swift.objects import (
     EXPIRED_RETENTION,
     NAME,
     Objects,
-    delete_at,
     is_status,
     unavailable,
 )
 from delayq.storage.swift.options import GROUP
+from delayq.storage.swift.subscriptions import Subscriptions
 from delayq.storage.swift.tallies import Tallies
 from delayq.storage.swift.trail import Trail
+from delayq.subscription import Subscription, SubscriptionChange
 
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
 MESSAGES_BATCH = 100  # messages read at once by read_messages
@@ -87,6 +91,8 @@ class Driver(base.Driver):
         self._trail = Trail(self._objects, events_settings, endings)
         self._markers = Markers(self._objects, self._tallies, self._trail,
                                 self._ensure_queue)
+        self._claims = Claims(self._objects, self._tallies, self._trail, self._markers)
+        self._subscriptions = Subscriptions(self._objects)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
                               self._stop)
         self._keys = PostKeys(self._objects, self._tallies, self._trail, self._ensure_queue,
@@ -161,8 +167,10 @@ class Driver(base.Driver):
     def reap(self) -> None:
         """One pass: the expired messages of every queue container under this driver's
         prefix, each removed and reported by whoever wins its expire marker (so passes
-        and claims racing report each once)."""
+        and claims racing report each once); then the expired subscriptions."""
         self._expiry.reap()
+        with unavailable:
+            self._subscriptions.reap(self._now_us())
 
     def reap_queue(self, project: str, queue: str) -> None:
         """Remove the queue's expired messages (``expiry.Expiry.reap_queue``)."""
@@ -294,7 +302,7 @@ class Driver(base.Driver):
                 seen.add(entry.message_id)
                 if entry.available <= now:
                     free += 1
-                elif entry.state == lay.CLAIMED:
+                elif entry.is_claimed(now):
                     claimed += 1
                 else:
                     delayed += 1
@@ -329,7 +337,7 @@ class Driver(base.Driver):
                 if kept is not None:
                     raise KeyTaken(kept)
             if message_quota:
-                self._check_message_quota(project, queue, len(messages), message_quota)
+                self._tallies.check_quota(project, queue, len(messages), message_quota)
             if key is not None:
                 posted = self._keys.post(project, queue, client_id, messages, key, now)
                 if isinstance(posted, StoredKey):
@@ -371,23 +379,6 @@ class Driver(base.Driver):
                                   expires=record.expires / US)
                 for message_id, _, record in records])
         return [message_id for message_id, _, _ in records]
-
-    def _check_message_quota(self, project: str, queue: str, posted: int, quota: int
-                             ) -> None:
-        """Refuse a post of *posted* messages that would take the queue past *quota*
-        live messages, counted from the tallies (``queue_counts``) just before the
-        post writes.
-
-        Swift has no atomic step to check it in: posts running at the same time each
-        count the queue before the others' messages are counted, and other processes'
-        changes reach the count within ``tally_flush_interval`` (their posts may pass
-        the quota meanwhile; room their deletions make is seen only then). A tally
-        change lost (``tallies.py``) miscounts its messages until they would
-        have expired.
-        """
-        held = self.queue_counts(project, queue)
-        if held.total + posted > quota:
-            raise errors.QuotaExceeded.messages(queue, held.total, posted, quota)
 
     def _new_id(self, now: int) -> str:
         """An id after every id this process made before, so its posts list in order."""
@@ -464,8 +455,8 @@ class Driver(base.Driver):
             if entry is None or entry.expires <= now or entry.message_id <= (marker or ""):
                 continue
             available = entry.available <= now
-            claimed = entry.state == lay.CLAIMED and not available
-            delayed = entry.state == lay.FREE and not available
+            claimed = not available and entry.is_claimed(now)
+            delayed = not available and not claimed
             if (include_claimed or not claimed) and (include_delayed or not delayed):
                 wanted.add(entry.message_id)
         ids = sorted(wanted)
@@ -559,22 +550,22 @@ class Driver(base.Driver):
 
     @operation
     def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None
-              ) -> Claim | None:
+              dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+              backoff: Backoff | None = None) -> Claim | None:
         container = self._objects.container(project, queue)
         with unavailable:
             now = self._now_us()
             claim_id = uuid.uuid4().hex
             expires = now + ttl * US
             taken, moved, expired = self._markers.take(project, queue, now, limit, claim_id,
-                                                       expires, grace, dead_letter)
+                                                       expires, grace, dead_letter, backoff)
             trail = expired + [move.dead_lettered(project, queue, now) for move in moved]
             if not taken:
                 self._trail.record(project, queue, now, trail)
                 return None
             claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
                      "messages": [[i, record.generation] for i, record, _, _ in taken]}
-            self._put_claim(container, claim_id, claim)
+            self._claims.put(container, claim_id, claim)
             self._trail.record(project, queue, now, trail + [
                 self._trail.event(project, queue, events.CLAIMED, now, message_id=message_id,
                                   claim_id=claim_id, claim_count=record.count,
@@ -584,67 +575,72 @@ class Driver(base.Driver):
                      expires=expires / US, as_of=now / US,
                      messages=[record.message(i, body, now) for i, record, body, _ in taken])
 
-    def _put_claim(self, container: str, claim_id: str, claim: dict[str, Any]) -> None:
-        self._objects.swift.put_object(container, lay.claim_name(claim_id), lay.encode(claim),
-                                       headers={"X-Delete-At": delete_at(claim["expires"])})
-
-    def _live_claim(self, container: str, claim_id: str, now: int) -> dict[str, Any]:
-        found = None
-        if lay.is_claim_id(claim_id):
-            found = self._objects.get(container, lay.claim_name(claim_id))
-        claim = json.loads(found[1]) if found else None
-        if claim is None or claim["expires"] <= now:
-            raise errors.ClaimNotFound.with_id(claim_id)
-        return claim
-
-    def _held(self, container: str, claim_id: str, claim: dict[str, Any], now: int
-              ) -> list[tuple[str, Record, bytes]]:
-        found = self._objects.parallel(
-            lambda pair: (pair[0], self._objects.read(container, pair[0])), claim["messages"])
-        return [(i, read[0], read[1]) for i, read in found
-                if read is not None and read[0].claim == claim_id
-                and read[0].is_claimed(now) and read[0].expires > now]
-
     @operation
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        container = self._objects.container(project, queue)
         with unavailable:
-            now = self._now_us()
-            claim = self._live_claim(container, claim_id, now)
-            held = self._held(container, claim_id, claim, now)
-        return Claim(id=claim_id, ttl=claim["ttl"], grace=claim["grace"],
-                     created=claim["created"] / US, expires=claim["expires"] / US,
-                     as_of=now / US,
-                     messages=[r.message(i, b, now) for i, r, b in sorted(held)])
+            return self._claims.get(project, queue, claim_id, self._now_us())
 
     @operation
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> None:
-        container = self._objects.container(project, queue)
+                    grace: int, backoff: Backoff | None = None) -> None:
         with unavailable:
-            now = self._now_us()
-            claim = self._live_claim(container, claim_id, now)
-            expires = now + ttl * US
-            self._objects.parallel(
-                lambda item: self._markers.renew_one(project, queue, item[0], item[1],
-                                                     claim_id, expires, grace, now),
-                self._held(container, claim_id, claim, now))
-            self._put_claim(container, claim_id,
-                            {**claim, "ttl": ttl, "grace": grace, "expires": expires})
+            self._claims.renew(project, queue, claim_id, ttl, grace, backoff, self._now_us())
 
     @operation
-    def release_claim(self, project: str, queue: str, claim_id: str) -> None:
-        container = self._objects.container(project, queue)
+    def release_claim(self, project: str, queue: str, claim_id: str,
+                      backoff: Backoff | None = None) -> None:
         with unavailable:
-            now = self._now_us()
-            try:
-                claim = self._live_claim(container, claim_id, now)
-            except errors.ClaimNotFound:
-                return
-            self._objects.parallel(
-                lambda item: self._markers.release_one(project, queue, item[0], item[1], now),
-                self._held(container, claim_id, claim, now))
-            self._objects.delete(container, lay.claim_name(claim_id))
+            self._claims.release(project, queue, claim_id, backoff, self._now_us())
+
+    @operation
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Message:
+        with unavailable:
+            return self._claims.hand_back(project, queue, message_id, claim_id, delay,
+                                          self._now_us())
+
+    # Subscriptions (subscriptions.py)
+
+    @operation
+    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                            options: dict[str, Any]) -> str | None:
+        with unavailable:
+            return self._subscriptions.create(project, queue, subscriber, ttl, options,
+                                              self._now_us())
+
+    @operation
+    def get_subscription(self, project: str, queue: str, subscription_id: str
+                         ) -> Subscription | None:
+        with unavailable:
+            return self._subscriptions.get(project, queue, subscription_id, self._now_us())
+
+    @operation
+    def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                           limit: int) -> list[Subscription]:
+        with unavailable:
+            return self._subscriptions.list(project, queue, marker, limit, self._now_us())
+
+    @operation
+    def update_subscription(self, project: str, queue: str, subscription_id: str,
+                            change: SubscriptionChange) -> None:
+        with unavailable:
+            self._subscriptions.update(project, queue, subscription_id, change,
+                                       self._now_us)
+
+    @operation
+    def delete_subscription(self, project: str, queue: str, subscription_id: str) -> None:
+        with unavailable:
+            self._subscriptions.delete(project, queue, subscription_id)
+
+    @operation
+    def purge_subscriptions(self, project: str, queue: str) -> None:
+        with unavailable:
+            self._subscriptions.purge(project, queue)
+
+    @operation
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        with unavailable:
+            return self._subscriptions.subscribed_queues(self._now_us())
 
     # Redrive and edits
 

@@ -12,21 +12,25 @@ Inside it:
     plus ``expired_retention``: an expired message stays stored that long for the driver
     to remove it itself and report it (``expired``), and is dropped by Swift, unseen,
     only when nobody did.
-``a/<available>.<id>.<count>.<generation>.<state>.<expires>``
+``a/<available>.<id>.<count>.<generation>.<state>.<expires>[.<claim end>]``
     The availability index: an empty object per message, named by when it next becomes
-    claimable (its due time, or its claim's expiry) — or by its expiry, when that comes
-    first (a delay past the ttl) — so listing ``a/`` up to *now* yields exactly the
-    claimable messages, oldest first, however many are delayed or claimed and with no
-    delay condition at all, and with them every expired one, which the reaper removes.
-    The name also carries what a claim needs to decide without reading the message:
-    claim count, generation, state (``f`` free or delayed, ``c`` claimed) and expiry —
-    which is also all ``stats`` needs. ``X-Delete-At`` as its message's.
+    claimable (its due time; while a claim holds it, the later of that and the claim's
+    expiry) — or by its expiry, when that comes first (a delay past the ttl) — so listing
+    ``a/`` up to *now* yields exactly the claimable messages, oldest first, however many
+    are delayed or claimed and with no delay condition at all, and with them every
+    expired one, which the reaper removes. The name also carries what a claim needs to
+    decide without reading the message: claim count, generation, state (``f`` free or
+    delayed, ``c`` claimed) and expiry — which is also all ``stats`` needs. A claimed
+    message due after its claim's expiry (a retry policy's wait) has its claim's expiry
+    as a seventh part: claimed until then, delayed after. ``X-Delete-At`` as its
+    message's.
 ``c/<id>/<generation>``
     Generation markers (``Marker``), the source of truth for exclusivity: the n-th claim
     (or the dead-letter move, edit, or expiry) of a message is the one request that
     creates ``c/<id>/<n>`` with ``If-None-Match: *``. Body: kind (claim, move, edit or
     expire), claim id, claim expiry; an edit's marker carries the edit itself (new due
-    time, new body), so that whoever meets it can complete it. An ``expire`` marker is
+    time, new body), a claim's under a retry policy the due time it sets, so that
+    whoever meets it can complete it. An ``expire`` marker is
     the right to delete an expired message and report it: of all the claims and reapers
     that meet it, only its winner does.
 ``k/<claim id>``
@@ -69,6 +73,22 @@ for ``<prefix>:clock``, which holds the one object ``now`` that reads the proxy'
     The lease of the background reaper's pass (``delayq.storage.reaper``): a bid like a
     slot's (``kind`` ``lease``), ``X-Delete-After`` the lease, never renewed, so one
     process of the deployment reaps per pass.
+
+Subscriptions (``delayq.subscription``) have one container for the whole deployment,
+``<prefix>:subscriptions`` (no second colon, no comma: neither a queue's nor an events
+container), so that the queues subscribed in every project are one listing
+(``subscriptions.py``):
+
+``s/<project>/<queue>/<id>/<written>.<expires>``
+    A version of a subscription (JSON: project, queue, id, subscriber, ttl, options,
+    creation and expiry times, and when this version was written), its expiry in its
+    name so that listings tell the live ones without reading them; the newest version
+    of an id is the subscription. ``X-Delete-At`` its expiry.
+``u/<project>/<queue>/<subscriber digest>/<n>``
+    The locks of one subscriber of one queue (the SHA-256 of its URL), each won by a
+    bid (``kind`` ``subscriber``): the newest names the subscription that holds the
+    subscriber, or says ``released``. The newest is kept; older ones carry
+    ``X-Delete-After`` a day.
 
 Times in names are microseconds in 14 hexadecimal digits, so names sort by time.
 """
@@ -178,6 +198,65 @@ def slot_name(slot: int) -> str:
 REAPER = "reaper"
 
 
+SUBSCRIPTIONS = "subscriptions"
+SUBSCRIPTION_PREFIX = "s/"
+SUBSCRIBER_PREFIX = "u/"
+SUBSCRIBER = "subscriber"  # the kind of a subscriber's lock (a bid like a marker)
+
+
+def subscriptions_container(prefix: str) -> str:
+    """The container of every project's subscriptions."""
+    return f"{prefix}:{SUBSCRIPTIONS}"
+
+
+def queue_subscriptions(project: str, queue: str) -> str:
+    """The start of the names of the queue's subscriptions."""
+    return f"{SUBSCRIPTION_PREFIX}{project_part(project)}/{queue}/"
+
+
+def subscription_name(project: str, queue: str, subscription_id: str, written: int,
+                      expires: int) -> str:
+    """The name of the version of a subscription written at *written*."""
+    return (f"{queue_subscriptions(project, queue)}{subscription_id}/"
+            f"{time_name(written)}.{time_name(expires)}")
+
+
+@dataclass(frozen=True)
+class SubscriptionName:
+    """What the name of a subscription's version tells."""
+
+    part: str  # the project part (``project_part``)
+    queue: str
+    id: str
+    written: int
+    expires: int
+
+    @classmethod
+    def parse(cls, name: str) -> SubscriptionName | None:
+        try:
+            part, queue, subscription_id, times = name[len(SUBSCRIPTION_PREFIX):].split("/")
+            written, expires = times.split(".")
+            return cls(part, queue, subscription_id, int(written, 16), int(expires, 16))
+        except ValueError:
+            return None
+
+
+def subscriber_locks(project: str, queue: str, subscriber: str) -> str:
+    """The start of the names of the locks of *subscriber* of the queue."""
+    digest = hashlib.sha256(subscriber.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{SUBSCRIBER_PREFIX}{project_part(project)}/{queue}/{digest}/"
+
+
+def subscriber_lock(project: str, queue: str, subscriber: str, generation: int) -> str:
+    return (f"{subscriber_locks(project, queue, subscriber)}"
+            f"{generation:0{GENERATION_DIGITS}d}")
+
+
+def generation_of(name: str) -> int:
+    """The generation a marker's or a lock's name ends with."""
+    return int(name.rsplit("/", 1)[1])
+
+
 def lease_body(holder: str) -> dict[str, Any]:
     """The body of a writer slot's or the reaper's lease, as its bid writes it."""
     # Host and pid tell an operator whose lease it is; the holder nonce tells the
@@ -247,8 +326,8 @@ def is_message_id(text: str) -> bool:
     return len(text) == ID_LENGTH and set(text) <= HEX
 
 
-def is_claim_id(text: str) -> bool:
-    """True for text shaped like a claim id (a UUID's 32 hex digits)."""
+def is_uuid_hex(text: str) -> bool:
+    """True for text shaped like a claim or subscription id (a UUID's 32 hex digits)."""
     return len(text) == 32 and set(text) <= HEX
 
 
@@ -309,19 +388,28 @@ class Entry:
     generation: int
     state: str
     expires: int
+    # A claimed message due after its claim: when the claim ends (0: at ``available``).
+    claim_ends: int = 0
 
     @property
     def name(self) -> str:
-        return (f"{INDEX_PREFIX}{time_name(self.available)}.{self.message_id}.{self.count}."
+        name = (f"{INDEX_PREFIX}{time_name(self.available)}.{self.message_id}.{self.count}."
                 f"{self.generation}.{self.state}.{time_name(self.expires)}")
+        return f"{name}.{time_name(self.claim_ends)}" if self.claim_ends else name
+
+    def is_claimed(self, now_us: int) -> bool:
+        """Held by a live claim at *now_us*, whatever its due time."""
+        return self.state == CLAIMED and (self.claim_ends or self.available) > now_us
 
     @classmethod
     def parse(cls, name: str) -> Entry | None:
         try:
-            available, message_id, count, generation, state, expires = (
+            available, message_id, count, generation, state, expires, *rest = (
                 name[len(INDEX_PREFIX):].split("."))
+            if len(rest) > 1:
+                return None
             return cls(int(available, 16), message_id, int(count), int(generation), state,
-                       int(expires, 16))
+                       int(expires, 16), int(rest[0], 16) if rest else 0)
         except ValueError:
             return None
 
@@ -363,10 +451,13 @@ class Record:
         return bool(self.claim) and self.claim_expires > now_us
 
     def entry(self, message_id: str) -> Entry:
-        """The index entry this state calls for."""
+        """The index entry this state calls for: a claimed message is available again
+        at the later of its claim's expiry and its due time (never after its expiry)."""
         if self.claim and self.claim_expires:
-            return Entry(self.claim_expires, message_id, self.count, self.generation,
-                         CLAIMED, self.expires)
+            available = min(max(self.due, self.claim_expires), self.expires)
+            return Entry(available, message_id, self.count, self.generation, CLAIMED,
+                         self.expires,
+                         self.claim_expires if available > self.claim_expires else 0)
         return free_entry(self.due, message_id, self.count, self.generation, self.expires)
 
     def move(self) -> Marker:
@@ -408,7 +499,8 @@ class Marker:
     queue: str | None = None  # a move's target queue
     ttl: int | None = None  # a dead-letter move's ttl there (None: the message keeps its)
     redrive: bool = False  # a move back by redrive, not a dead-letter move
-    due: int | None = None  # an edit's new due time (None: unchanged)
+    # An edit's new due time (None: unchanged); a claim's under a retry policy.
+    due: int | None = None
     body: str | None = None  # an edit's new body, JSON (None: unchanged)
     nonce: str | None = None  # the winning bid's, once stored
     base: int | None = None  # a move's first generation in its target queue
@@ -435,6 +527,8 @@ class Marker:
                 fields["redrive"] = True
             if self.kind == EDIT:
                 fields.update(due=self.due, body=self.body)
+            elif self.due is not None:
+                fields["due"] = self.due
         if self.nonce is not None:
             fields["nonce"] = self.nonce
         if self.base is not None:

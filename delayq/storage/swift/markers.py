@@ -9,9 +9,12 @@ Claim
     first. For each, create its next generation marker ``c/<id>/<n+1>`` conditionally:
     of concurrent claimers exactly one wins the bid, and that marker *is* the claim, claim
     count included. The winner then rewrites the message's state headers and moves its
-    index entry to the claim's expiry (new entry first, old one deleted after). A claimer
-    that loses (412) looks at the markers and repairs a stale entry left by a process that
-    died half way (``repair``), so nothing stays stuck.
+    index entry to the claim's expiry, or to its due time when that is later (new entry
+    first, old one deleted after). Under a retry policy the marker also carries the due
+    time the claim sets (the claim's expiry plus the policy's wait), so that whoever
+    completes the claim sets the same. A claimer that loses (412) looks at the markers
+    and repairs a stale entry left by a process that died half way (``repair``), so
+    nothing stays stuck. What the claim's holder does afterwards is ``claims.py``'s.
 Dead-letter move
     The n+1-th marker says "move" instead. The winner first marks the source message as
     moving (a header), then copies it into the dead-letter queue's container
@@ -59,6 +62,7 @@ from swiftclient.exceptions import ClientException
 from delayq import errors, events
 from delayq.message import NO_CHANGE, Message, Unchanged
 from delayq.queue import DeadLetterPolicy, dead_lettered_ttl
+from delayq.retry import Backoff
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Marker, Record
 from delayq.storage.swift.objects import Objects, is_status
@@ -128,6 +132,15 @@ def arrival(queue: str, record: Record, move: Marker) -> tuple[Record, int]:
                   moved=move.at), move.at
 
 
+def claimed(record: Record, claim: Marker, count: int, generation: int) -> Record:
+    """The record after the *claim* marker of *generation*, the message's *count*-th
+    claim: the same for the claimer and for whoever completes the claim after it died."""
+    return Record(**{**vars(record), "count": count, "generation": generation,
+                     "claim": claim.claim or "", "claim_expires": claim.expires,
+                     "due": record.due if claim.due is None else claim.due,
+                     "expires": max(record.expires, claim.expires + claim.grace * US)})
+
+
 def edited(record: Record, edit: Marker, generation: int) -> Record:
     """The record after the *edit* marker of *generation*: the same for every process
     that applies it to the same record."""
@@ -156,11 +169,13 @@ class Markers:
     # Claims
 
     def take(self, project: str, queue: str, now: int, limit: int, claim_id: str,
-             claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
+             claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None,
+             backoff: Backoff | None = None
              ) -> tuple[list[Taken], list[Moved], list[events.Event]]:
         """Claim up to *limit* claimable messages; ``(id, new record, body, old record)``
         of each, the dead-letter moves made on the way, and the ``expired`` events of the
-        expired messages met on the way that this request removed."""
+        expired messages met on the way that this request removed. With *backoff*, each
+        is due ``backoff.after(its claim count)`` after *claim_expires*."""
         container = self._objects.container(project, queue)
         taken: list[Taken] = []
         moved: list[Moved] = []
@@ -192,7 +207,7 @@ class Markers:
             attempt, entries = entries[:limit - len(taken)], entries[limit - len(taken):]
             for result in self._objects.parallel(
                     lambda e: self._take_one(project, queue, e, now, claim_id, claim_expires,
-                                             grace, dead_letter), attempt):
+                                             grace, dead_letter, backoff), attempt):
                 if result is LOST:
                     contended = True
                 elif isinstance(result, Moved):
@@ -204,8 +219,8 @@ class Markers:
         return taken, moved, expired
 
     def _take_one(self, project: str, queue: str, entry: Entry, now: int, claim_id: str,
-                  claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None
-                  ) -> Taken | Moved | Lost | events.Event | None:
+                  claim_expires: int, grace: int, dead_letter: DeadLetterPolicy | None,
+                  backoff: Backoff | None) -> Taken | Moved | Lost | events.Event | None:
         objects = self._objects
         container = objects.container(project, queue)
         message_id = entry.message_id
@@ -214,20 +229,21 @@ class Markers:
             # the next claims do not meet it again.
             return self.expire(project, queue, entry, now)
         move = dead_letter is not None and entry.count >= dead_letter.max_claim_count
+        # The marker carries the due time the claim sets, so that whoever completes the
+        # claim of a claimer that died sets the same.
+        due = (None if move or backoff is None
+               else claim_expires + backoff.after(entry.count + 1) * US)
         marker = Marker(kind=lay.MOVE if move else lay.CLAIM, at=now, claim=claim_id,
                         expires=claim_expires, grace=grace,
                         queue=dead_letter.queue if move else None,
-                        ttl=dead_letter.messages_ttl if move else None)
+                        ttl=dead_letter.messages_ttl if move else None, due=due)
         won = self._win(project, queue, entry, marker, now)
         if not isinstance(won, tuple):
             return won
         before, body = won
         if move:
             return self._move(project, queue, entry, before, body, marker, now)
-        record = Record(**{**vars(before), "count": entry.count + 1,
-                           "generation": entry.generation + 1, "claim": claim_id,
-                           "claim_expires": claim_expires,
-                           "expires": max(before.expires, claim_expires + grace * US)})
+        record = claimed(before, marker, entry.count + 1, entry.generation + 1)
         self._tallies.tally(project, queue, before, record)  # the bid won made it a claim
         objects.write_record(container, message_id, record)
         if not objects.move_entry(container, message_id, entry, record.entry(message_id)):
@@ -256,45 +272,6 @@ class Markers:
             objects.delete(container, entry.name)
         return found
 
-    def renew_one(self, project: str, queue: str, message_id: str, record: Record,
-                  claim_id: str, expires: int, grace: int, now: int) -> None:
-        """Extend claim *claim_id* of a message it holds to *expires*: its marker, its
-        record, its index entry."""
-        objects = self._objects
-        container = objects.container(project, queue)
-        renewed = Record(**{**vars(record), "claim_expires": expires,
-                            "expires": max(record.expires, expires + grace * US)})
-        marker = Marker(kind=lay.CLAIM, at=now, claim=claim_id, expires=expires, grace=grace)
-        objects.swift.put_object(
-            container, lay.marker_name(message_id, record.generation),
-            lay.encode(marker.stored()),
-            headers={"X-Delete-At": objects.marker_until(renewed.expires)})
-        objects.write_record(container, message_id, renewed)
-        self._tallies.tally(project, queue, record, renewed)
-        objects.move_entry(container, message_id, record.entry(message_id),
-                           renewed.entry(message_id))
-
-    def release_one(self, project: str, queue: str, message_id: str, record: Record,
-                    now: int) -> None:
-        """Put a claimed message back at its due time (claim count kept)."""
-        objects = self._objects
-        container = objects.container(project, queue)
-        name = lay.marker_name(message_id, record.generation)
-        found = objects.get(container, name)
-        if found is None:
-            return
-        marker = Marker.parse(found[1])
-        if marker.claim != record.claim or marker.expires <= now:
-            return
-        objects.swift.put_object(container, name, lay.encode(replace(marker,
-                                                                     expires=0).stored()),
-                                 headers={"X-Delete-At": objects.marker_until(record.expires)})
-        released = Record(**{**vars(record), "claim": "", "claim_expires": 0})
-        objects.write_record(container, message_id, released)
-        self._tallies.tally(project, queue, record, released)
-        objects.move_entry(container, message_id, record.entry(message_id),
-                           released.entry(message_id))
-
     # Moves
 
     def _move(self, project: str, queue: str, entry: Entry, before: Record, body: bytes,
@@ -322,7 +299,7 @@ class Markers:
         """
         target = self._objects.container(project, marker.queue)
         old = self._objects.names(target, lay.marker_prefix(message_id))
-        return replace(marker, base=int(old[-1].rsplit("/", 1)[1]) if old else 0)
+        return replace(marker, base=lay.generation_of(old[-1]) if old else 0)
 
     def finish_move(self, project: str, queue: str, message_id: str, record: Record,
                     body: bytes, move: Marker, now: int, met: Entry | None = None) -> None:
@@ -378,7 +355,7 @@ class Markers:
             after = names[-1]
             # Entries of live claims are skipped; delayed ones are taken.
             entries = [e for e in map(Entry.parse, names)
-                       if e is not None and (e.state == lay.FREE or e.available <= now)]
+                       if e is not None and not e.is_claimed(now)]
             while entries and len(moved) < limit:
                 # No more moves at once than still wanted: each won bid is a move.
                 take = min(objects.concurrency, limit - len(moved))
@@ -565,7 +542,7 @@ class Markers:
             return
         record, body = found
         markers = objects.names(container, lay.marker_prefix(message_id))
-        generation = int(markers[-1].rsplit("/", 1)[1]) if markers else 0
+        generation = lay.generation_of(markers[-1]) if markers else 0
         if generation > record.generation and not record.moving:
             latest = objects.get(container, markers[-1], newest=True)
             if latest is None:
@@ -591,10 +568,7 @@ class Markers:
             if marker.kind == lay.MOVE:
                 record.moving = json.dumps(self._moving(project, message_id, marker).stored())
             else:
-                record.generation = generation
-                record.claim = marker.claim or ""
-                record.claim_expires = marker.expires
-                record.expires = max(record.expires, marker.expires + marker.grace * US)
+                record = claimed(record, marker, record.count, generation)
             objects.write_record(container, message_id, record)
         if record.moving:
             self.finish_move(project, queue, message_id, record, body, record.move(), now,
