@@ -31,11 +31,10 @@ failures are a 503).
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pymongo
 import pymongo.errors
@@ -61,13 +60,12 @@ from delayq.storage.mongo import claims, holds, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import (
     NAME,
-    is_missing_index,
     make_client,
     parse_write_concern,
     unavailable,
 )
 from delayq.storage.mongo.expiry import Expiry
-from delayq.storage.mongo.indexes import Indexes
+from delayq.storage.mongo.indexes import Indexes, backend_call
 from delayq.storage.mongo.keys import PostKeys
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.mongo.subscriptions import Subscriptions
@@ -79,29 +77,6 @@ LOG = logging.getLogger(__name__)
 # A pop marks its messages with a claim of this many milliseconds before deleting them: a
 # process dying in between leaves them claimable again after it, not lost.
 POP_LEASE_MS = 60_000
-
-T = TypeVar("T")
-
-
-def backend_call(method: Callable[..., T]) -> Callable[..., T]:
-    """Run a driver method with its indexes in place and MongoDB outages as 503."""
-
-    @functools.wraps(method)
-    def call(self: Driver, *args: Any, **kwargs: Any) -> T:
-        with unavailable:
-            self._indexes.ensure()
-            try:
-                return method(self, *args, **kwargs)
-            except pymongo.errors.OperationFailure as exc:
-                if not is_missing_index(exc):
-                    raise
-                self._indexes.missing()
-                raise unavailable.error(
-                    f"A MongoDB index of delayq is missing; creating it again: {exc}"
-                ) from exc
-
-    return call
-
 
 class Driver(base.Driver):
     """Queues, messages and claims in a MongoDB replica set or sharded cluster."""
