@@ -53,8 +53,11 @@ COUNTS = (RETRIES_WITH_NO_DELAY, MINIMUM_DELAY_RETRIES, MAXIMUM_DELAY_RETRIES)
 # least two of them above minimum_delay.
 LINEAR_INTERVAL = 5
 # Most attempts one phase may count: the waits of every attempt a policy names are
-# handed to the store with each claim.
+# handed to the store with each claim. A backoff phase that would take more steps of
+# LINEAR_INTERVAL (maximum_delay more than 500 s above minimum_delay) spreads its rise
+# over this many.
 MAX_PHASE_RETRIES = 100
+MAX_BACKOFF_STEPS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +85,16 @@ class RetryPolicy:
 
 
 def _linear(low: int, high: int) -> list[int]:
-    return list(range(low, high, LINEAR_INTERVAL))
+    if _steps(low, high) < MAX_BACKOFF_STEPS:
+        return list(range(low, high, LINEAR_INTERVAL))
+    n = MAX_BACKOFF_STEPS
+    return [low + (high - low) * a // n for a in range(n)]
 
 
 def _steps(low: int, high: int) -> int:
-    return (high - low) // LINEAR_INTERVAL
+    """The backoff phase's steps: Zaqar's, one per ``LINEAR_INTERVAL``, at most
+    ``MAX_BACKOFF_STEPS``."""
+    return min((high - low) // LINEAR_INTERVAL, MAX_BACKOFF_STEPS)
 
 
 def _arithmetic(low: int, high: int) -> list[int]:

@@ -79,3 +79,17 @@ def test_the_subscription_policy_wins_unless_either_says_to_ignore_it():
     assert retry.effective({**queue, "ignore_subscription_override": True}, mine) == {
         **queue, "ignore_subscription_override": True}
     assert retry.effective(queue, {**mine, "ignore_subscription_override": True}) == queue
+
+
+@pytest.mark.parametrize("function", ["linear", "arithmetic", "geometric", "exponential"])
+def test_a_long_rise_is_spread_over_a_hundred_steps(function):
+    # A week's rise in steps of 5 s would be 120,960 waits, handed to the store with
+    # every claim: it takes 100 steps instead, rising from the minimum to the maximum.
+    policy = {"retries_with_no_delay": 0, "minimum_delay_retries": 0,
+              "maximum_delay_retries": 0, "minimum_delay": 60, "maximum_delay": 604800,
+              "retry_backoff_function": function}
+    backoff = retry.backoff(retry.parse(policy, "p", 604800) and policy, None)
+    assert len(backoff.delays) <= 101
+    steps = [backoff.after(n) for n in range(1, 102)]
+    assert steps[0] == 60 and steps[-1] == 604800
+    assert all(a <= b for a, b in zip(steps, steps[1:], strict=False))
