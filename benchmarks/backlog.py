@@ -638,7 +638,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=30)  # gunicorn's graceful_timeout is 25 s
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

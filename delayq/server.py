@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -62,6 +63,16 @@ class Worker(UvicornWorker):
         # (and its protocol) later, in the worker's event loop.
         self.config.http = functools.partial(LimitedHttpToolsProtocol,
                                              limits=self.app.http_limits)
+
+    async def callback_notify(self) -> None:
+        """Tell the master the worker lives; stop, as gunicorn's own workers do, once the
+        master is gone (killed with SIGKILL, it signals no worker): an orphan would go on
+        serving the port, and pushing, with nobody to stop it."""
+        if os.getppid() != self.ppid:
+            self.log.info("Parent changed, shutting down: %s", self)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        self.notify()
 
 
 class Logger(glogging.Logger):

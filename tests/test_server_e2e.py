@@ -558,6 +558,24 @@ def test_sigterm_stops_master_and_workers_with_exit_code_zero(tmp_path):
         assert c.ping() is False
 
 
+def test_workers_stop_when_their_master_is_killed(tmp_path):
+    with delayq_server(tmp_path, config={"drivers:transport:wsgi": {"workers": 2}}) as s:
+        deadline = time.monotonic() + 30
+        while len(child_pids(s.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = child_pids(s.proc.pid)
+        assert len(workers) == 2, s.stderr()
+        s.proc.kill()  # SIGKILL: the master tells no worker
+        s.proc.wait(10)
+        # A worker looks at its parent at each notify tick (gunicorn's timeout, 30 s by
+        # default, over 2), then stops as on SIGTERM.
+        deadline = time.monotonic() + 30
+        while any(map(is_running, workers)):
+            assert time.monotonic() < deadline, f"workers {workers} outlived the master"
+            time.sleep(0.2)
+        assert "Parent changed, shutting down" in s.stderr()
+
+
 # Long-poll claims across worker processes
 
 POLL_INTERVAL = 1
