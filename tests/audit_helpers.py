@@ -18,7 +18,8 @@ from typing import Any
 AUDIT_SCRIPT = Path(sys.executable).parent / "delayq-audit"
 
 DELAY_FIELDS = ("project", "queue", "messages", "delayed", "delay_seconds", "delivered",
-                "lateness_seconds", "early_deliveries", "expired_before_due", "waiting")
+                "lateness_seconds", "early_deliveries", "early_delivery_ids",
+                "expired_before_due", "waiting")
 DEAD_LETTER_FIELDS = ("project", "queue", "source", "moved", "claim_count",
                       "time_in_dlq_seconds", "left", "still_in_dlq", "top_keys",
                       "top_values")
@@ -60,8 +61,8 @@ def delay_row(project: str, queue: str, *, messages: int, delays: list[float] = 
     return {"project": project, "queue": queue, "messages": messages,
             "delayed": len(delays), "delay_seconds": dist(list(delays)),
             "delivered": len(lateness), "lateness_seconds": dist(list(lateness)),
-            "early_deliveries": 0, "expired_before_due": expired_before_due,
-            "waiting": waiting}
+            "early_deliveries": 0, "early_delivery_ids": [],
+            "expired_before_due": expired_before_due, "waiting": waiting}
 
 
 def dead_letter_row(project: str, queue: str, source: str, *, counts: list[int],

@@ -3,54 +3,78 @@
 A body's keys are dotted paths into nested objects (``{"order": {"kind": "refund"}}``
 has the keys ``order`` and ``order.kind``); arrays are values, their elements are not
 walked. Each key whose value is a scalar (string, number, boolean, null) also yields a
-``(key, value)`` pair, the value written as JSON text (``"refund"`` with its quotes,
-``7``, ``true``, ``null``). A body that is not a JSON object has the single key ``ROOT``
-(the empty string), with the body as its value when it is a scalar.
+``(key, value)`` pair, the value written as compact JSON text by Spark (``"refund"``
+with its quotes, ``7``, ``true``, ``null``; numbers in their shortest exact form, so
+``2.50`` is ``2.5``). A body that is not a JSON object has the single key ``ROOT`` (the
+empty string), with the body as its value when it is a scalar; text that is not JSON is
+taken as the string it is.
+
+Bodies are parsed by Spark into variants (``try_parse_json``) and walked one level of
+nesting at a time: each level is one small Spark job over the objects the level before
+found, until none is left.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 ROOT = ""
 SEPARATOR = "."
+OBJECT = "map<string,variant>"
 
 
-def scalar_text(value: Any) -> str | None:
-    """*value* as JSON text when it is a scalar; None for objects and arrays."""
-    if isinstance(value, dict | list):
-        return None
-    return json.dumps(value)
+def _members(value: Column) -> Column:
+    """The members of a variant object as a map; null for any other value."""
+    return value.try_cast(OBJECT)
 
 
-def key_values(body: Any) -> list[tuple[str, str | None]]:
-    """Every ``(dotted key, scalar value as JSON text or None)`` of a decoded body."""
-    if not isinstance(body, dict):
-        return [(ROOT, scalar_text(body))]
-    found: list[tuple[str, str | None]] = []
-    # An explicit stack, not recursion: a body may nest deeper than Python's stack.
-    pending: list[tuple[str, dict[str, Any]]] = [("", body)]
-    while pending:
-        prefix, obj = pending.pop()
-        for key, value in obj.items():
-            path = prefix + key
-            found.append((path, scalar_text(value)))
-            if isinstance(value, dict):
-                pending.append((path + SEPARATOR, value))
-    return found
+def _scalar_text(value: Column) -> Column:
+    """A variant as JSON text when it is a scalar; null for objects and arrays."""
+    text = F.to_json(value)
+    return F.when(~F.substring(text, 1, 1).isin("{", "["), text)
 
 
-def body_key_values(text: str | None) -> list[tuple[str, str | None]]:
-    """key_values() of a body given as JSON text (as the trail stores it).
+@contextmanager
+def key_values(bodies: DataFrame, keys: Sequence[str]) -> Iterator[DataFrame]:
+    """Every ``(key, value)`` of the bodies of *bodies* (a DataFrame with the columns
+    *keys* and ``body``, JSON text), with the *keys* of the row the body came from:
+    columns ``*keys, key, value`` (value null where the key holds an object or array).
 
-    No body (a driver that did not record it) has no keys; text that is not JSON is
-    taken as the string it is.
+    No body (a driver that did not record it) has no keys. The frames the walk keeps
+    are released when the block ends.
     """
-    if text is None:
-        return []
+    kept: list[DataFrame] = []
+
+    def keep(frame: DataFrame) -> DataFrame:
+        kept.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return frame
+
     try:
-        body = json.loads(text)
-    except ValueError:
-        body = text
-    return key_values(body)
+        parsed = keep(bodies.where(F.col("body").isNotNull()).select(
+            *keys, F.coalesce(F.try_parse_json("body"), F.col("body").cast("variant"))
+            .alias("v")))
+        found = [parsed.where(_members(F.col("v")).isNull()).select(
+            *keys, F.lit(ROOT).alias("key"), _scalar_text(F.col("v")).alias("value"))]
+        level = parsed.select(*keys, F.lit(ROOT).alias("prefix"),
+                              _members(F.col("v")).alias("members"))
+        while True:
+            entries = keep(level.where(F.col("members").isNotNull()).select(
+                *keys, "prefix", F.explode("members").alias("name", "v")).select(
+                *keys, F.concat("prefix", "name").alias("key"), "v"))
+            if entries.isEmpty():
+                break
+            found.append(entries.select(*keys, "key", _scalar_text(F.col("v")).alias("value")))
+            level = entries.select(*keys, F.concat("key", F.lit(SEPARATOR)).alias("prefix"),
+                                   _members(F.col("v")).alias("members"))
+        pairs = found[0]
+        for more in found[1:]:
+            pairs = pairs.unionByName(more)
+        yield keep(pairs)
+    finally:
+        for frame in kept:
+            frame.unpersist()

@@ -1,15 +1,22 @@
-"""The dead-letter audit: what ends up dead-lettered, after how many claims, for how long.
+"""The dead-letter audit: what ends up dead-lettered, after how many claims, for how long,
+and how it left.
 
 One row per ``(project, queue, source)``, ``queue`` being the dead-letter queue (the
 ``dead_lettered`` event's target) and ``source`` the queue the message left
 (docs/audits.md):
 
-- ``moved``: dead_lettered events;
+- ``moved``: dead_lettered events; ``moved_messages``: the distinct messages they moved
+  (a message redriven and moved again counts once);
+- ``received``: the messages ``source`` received (posted to it, moved or redriven into
+  it); ``dead_letter_rate``: ``moved / received``;
 - ``claim_count``: ``{"histogram": {"<count>": n}, "p50", "max"}`` of the claim count at
   the move;
 - ``time_in_dlq_seconds``: distribution of (end of the stay in the dead-letter queue) -
-  move time over moved messages that have left it; ``left`` counts them (deleted,
-  popped, expired, purged or moved on) and ``still_in_dlq`` the others;
+  move time over moved messages that have left it; ``left`` counts them and
+  ``still_in_dlq`` the others; ``endings`` splits ``left`` by the kind of event that
+  ended the stay (ENDINGS);
+- ``latest_moved_ids``: up to ``trail.SAMPLE_IDS`` ids of the messages moved last,
+  newest first;
 - ``top_keys`` / ``top_values``: up to TOP body keys (dotted paths, ``bodies``) and
   (key, scalar value) pairs most common among the moved messages, each counted once per
   message; by count descending, then key (then value) ascending.
@@ -21,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -33,16 +41,22 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from delayq import events as ev
 from delayq.spark_jobs import bodies, stats, trail
+from delayq.spark_jobs.trail import Trail
 
 ROW = ("project", "queue", "source")
 TOP = 10
+# How a stay in a dead-letter queue ends: the kind of the event that ended it
+# (dead_lettered: moved on to another dead-letter queue).
+ENDINGS = (ev.DELETED, ev.POPPED, ev.EXPIRED, ev.REDRIVEN, ev.DEAD_LETTERED, ev.PURGED)
 
 CLAIM_COUNT_TYPE = StructType([
     StructField("histogram", MapType(StringType(), LongType(), False), False),
     StructField("p50", DoubleType(), False),
     StructField("max", LongType(), False),
 ])
+ENDINGS_TYPE = StructType([StructField(kind, LongType(), False) for kind in ENDINGS])
 TOP_KEY_TYPE = StructType([StructField("key", StringType(), False),
                            StructField("count", LongType(), False)])
 TOP_VALUE_TYPE = StructType([StructField("key", StringType(), False),
@@ -53,41 +67,60 @@ ROW_SCHEMA = StructType([
     StructField("queue", StringType(), False),
     StructField("source", StringType(), False),
     StructField("moved", LongType(), False),
+    StructField("moved_messages", LongType(), False),
+    StructField("received", LongType(), False),
+    StructField("dead_letter_rate", DoubleType(), True),
     StructField("claim_count", CLAIM_COUNT_TYPE, False),
     StructField("time_in_dlq_seconds", stats.DISTRIBUTION_TYPE, True),
     StructField("left", LongType(), False),
     StructField("still_in_dlq", LongType(), False),
+    StructField("endings", ENDINGS_TYPE, False),
+    StructField("latest_moved_ids", ArrayType(StringType(), False), False),
     StructField("top_keys", ArrayType(TOP_KEY_TYPE, False), False),
     StructField("top_values", ArrayType(TOP_VALUE_TYPE, False), False),
 ])
 FIELDS = tuple(ROW_SCHEMA.fieldNames())
 
-KEY_VALUE_TYPE = ArrayType(StructType([StructField("key", StringType(), False),
-                                       StructField("value", StringType(), True)]))
-body_key_values = F.udf(bodies.body_key_values, KEY_VALUE_TYPE)
 
-
-def selected_moves(events: DataFrame, queues: Collection[str] | None) -> DataFrame:
-    """The moves (trail.moves), only those into or out of *queues* when given."""
-    moves = trail.moves(events)
+def selected_moves(source: Trail, queues: Collection[str] | None) -> DataFrame:
+    """One row per move (the dead_lettered stays of ``trail.Trail``), only those into or
+    out of *queues* when given: ROW, message_id, moved_at, claim_count, body, end_time,
+    end_kind."""
+    moves = source.stays(ev.DEAD_LETTERED).select(
+        *ROW, "message_id", F.col("start").alias("moved_at"), "claim_count", "body",
+        "end_time", "end_kind")
     if queues is not None:
         moves = moves.where(F.col("queue").isin(*queues) | F.col("source").isin(*queues))
     return moves
 
 
-def per_row(moves: DataFrame, events: DataFrame, as_of: float) -> DataFrame:
-    """Counts, claim-count median and maximum, and time in the dead-letter queue per
-    row, not yet rounded."""
-    stays = trail.ends(moves.withColumn("start", F.col("moved_at")), events, as_of)
+def per_row(moves: DataFrame) -> DataFrame:
+    """Counts, endings, claim-count median and maximum, time in the dead-letter queue
+    and the latest moved messages per row, not yet rounded."""
     left = F.col("end_time").isNotNull()
-    return stays.groupBy(*ROW).agg(
+    # Newest move first, then by id; a message moved twice keeps its latest place.
+    latest = F.array_sort(F.collect_list(F.struct(
+        (-F.col("moved_at")).alias("order"), F.col("message_id").alias("id"))))
+    return moves.groupBy(*ROW).agg(
         F.count(F.lit(1)).alias("moved"),
+        F.count_distinct("message_id").alias("moved_messages"),
         stats.median(F.col("claim_count")).alias("claim_p50"),
         F.max("claim_count").alias("claim_max"),
         stats.distribution(F.when(left, F.col("end_time") - F.col("moved_at")))
          .alias("time_in_dlq_seconds"),
         F.count_if(left).alias("left"),
+        F.struct(*(F.count_if(F.col("end_kind") == F.lit(kind)).alias(kind)
+                   for kind in ENDINGS)).alias("endings"),
+        F.slice(F.array_distinct(F.transform(latest, lambda e: e["id"])), 1,
+                trail.SAMPLE_IDS).alias("latest_moved_ids"),
     )
+
+
+def received(source: Trail) -> dict[tuple[str, str], int]:
+    """Per ``(project, queue)``, the messages it received: posted to it, moved or
+    redriven into it."""
+    counted = source.arrivals.groupBy(*trail.QUEUE).count().collect()
+    return {(r["project"], r["queue"]): r["count"] for r in counted}
 
 
 def claim_histograms(moves: DataFrame) -> dict[tuple, dict[str, int]]:
@@ -108,14 +141,15 @@ def _top(counted: DataFrame, order: list[Column]) -> DataFrame:
 
 def top_lists(moves: DataFrame) -> tuple[dict[tuple, list], dict[tuple, list]]:
     """Per row, the top keys and the top (key, value) pairs of the moved bodies."""
-    pairs = (moves.select(*ROW, "message_id", F.explode(body_key_values("body")).alias("kv"))
-             .select(*ROW, "message_id", "kv.key", "kv.value"))
-    # distinct() per message: a key (or pair) counts once however often a body has it.
-    keys = pairs.select(*ROW, "message_id", "key").distinct().groupBy(*ROW, "key").count()
-    values = (pairs.where(F.col("value").isNotNull()).distinct()
-              .groupBy(*ROW, "key", "value").count())
-    top_keys = _top(keys, [F.desc("count"), F.asc("key")]).collect()
-    top_values = _top(values, [F.desc("count"), F.asc("key"), F.asc("value")]).collect()
+    with bodies.key_values(moves.select(*ROW, "message_id", "body"),
+                           [*ROW, "message_id"]) as pairs:
+        # distinct() per message: a key (or pair) counts once however often a body has
+        # it, or however often the message was moved.
+        keys = pairs.select(*ROW, "message_id", "key").distinct().groupBy(*ROW, "key").count()
+        values = (pairs.where(F.col("value").isNotNull()).distinct()
+                  .groupBy(*ROW, "key", "value").count())
+        top_keys = _top(keys, [F.desc("count"), F.asc("key")]).collect()
+        top_values = _top(values, [F.desc("count"), F.asc("key"), F.asc("value")]).collect()
     keys_by_row: dict[tuple, list] = defaultdict(list)
     for r in sorted(top_keys, key=lambda r: r["rank"]):
         keys_by_row[_key(r)].append({"key": r["key"], "count": r["count"]})
@@ -130,24 +164,44 @@ def _key(collected: Any) -> tuple:
     return tuple(collected[name] for name in ROW)
 
 
-def run(events: DataFrame, as_of: float, queues: Collection[str] | None = None
-        ) -> list[dict[str, Any]]:
-    """The dead-letter audit of *events* (already cut at *as_of*), sorted by project,
-    queue and source; only moves into or out of *queues* when given."""
-    moves = selected_moves(events, queues)
-    figures = per_row(moves, events, as_of).collect()
-    histograms = claim_histograms(moves)
-    top_keys, top_values = top_lists(moves)
-    rows = []
+def rate(moved: int, arrivals: int) -> float | None:
+    """moved / arrivals, rounded as figures are; None when nothing arrived."""
+    return stats.rounded(moved / arrivals) if arrivals else None
+
+
+def rows(source: Trail, queues: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The dead-letter audit of *source*, sorted by project, queue and source; only moves
+    into or out of *queues* when given."""
+    moves = selected_moves(source, queues).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        figures = per_row(moves).collect()
+        if not figures:
+            return []
+        histograms = claim_histograms(moves)
+        top_keys, top_values = top_lists(moves)
+    finally:
+        moves.unpersist()
+    arrivals = received(source)
+    found = []
     for r in figures:
         key = _key(r)
-        rows.append({
+        got = arrivals.get((r["project"], r["source"]), 0)
+        found.append({
             "project": r["project"], "queue": r["queue"], "source": r["source"],
-            "moved": r["moved"],
+            "moved": r["moved"], "moved_messages": r["moved_messages"],
+            "received": got, "dead_letter_rate": rate(r["moved"], got),
             "claim_count": {"histogram": histograms.get(key, {}),
                             "p50": stats.rounded(r["claim_p50"]), "max": r["claim_max"]},
             "time_in_dlq_seconds": stats.summary(r["time_in_dlq_seconds"]),
             "left": r["left"], "still_in_dlq": r["moved"] - r["left"],
+            "endings": r["endings"].asDict(),
+            "latest_moved_ids": list(r["latest_moved_ids"]),
             "top_keys": top_keys.get(key, []), "top_values": top_values.get(key, []),
         })
-    return sorted(rows, key=lambda r: (r["project"], r["queue"], r["source"]))
+    return sorted(found, key=lambda r: (r["project"], r["queue"], r["source"]))
+
+
+def run(events: DataFrame, as_of: float, queues: Collection[str] | None = None
+        ) -> list[dict[str, Any]]:
+    """The dead-letter audit of *events* (the trail) as of *as_of*; see ``rows``."""
+    return rows(Trail.of(events, as_of), queues)
