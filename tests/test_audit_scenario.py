@@ -52,6 +52,7 @@ claim made at s lapses at s + 60; messages live 3600 s unless said otherwise.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -81,7 +82,10 @@ from tests.server import write_config
 
 spark = pytest.fixture(scope="session")(spark_session.spark_fixture)
 
-T0 = 4_000_000_000.0
+# The scenario's clock starts a quarter of an hour before the real one, whole seconds: an
+# audit time must not be later than the store's clock (the real one, when delayq-audit
+# opens the store), and its messages still live by the real clock while the module runs.
+T0 = float(int(time.time()) - 900)
 AS_OF = T0 + 280
 A = "audit-a"
 B = "audit-b<&>"
@@ -452,15 +456,16 @@ def store(request, tmp_path_factory) -> Store:
     return Store(request.param, config_file, uri, ids)
 
 
-def run_cli(*argv: str) -> None:
-    """``delayq-audit`` in this process (on the run's Spark session); it must succeed."""
+def run_cli(*argv: str, status: int = 0) -> None:
+    """``delayq-audit`` in this process (on the run's Spark session); it must exit with
+    *status* (0: success)."""
     from delayq.spark_jobs.cli import main
 
     try:
         code = main(list(argv))
     except SystemExit as exc:
         code = exc.code
-    assert code in (0, None), f"delayq-audit {' '.join(argv)} exited with {code}"
+    assert (code or 0) == status, f"delayq-audit {' '.join(argv)} exited with {code}"
 
 
 # The audits
@@ -659,7 +664,8 @@ def test_more_partitions_read_the_same_rows(spark, store):
 def test_an_audit_before_the_first_event_is_empty_and_replaces_the_last_one(spark, store,
                                                                             tmp_path):
     """A daily audit writes into the same directory every day: the new outputs replace
-    the old ones. At T0 - 1 nothing had happened yet: no rows."""
+    the old ones. At T0 - 1 nothing had happened yet: no rows, and exit status 3 with
+    the reason in audit.json."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -669,9 +675,10 @@ def test_an_audit_before_the_first_event_is_empty_and_replaces_the_last_one(spar
                    str(out / "delay.parquet" / "part-stale.parquet"))
     (out / "audit.json").write_text('{"stale": true}')
     run_cli("all", "--config-file", str(store.config_file), "--output", str(out),
-            "--as-of", repr(T0 - 1))
+            "--as-of", repr(T0 - 1), status=3)
     audit = load_audit(out)
     assert audit["as_of"] == T0 - 1
+    assert "no event at or before" in audit["nothing_audited"]
     assert (audit["delay"], audit["dead_letter"]) == ({"queues": []}, {"queues": []})
     assert parquet_rows(out / "delay.parquet") == []
     assert parquet_rows(out / "dead_letter.parquet") == []

@@ -1,10 +1,11 @@
 """One audit run: ask the store what to read, read the trail once, run the audits.
 
 ``make_plan`` talks to the store directly (from the machine running delayq-audit) before any
-Spark work, so a wrong location or an unreachable store fails fast with a clear message.
-``run`` reads the trail through the ``delayq`` data source and groups it per message in
-one Spark job (``trail.Trail``), kept for the audits' queries, so every audit sees the
-same events and the store is read once.
+Spark work, so a wrong location, an unreachable store, an audit time the store has not
+reached, or a scope that matches nothing fails fast with a clear message. ``run`` reads
+the trail through the ``delayq`` data source and groups it per message in one Spark job
+(``trail.Trail``), kept for the audits' queries, so every audit sees the same events and
+the store is read once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from delayq.spark_jobs import dead_letter_audit, delay_audit, scope, source, trail
+from delayq.spark_jobs import dead_letter_audit, delay_audit, output, scope, source, trail
 from delayq.spark_jobs.output import DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.store import StoreLocation, open_driver
@@ -50,25 +51,55 @@ class Plan:
     as_of: float
     read_queues: tuple[str, ...] | None  # None: every queue of the scope
     queue_count: int  # (project, queue) pairs the read covers
+    missing: tuple[str, ...] = ()  # queues of --queues the store has no trail of
+    nothing_audited: str | None = None  # why nothing is read, for people; None: read
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an audit found: the rows of each audit run and the events they came from;
+    *nothing_audited* says why there are none, when no event was found."""
+
+    rows: dict[str, list[dict[str, Any]]]
+    events: int
+    nothing_audited: str | None = None
+
+
+def nothing(request: Request, reason: str) -> Outcome:
+    """The outcome of an audit that found nothing to audit."""
+    return Outcome({audit: [] for audit in request.audits}, 0, reason)
 
 
 def make_plan(request: Request) -> Plan:
     """Open the store, take the audit time and list the queues to read.
 
-    Raises ValueError for a bad location, StoreError when the store does not answer,
-    NotImplementedError when its driver cannot read its trail.
+    Raises ValueError for a bad location or an audit time later than the store's clock,
+    StoreError when the store does not answer, NotImplementedError when its driver
+    cannot read its trail. A scope that matches no queue gives a plan with
+    ``nothing_audited``.
     """
     driver = open_driver(request.location)
     try:
-        as_of = request.as_of if request.as_of is not None else driver.now()
+        now = driver.now()
+        if request.as_of is not None and request.as_of > now:
+            raise ValueError(
+                f"--as-of {output.rfc3339(request.as_of)} is later than the store's clock "
+                f"({output.rfc3339(now)}): the audit would count as expired messages "
+                "that have not expired yet")
+        as_of = request.as_of if request.as_of is not None else now
         sources = (scope.dead_letter_sources(driver, request.scope)
                    if DEAD_LETTER in request.audits else [])
         read_queues = scope.widened(request.scope.queues, sources)
         pairs = source.selected_pairs(driver, request.scope.project, read_queues)
-        return Plan(driver=driver.name, as_of=as_of, read_queues=read_queues,
-                    queue_count=len(pairs))
     finally:
         driver.close()
+    found = {queue for _, queue in pairs}
+    listed = request.scope.queues or ()
+    missing = tuple(queue for queue in listed if queue not in found)
+    matched = bool(pairs) and (not listed or len(missing) < len(listed))
+    return Plan(driver=driver.name, as_of=as_of, read_queues=read_queues,
+                queue_count=len(pairs), missing=missing,
+                nothing_audited=None if matched else scope.nothing_matched(request.scope))
 
 
 @contextmanager
@@ -121,15 +152,18 @@ def read_trail(spark: SparkSession, request: Request, plan: Plan,
     return grouped, count
 
 
-def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress
-        ) -> dict[str, list[dict[str, Any]]]:
-    """The rows of each requested audit."""
+def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress) -> Outcome:
+    """The rows of each requested audit, or nothing when no event at or before the
+    audit time was found."""
     cores = source.default_parallelism(spark) or 1
     with shuffle_partitions(spark, max(2, cores * SHUFFLE_PARTITIONS_PER_CORE)):
-        grouped, _ = read_trail(spark, request, plan, progress)
+        grouped, count = read_trail(spark, request, plan, progress)
+        if count == 0:
+            return nothing(request, f"no event at or before {output.rfc3339(plan.as_of)} "
+                                    f"in the {plan.queue_count} queue(s) read")
         rows: dict[str, list[dict[str, Any]]] = {}
         for audit in request.audits:
             with progress.step(TITLES[audit]) as note:
                 rows[audit] = RUNNERS[audit](grouped, request.scope.queues)
                 note(f"{len(rows[audit])} row(s)")
-    return rows
+    return Outcome(rows, count)

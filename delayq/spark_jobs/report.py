@@ -27,7 +27,7 @@ QUANTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("max", "max"))
 
 CSS = """
 :root { --good: #1a7f37; --bad: #cf222e; --ink: #1f2328; --muted: #59636e;
-        --line: #d1d9e0; --panel: #f6f8fa; }
+        --line: #d1d9e0; --panel: #f6f8fa; --warn: #bf8700; }
 * { box-sizing: border-box; }
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
        color: var(--ink); margin: 0; background: #fff; }
@@ -67,6 +67,10 @@ code { font: 13px ui-monospace, SFMono-Regular, Menlo, monospace; background: va
 .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(330px, 1fr));
         gap: 8px 24px; }
 .none { color: var(--muted); font-style: italic; }
+.nothing { background: #fff8c5; border: 1px solid var(--warn); border-radius: 10px;
+           padding: 6px 20px; margin: 24px 0; }
+.nothing h2 { border: 0; color: #7d4e00; }
+.warn { background: #fff8c5; border-left: 4px solid var(--warn); padding: 6px 12px; }
 .axis { color: var(--muted); font-size: 12px; margin: 0; }
 .legend span { margin-right: 14px; font-size: 13px; white-space: nowrap; }
 .legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
@@ -350,9 +354,30 @@ def _none() -> str:
     return '<p class="none">none</p>'
 
 
+def nothing_audited(reason: str) -> str:
+    """The page's whole content when nothing was audited: why, and no figure at all
+    (zeros would read as an all-clear)."""
+    return (f'<section class="nothing"><h2>Nothing audited</h2><p>{esc(reason)}</p>'
+            '<p>No figure is shown: there was nothing to count. Check the store, '
+            '<code>--project</code>, <code>--queues</code> and <code>--as-of</code>.</p>'
+            '</section>')
+
+
+def missing(queues: Sequence[str]) -> str:
+    """A note naming the queues of --queues the store had no trail of."""
+    names = ", ".join(f"<code>{esc(q)}</code>" for q in queues)
+    return f'<p class="warn">Not in the store (no messages or events): {names}</p>'
+
+
 def render(doc: dict[str, Any]) -> str:
     """The report page of an audit.json document."""
-    parts = [header(doc), "<main>", summary(doc)]
+    parts = [header(doc), "<main>"]
+    if doc.get("missing_queues"):
+        parts.append(missing(doc["missing_queues"]))
+    if doc.get("nothing_audited") is not None:
+        parts += [nothing_audited(doc["nothing_audited"]), "</main>"]
+        return page(doc, parts)
+    parts.append(summary(doc))
     if DELAY in doc:
         rows = doc[DELAY]["queues"]
         parts.append("<h2>Delayed queues</h2>")
@@ -362,6 +387,11 @@ def render(doc: dict[str, Any]) -> str:
         parts.append("<h2>Dead-letter queues</h2>")
         parts.extend(map(dead_letter_queue, rows) if rows else [_none()])
     parts.append("</main>")
+    return page(doc, parts)
+
+
+def page(doc: dict[str, Any], parts: Sequence[str]) -> str:
+    """The HTML document around *parts*."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>delayq audit, as of {esc(doc['as_of_text'])}</title>"
