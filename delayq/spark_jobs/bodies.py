@@ -9,9 +9,8 @@ with its quotes, ``7``, ``true``, ``null``; numbers in their shortest exact form
 empty string), with the body as its value when it is a scalar; text that is not JSON is
 taken as the string it is.
 
-Bodies are parsed by Spark into variants (``try_parse_json``) and walked one level of
-nesting at a time: each level is one small Spark job over the objects the level before
-found, until none is left.
+Bodies are parsed by Spark into variants (``try_parse_json``) and walked LEVELS_PER_JOB
+levels of nesting per small Spark job, until no object is left to walk.
 """
 
 from __future__ import annotations
@@ -26,6 +25,9 @@ from pyspark.sql import functions as F
 ROOT = ""
 SEPARATOR = "."
 OBJECT = "map<string,variant>"
+# Levels of nesting walked per Spark job: bodies seldom nest deeper, so one job usually
+# finds that nothing is left.
+LEVELS_PER_JOB = 4
 
 
 def _members(value: Column) -> Column:
@@ -63,14 +65,17 @@ def key_values(bodies: DataFrame, keys: Sequence[str]) -> Iterator[DataFrame]:
         level = parsed.select(*keys, F.lit(ROOT).alias("prefix"),
                               _members(F.col("v")).alias("members"))
         while True:
-            entries = keep(level.where(F.col("members").isNotNull()).select(
-                *keys, "prefix", F.explode("members").alias("name", "v")).select(
-                *keys, F.concat("prefix", "name").alias("key"), "v"))
-            if entries.isEmpty():
+            for _ in range(LEVELS_PER_JOB):
+                entries = level.where(F.col("members").isNotNull()).select(
+                    *keys, "prefix", F.explode("members").alias("name", "v")).select(
+                    *keys, F.concat("prefix", "name").alias("key"), "v")
+                found.append(entries.select(*keys, "key",
+                                            _scalar_text(F.col("v")).alias("value")))
+                level = entries.select(*keys, F.concat("key", F.lit(SEPARATOR)).alias("prefix"),
+                                       _members(F.col("v")).alias("members"))
+            level = keep(level.where(F.col("members").isNotNull()))
+            if level.isEmpty():
                 break
-            found.append(entries.select(*keys, "key", _scalar_text(F.col("v")).alias("value")))
-            level = entries.select(*keys, F.concat("key", F.lit(SEPARATOR)).alias("prefix"),
-                                   _members(F.col("v")).alias("members"))
         pairs = found[0]
         for more in found[1:]:
             pairs = pairs.unionByName(more)

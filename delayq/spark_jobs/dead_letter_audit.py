@@ -116,21 +116,18 @@ def per_row(moves: DataFrame) -> DataFrame:
     )
 
 
-def received(source: Trail) -> dict[tuple[str, str], int]:
-    """Per ``(project, queue)``, the messages it received: posted to it, moved or
-    redriven into it."""
-    counted = source.arrivals.groupBy(*trail.QUEUE).count().collect()
-    return {(r["project"], r["queue"]): r["count"] for r in counted}
-
-
-def claim_histograms(moves: DataFrame) -> dict[tuple, dict[str, int]]:
-    """Per row, ``{"<claim count>": moves}`` in increasing claim count."""
-    counted = (moves.where(F.col("claim_count").isNotNull())
-               .groupBy(*ROW, "claim_count").count().collect())
-    histograms: dict[tuple, dict[str, int]] = defaultdict(dict)
-    for r in sorted(counted, key=lambda r: r["claim_count"]):
-        histograms[_key(r)][str(r["claim_count"])] = r["count"]
-    return histograms
+def figures(moves: DataFrame, source: Trail) -> DataFrame:
+    """per_row() with ``histogram`` (the claim counts at the move and how many moves
+    had each, increasing) and ``received`` (the arrivals of messages in the source:
+    posted to it, moved or redriven into it), in one query."""
+    histograms = (moves.where(F.col("claim_count").isNotNull())
+                  .groupBy(*ROW, "claim_count").count().groupBy(*ROW)
+                  .agg(F.sort_array(F.collect_list(F.struct("claim_count", "count")))
+                       .alias("histogram")))
+    arrivals = (source.arrivals.groupBy("project", F.col("queue").alias("source"))
+                .agg(F.count(F.lit(1)).alias("received")))
+    return (per_row(moves).join(histograms, list(ROW), "left")
+            .join(arrivals, ["project", "source"], "left"))
 
 
 def _top(counted: DataFrame, order: list[Column]) -> DataFrame:
@@ -148,15 +145,20 @@ def top_lists(moves: DataFrame) -> tuple[dict[tuple, list], dict[tuple, list]]:
         keys = pairs.select(*ROW, "message_id", "key").distinct().groupBy(*ROW, "key").count()
         values = (pairs.where(F.col("value").isNotNull()).distinct()
                   .groupBy(*ROW, "key", "value").count())
-        top_keys = _top(keys, [F.desc("count"), F.asc("key")]).collect()
-        top_values = _top(values, [F.desc("count"), F.asc("key"), F.asc("value")]).collect()
+        top_keys = _top(keys, [F.desc("count"), F.asc("key")]).select(
+            *ROW, "rank", "key", F.lit(None).cast("string").alias("value"), "count")
+        top_values = _top(values, [F.desc("count"), F.asc("key"), F.asc("value")]).select(
+            *ROW, "rank", "key", "value", "count")
+        found = (top_keys.withColumn("of_keys", F.lit(True))
+                 .unionByName(top_values.withColumn("of_keys", F.lit(False))).collect())
     keys_by_row: dict[tuple, list] = defaultdict(list)
-    for r in sorted(top_keys, key=lambda r: r["rank"]):
-        keys_by_row[_key(r)].append({"key": r["key"], "count": r["count"]})
     values_by_row: dict[tuple, list] = defaultdict(list)
-    for r in sorted(top_values, key=lambda r: r["rank"]):
-        values_by_row[_key(r)].append({"key": r["key"], "value": r["value"],
-                                       "count": r["count"]})
+    for r in sorted(found, key=lambda r: r["rank"]):
+        if r["of_keys"]:
+            keys_by_row[_key(r)].append({"key": r["key"], "count": r["count"]})
+        else:
+            values_by_row[_key(r)].append({"key": r["key"], "value": r["value"],
+                                           "count": r["count"]})
     return keys_by_row, values_by_row
 
 
@@ -174,31 +176,32 @@ def rows(source: Trail, queues: Collection[str] | None = None) -> list[dict[str,
     into or out of *queues* when given."""
     moves = selected_moves(source, queues).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        figures = per_row(moves).collect()
-        if not figures:
+        found = figures(moves, source).collect()
+        if not found:
             return []
-        histograms = claim_histograms(moves)
         top_keys, top_values = top_lists(moves)
     finally:
         moves.unpersist()
-    arrivals = received(source)
-    found = []
-    for r in figures:
-        key = _key(r)
-        got = arrivals.get((r["project"], r["source"]), 0)
-        found.append({
-            "project": r["project"], "queue": r["queue"], "source": r["source"],
-            "moved": r["moved"], "moved_messages": r["moved_messages"],
-            "received": got, "dead_letter_rate": rate(r["moved"], got),
-            "claim_count": {"histogram": histograms.get(key, {}),
-                            "p50": stats.rounded(r["claim_p50"]), "max": r["claim_max"]},
-            "time_in_dlq_seconds": stats.summary(r["time_in_dlq_seconds"]),
-            "left": r["left"], "still_in_dlq": r["moved"] - r["left"],
-            "endings": r["endings"].asDict(),
-            "latest_moved_ids": list(r["latest_moved_ids"]),
-            "top_keys": top_keys.get(key, []), "top_values": top_values.get(key, []),
-        })
-    return sorted(found, key=lambda r: (r["project"], r["queue"], r["source"]))
+    return sorted((as_row(r, top_keys.get(_key(r), []), top_values.get(_key(r), []))
+                   for r in found), key=lambda r: (r["project"], r["queue"], r["source"]))
+
+
+def as_row(r: Any, top_keys: list, top_values: list) -> dict[str, Any]:
+    """A collected figures() row, with its top lists, as the audit reports it."""
+    received = r["received"] or 0
+    return {
+        "project": r["project"], "queue": r["queue"], "source": r["source"],
+        "moved": r["moved"], "moved_messages": r["moved_messages"],
+        "received": received, "dead_letter_rate": rate(r["moved"], received),
+        "claim_count": {"histogram": {str(h["claim_count"]): h["count"]
+                                      for h in r["histogram"] or ()},
+                        "p50": stats.rounded(r["claim_p50"]), "max": r["claim_max"]},
+        "time_in_dlq_seconds": stats.summary(r["time_in_dlq_seconds"]),
+        "left": r["left"], "still_in_dlq": r["moved"] - r["left"],
+        "endings": r["endings"].asDict(),
+        "latest_moved_ids": list(r["latest_moved_ids"]),
+        "top_keys": top_keys, "top_values": top_values,
+    }
 
 
 def run(events: DataFrame, as_of: float, queues: Collection[str] | None = None
