@@ -136,24 +136,44 @@ def _top(counted: DataFrame, order: list[Column]) -> DataFrame:
     return counted.withColumn("rank", F.row_number().over(window)).where(F.col("rank") <= TOP)
 
 
+def _top_rows(walk: bodies.Walk) -> DataFrame:
+    """The top keys and (key, value) pairs of each row, ranked, and one row (``deeper``
+    above 0) when the walk left objects unwalked: one query."""
+    pairs = walk.pairs
+    # distinct() per message: a key (or pair) counts once however often a body has it,
+    # or however often the message was moved.
+    keys = pairs.select(*ROW, "message_id", "key").distinct().groupBy(*ROW, "key").count()
+    values = (pairs.where(F.col("value").isNotNull()).distinct()
+              .groupBy(*ROW, "key", "value").count())
+    no_value = F.lit(None).cast("string")
+    top_keys = _top(keys, [F.desc("count"), F.asc("key")]).select(
+        *ROW, "rank", "key", no_value.alias("value"), "count",
+        F.lit(True).alias("of_keys"), F.lit(0).cast("long").alias("deeper"))
+    top_values = _top(values, [F.desc("count"), F.asc("key"), F.asc("value")]).select(
+        *ROW, "rank", "key", "value", "count", F.lit(False).alias("of_keys"),
+        F.lit(0).cast("long").alias("deeper"))
+    deeper = walk.deeper.agg(F.count(F.lit(1)).alias("deeper")).select(
+        *(no_value.alias(name) for name in ROW), F.lit(0).alias("rank"),
+        no_value.alias("key"), no_value.alias("value"), F.lit(0).cast("long").alias("count"),
+        F.lit(False).alias("of_keys"), "deeper")
+    return top_keys.unionByName(top_values).unionByName(deeper)
+
+
 def top_lists(moves: DataFrame) -> tuple[dict[tuple, list], dict[tuple, list]]:
     """Per row, the top keys and the top (key, value) pairs of the moved bodies."""
-    with bodies.key_values(moves.select(*ROW, "message_id", "body"),
-                           [*ROW, "message_id"]) as pairs:
-        # distinct() per message: a key (or pair) counts once however often a body has
-        # it, or however often the message was moved.
-        keys = pairs.select(*ROW, "message_id", "key").distinct().groupBy(*ROW, "key").count()
-        values = (pairs.where(F.col("value").isNotNull()).distinct()
-                  .groupBy(*ROW, "key", "value").count())
-        top_keys = _top(keys, [F.desc("count"), F.asc("key")]).select(
-            *ROW, "rank", "key", F.lit(None).cast("string").alias("value"), "count")
-        top_values = _top(values, [F.desc("count"), F.asc("key"), F.asc("value")]).select(
-            *ROW, "rank", "key", "value", "count")
-        found = (top_keys.withColumn("of_keys", F.lit(True))
-                 .unionByName(top_values.withColumn("of_keys", F.lit(False))).collect())
+    depth = bodies.DEPTH
+    while True:
+        with bodies.key_values(moves.select(*ROW, "message_id", "body"),
+                               [*ROW, "message_id"], depth) as walk:
+            found = _top_rows(walk).collect()
+        if not any(r["deeper"] for r in found):
+            break
+        depth *= 2
     keys_by_row: dict[tuple, list] = defaultdict(list)
     values_by_row: dict[tuple, list] = defaultdict(list)
     for r in sorted(found, key=lambda r: r["rank"]):
+        if r["rank"] == 0:
+            continue
         if r["of_keys"]:
             keys_by_row[_key(r)].append({"key": r["key"], "count": r["count"]})
         else:

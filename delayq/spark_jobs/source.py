@@ -275,8 +275,12 @@ def register(spark: SparkSession) -> None:
 def read(spark: SparkSession, location: StoreLocation, *, kind: str = EVENTS,
          project: str | None = None, queues: Sequence[str] | None = None,
          partitions: int | None = None) -> DataFrame:
-    """A DataFrame of the store's events or messages; register() must have run."""
-    reader = spark.read.format(FORMAT).options(**location.as_options()).option("kind", kind)
+    """A DataFrame of the store's events or messages; register() must have run.
+
+    The schema is given, so Spark does not start a Python process to ask for it.
+    """
+    reader = (spark.read.format(FORMAT).schema(SCHEMAS[kind])
+              .options(**location.as_options()).option("kind", kind))
     if project is not None:
         reader = reader.option("project", project)
     if queues is not None:
