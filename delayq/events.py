@@ -43,6 +43,7 @@ apply that rule on every backend to the messages no ending event accounts for, s
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -88,6 +89,12 @@ class Event:
 
 
 FIELDS = tuple(Event.__dataclass_fields__)
+_FIELD_VALUES = operator.attrgetter(*FIELDS)
+
+
+def event_row(event: Event) -> tuple:
+    """*event*'s field values as a tuple, in ``FIELDS`` order."""
+    return _FIELD_VALUES(event)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# chromium: the audit report tests render report.html in headless Chromium.
 APT_PACKAGES=(python3 python3-venv python3-dev gcc redis-server redis-tools
               swift swift-proxy swift-account swift-container swift-object memcached
-              faketime)
+              faketime chromium)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

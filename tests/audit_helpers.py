@@ -18,9 +18,11 @@ from typing import Any
 AUDIT_SCRIPT = Path(sys.executable).parent / "delayq-audit"
 
 DELAY_FIELDS = ("project", "queue", "messages", "delayed", "delay_seconds", "delivered",
-                "lateness_seconds", "early_deliveries", "expired_before_due", "waiting")
-DEAD_LETTER_FIELDS = ("project", "queue", "source", "moved", "claim_count",
-                      "time_in_dlq_seconds", "left", "still_in_dlq", "top_keys",
+                "lateness_seconds", "early_deliveries", "early_delivery_ids",
+                "expired_before_due", "waiting")
+DEAD_LETTER_FIELDS = ("project", "queue", "source", "moved", "moved_messages", "received",
+                      "dead_letter_rate", "claim_count", "time_in_dlq_seconds", "left",
+                      "still_in_dlq", "endings", "latest_moved_ids", "top_keys",
                       "top_values")
 
 
@@ -60,18 +62,30 @@ def delay_row(project: str, queue: str, *, messages: int, delays: list[float] = 
     return {"project": project, "queue": queue, "messages": messages,
             "delayed": len(delays), "delay_seconds": dist(list(delays)),
             "delivered": len(lateness), "lateness_seconds": dist(list(lateness)),
-            "early_deliveries": 0, "expired_before_due": expired_before_due,
-            "waiting": waiting}
+            "early_deliveries": 0, "early_delivery_ids": [],
+            "expired_before_due": expired_before_due, "waiting": waiting}
+
+
+ENDINGS = ("deleted", "popped", "expired", "redriven", "dead_lettered", "purged")
 
 
 def dead_letter_row(project: str, queue: str, source: str, *, counts: list[int],
                     times: list[float], top_keys: list[tuple[str, int]],
-                    top_values: list[tuple[str, str, int]]) -> dict[str, Any]:
+                    top_values: list[tuple[str, str, int]], received: int,
+                    endings: dict[str, int], latest: list[str],
+                    messages: int | None = None) -> dict[str, Any]:
     """One expected dead-letter-audit row: *counts* at each move, *times* in the DLQ of
-    the moved messages that left it."""
-    return {"project": project, "queue": queue, "source": source, "moved": len(counts),
+    the moved messages that left it, *endings* how they left (kinds not given: 0),
+    *received* by the source, *latest* moved ids; *messages* distinct ones moved
+    (default: one per move)."""
+    moved = len(counts)
+    return {"project": project, "queue": queue, "source": source, "moved": moved,
+            "moved_messages": moved if messages is None else messages,
+            "received": received, "dead_letter_rate": round(moved / received, 6),
             "claim_count": claim_counts(counts), "time_in_dlq_seconds": dist(list(times)),
-            "left": len(times), "still_in_dlq": len(counts) - len(times),
+            "left": len(times), "still_in_dlq": moved - len(times),
+            "endings": {kind: endings.get(kind, 0) for kind in ENDINGS},
+            "latest_moved_ids": latest,
             "top_keys": [{"key": k, "count": n} for k, n in top_keys],
             "top_values": [{"key": k, "value": v, "count": n} for k, v, n in top_values]}
 

@@ -52,6 +52,7 @@ claim made at s lapses at s + 60; messages live 3600 s unless said otherwise.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -76,12 +77,16 @@ from tests.audit_helpers import (
     rfc3339,
     rows,
 )
+from tests.chromium import rendered
 from tests.contract.drivers import FakeClock
 from tests.server import write_config
 
 spark = pytest.fixture(scope="session")(spark_session.spark_fixture)
 
-T0 = 4_000_000_000.0
+# The scenario's clock starts a quarter of an hour before the real one, whole seconds: an
+# audit time must not be later than the store's clock (the real one, when delayq-audit
+# opens the store), and its messages still live by the real clock while the module runs.
+T0 = float(int(time.time()) - 900)
 AS_OF = T0 + 280
 A = "audit-a"
 B = "audit-b<&>"
@@ -352,7 +357,12 @@ def expected_delay() -> list[dict[str, Any]]:
 WORK_KEYS = [("order", 3), ("order.id", 3), ("order.kind", 3), ("reason", 3), ("tags", 1)]
 
 
-def expected_dead_letter() -> list[dict[str, Any]]:
+def latest(ids: dict[str, str], *names: str) -> list[str]:
+    """The ids of messages moved at one instant, as latest_moved_ids lists them: by id."""
+    return sorted(ids[name] for name in names)
+
+
+def expected_dead_letter(ids: dict[str, str]) -> list[dict[str, Any]]:
     timeout = json.dumps("timeout")
     return [
         dead_letter_row(
@@ -360,21 +370,31 @@ def expected_dead_letter() -> list[dict[str, Any]]:
             # ja, jd and "" (jb's string, jc's array) lead; then jd's keys, ascending.
             top_keys=[("", 2), ("reason", 2), *((k, 1) for k in "abcdefgh")],
             top_values=[("reason", timeout, 2), ("", json.dumps("plain text"), 1),
-                        *((k, str(n), 1) for n, k in enumerate("abcdefgh", start=1))]),
+                        *((k, str(n), 1) for n, k in enumerate("abcdefgh", start=1))],
+            # ja and jc deleted, jb and jd expired; jobs received its four posts.
+            received=4, endings={"deleted": 2, "expired": 2},
+            latest=latest(ids, "ja", "jb", "jc", "jd")),
         dead_letter_row(A, "dlq", "misc", counts=[1], times=[5], top_keys=[("", 1)],
-                        top_values=[("", "42", 1)]),
+                        top_values=[("", "42", 1)], received=1, endings={"popped": 1},
+                        latest=[ids["m1"]]),
         dead_letter_row(
             A, "dlq", "work", counts=[2, 2, 2], times=[10], top_keys=WORK_KEYS,
             top_values=[("order.kind", json.dumps("refund"), 2), ("reason", timeout, 2),
                         ("order.id", "1", 1), ("order.id", "2", 1), ("order.id", "3", 1),
                         ("order.kind", json.dumps("sale"), 1),
-                        ("reason", json.dumps("card_declined"), 1)]),
+                        ("reason", json.dumps("card_declined"), 1)],
+            # w4 was posted too, and deleted before the moves.
+            received=4, endings={"deleted": 1}, latest=latest(ids, "w1", "w2", "w3")),
+        # parking received r1 and r2, moved in from retry; r1 moved on, and was purged.
         dead_letter_row(A, "graveyard", "parking", counts=[2], times=[28],
-                        top_keys=[("step", 1)], top_values=[("step", json.dumps("charge"), 1)]),
+                        top_keys=[("step", 1)], top_values=[("step", json.dumps("charge"), 1)],
+                        received=2, endings={"purged": 1}, latest=[ids["r1"]]),
         dead_letter_row(A, "parking", "retry", counts=[1, 1], times=[2, 61],
                         top_keys=[("step", 2)],
                         top_values=[("step", json.dumps("charge"), 1),
-                                    ("step", json.dumps("notify"), 1)]),
+                                    ("step", json.dumps("notify"), 1)],
+                        received=2, endings={"deleted": 1, "dead_lettered": 1},
+                        latest=latest(ids, "r1", "r2")),
     ]
 
 
@@ -452,15 +472,16 @@ def store(request, tmp_path_factory) -> Store:
     return Store(request.param, config_file, uri, ids)
 
 
-def run_cli(*argv: str) -> None:
-    """``delayq-audit`` in this process (on the run's Spark session); it must succeed."""
+def run_cli(*argv: str, status: int = 0) -> None:
+    """``delayq-audit`` in this process (on the run's Spark session); it must exit with
+    *status* (0: success)."""
     from delayq.spark_jobs.cli import main
 
     try:
         code = main(list(argv))
     except SystemExit as exc:
         code = exc.code
-    assert code in (0, None), f"delayq-audit {' '.join(argv)} exited with {code}"
+    assert (code or 0) == status, f"delayq-audit {' '.join(argv)} exited with {code}"
 
 
 # The audits
@@ -481,7 +502,7 @@ def test_all_gives_every_figure_of_the_scenario(spark, store, tmp_path):
     assert_rows_equal(delay, expected_delay())
     assert all(r["early_deliveries"] == 0 for r in delay)
     dead = rows(audit, "dead_letter")
-    assert_rows_equal(dead, expected_dead_letter())
+    assert_rows_equal(dead, expected_dead_letter(store.ids))
 
     # Parquet: the same rows (read back with pyarrow, not Spark).
     delay_parquet = parquet_rows(out / "delay.parquet")
@@ -501,6 +522,50 @@ def test_all_gives_every_figure_of_the_scenario(spark, store, tmp_path):
                  ["d10", "d20", "d30", "d60", "plain", "work", "jobs", "retry", "misc", "dlq",
                   "parking", "graveyard"],
                  raw_texts_never_shown=[B])
+    check_rendered_report(out / "report.html", store.ids)
+
+
+def check_rendered_report(path: Path, ids: dict[str, str]) -> None:
+    """What report.html shows in a browser: delayed queues alone in the delay section,
+    the latest first; dead-letter rows the most moved first, with their rates and how
+    their messages left; the latest moved ids."""
+    with rendered(path) as page:
+        titles = page.evaluate(
+            "[...document.querySelectorAll('section.queue h3')].map(h => h.innerText)")
+        dead = page.evaluate("[...document.querySelector('table.dead-letters').rows]"
+                             ".map(r => [...r.cells].map(c => c.innerText))")
+        text = page.text
+        card = page.evaluate("getComputedStyle([...document.querySelectorAll('.card')]"
+                             ".find(c => c.innerText.includes('early deliveries of'))"
+                             ").backgroundColor")
+        jobs = ("[...document.querySelectorAll('section.queue')].find(s => "
+                "s.querySelector('h3').innerText.startsWith('dlq ← jobs'))")
+        jobs_panel = page.evaluate(f"{jobs}.innerText")
+        jobs_ids = page.evaluate(f"[...{jobs}.querySelectorAll('.ids code')]"
+                                 ".map(c => c.innerText)")
+    # Most late (lateness p99) first: d20 19.81 s, d10 9.85 s, d60 1.25 s, B's d10 1 s,
+    # d30 0 s. Then most moved first; misc and parking moved one each (by name).
+    assert titles == [
+        f"d20 project {A}", f"d10 project {A}", f"d60 project {A}", f"d10 project {B}",
+        f"d30 project {A}", f"dlq ← jobs project {A}", f"dlq ← work project {A}",
+        f"parking ← retry project {A}", f"dlq ← misc project {A}",
+        f"graveyard ← parking project {A}"]
+    assert "Posted to without a delay (messages): jobs (4), misc (1), plain (3), " \
+           "retry (2), work (4)" in text
+    assert "0\nearly deliveries of 16 delayed" in text
+    assert card == "rgb(218, 251, 225)"  # green: delayed messages, none early
+    assert dead[0] == ["dead-letter queue", "source", "project", "moved", "source received",
+                       "dead-letter rate", "deleted", "popped", "redriven", "moved on",
+                       "expired", "purged", "still there"]
+    assert dead[1:] == [
+        ["dlq", "jobs", A, "4", "4", "100%", "2", "0", "0", "0", "2", "0", "0"],
+        ["dlq", "work", A, "3", "4", "75%", "1", "0", "0", "0", "0", "0", "2"],
+        ["parking", "retry", A, "2", "2", "100%", "1", "0", "0", "1", "0", "0", "0"],
+        ["dlq", "misc", A, "1", "1", "100%", "0", "1", "0", "0", "0", "0", "0"],
+        ["graveyard", "parking", A, "1", "2", "50%", "0", "0", "0", "0", "0", "1", "0"]]
+    assert "LATEST MOVED (NEWEST FIRST)\n" in jobs_panel
+    assert jobs_ids == latest(ids, "ja", "jb", "jc", "jd")
+    assert "deleted 2popped 0redriven 0moved on 0expired 2purged 0still there 0" in jobs_panel
 
 
 def test_the_audit_time_cuts_the_trail_and_the_filters_pick_queues(spark, store, tmp_path):
@@ -534,12 +599,15 @@ def test_the_audit_time_cuts_the_trail_and_the_filters_pick_queues(spark, store,
     assert "delay" not in audit
     assert (out / "report.html").is_file()
     assert not (out / "delay.parquet").exists()
-    jobs, misc, work, graveyard, parking = expected_dead_letter()
+    jobs, misc, work, graveyard, parking = expected_dead_letter(store.ids)
+    left_none = dict.fromkeys(jobs["endings"], 0)
     assert_rows_equal(rows(audit, "dead_letter"), [
-        {**jobs, "time_in_dlq_seconds": None, "left": 0, "still_in_dlq": 4},
+        {**jobs, "time_in_dlq_seconds": None, "left": 0, "still_in_dlq": 4,
+         "endings": left_none},
         misc,
         {**work, "left": 1, "still_in_dlq": 2},  # w1 deleted at 131 sharp: it counts
-        {**graveyard, "time_in_dlq_seconds": None, "left": 0, "still_in_dlq": 1},
+        {**graveyard, "time_in_dlq_seconds": None, "left": 0, "still_in_dlq": 1,
+         "endings": left_none},
         parking,
     ])
 
@@ -659,7 +727,8 @@ def test_more_partitions_read_the_same_rows(spark, store):
 def test_an_audit_before_the_first_event_is_empty_and_replaces_the_last_one(spark, store,
                                                                             tmp_path):
     """A daily audit writes into the same directory every day: the new outputs replace
-    the old ones. At T0 - 1 nothing had happened yet: no rows."""
+    the old ones. At T0 - 1 nothing had happened yet: no rows, and exit status 3 with
+    the reason in audit.json."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -669,9 +738,10 @@ def test_an_audit_before_the_first_event_is_empty_and_replaces_the_last_one(spar
                    str(out / "delay.parquet" / "part-stale.parquet"))
     (out / "audit.json").write_text('{"stale": true}')
     run_cli("all", "--config-file", str(store.config_file), "--output", str(out),
-            "--as-of", repr(T0 - 1))
+            "--as-of", repr(T0 - 1), status=3)
     audit = load_audit(out)
     assert audit["as_of"] == T0 - 1
+    assert "no event at or before" in audit["nothing_audited"]
     assert (audit["delay"], audit["dead_letter"]) == ({"queues": []}, {"queues": []})
     assert parquet_rows(out / "delay.parquet") == []
     assert parquet_rows(out / "dead_letter.parquet") == []

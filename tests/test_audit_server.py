@@ -203,6 +203,9 @@ def test_delayq_audit_all_against_a_running_delayq(running, tmp_path):
                     "--master", "local[2]", cwd=tmp_path)
     assert run.code == 0, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
+    # No warning that is not the user's business: Python's (a UDF's type hints), the
+    # Redis driver's about the server's persistence (the test server has none), Spark's.
+    assert not re.search(r"Warning|appendonly|persistence| WARN ", run.stderr), run.stderr
     progress = progress_lines(run.stderr)
     assert len(progress) >= 2, f"no progress on stderr:\n{run.stderr}"
     assert run.lines_while_running >= 1, "stderr said nothing until delayq-audit had ended"
@@ -280,6 +283,15 @@ BAD = {
                        r"{missing}|SQLite|sqlite"),
     "redis-down": (["all", "--uri", "redis://127.0.0.1:{port}/0", "--output", "{out}"],
                    r"redis|Redis|{port}"),
+    # The store's address and the cause, once, credentials left out.
+    "redis-down-says-where-and-why": (
+        ["all", "--uri", "redis://:s3cret@127.0.0.1:{port}/0", "--output", "{out}"],
+        r"^delayq-audit: error: the redis store at redis://127\.0\.0\.1:{port}/0 does not "
+        r"answer: .*Connection refused[^\n]*\Z"),
+    "as-of-ahead": (["all", "--config-file", "{config}", "--output", "{out}", "--as-of",
+                     "2999-01-01T00:00:00Z"], r"later than the store's clock"),
+    "output-not-writable": (["all", "--config-file", "{config}", "--output",
+                             "{config}/out"], r"cannot write into --output"),
 }
 
 

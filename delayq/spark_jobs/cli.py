@@ -7,11 +7,18 @@
 
 Writes DIR/audit.json, DIR/delay.parquet, DIR/dead_letter.parquet (for the audits run)
 and DIR/report.html; progress goes to stderr. Exit status: 0 done, 1 the store or Spark
-failed, 2 bad arguments.
+failed, 2 bad arguments (an unwritable DIR, an --as-of the store's clock has not
+reached), 3 nothing audited (no queue matched, or no event): the outputs say so too.
+
+Everything that can be checked without Spark is checked before it starts: the output
+directory, the store, the audit time, what matches. Paths are made absolute first, so
+Spark's processes read the same store whatever their working directory; when nothing
+matches, Spark is not started at all.
 
 Spark: a session already active in the process is used and left running (so a test or
 a notebook can call ``main``); otherwise delayq-audit starts one with ``--master``, the
-master spark-submit was given, or ``local[*]``, and stops it at the end.
+master spark-submit was given, or ``local[*]``, and stops it at the end. A session it
+starts logs Spark's errors only (LOG4J2), not its start-up chatter.
 """
 
 from __future__ import annotations
@@ -23,11 +30,12 @@ import re
 import sys
 import time
 from datetime import datetime
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import NoReturn
 
 from pyspark.sql import SparkSession
 
-from delayq.spark_jobs import job, output, report, source
+from delayq.spark_jobs import job, output, report, source, store
 from delayq.spark_jobs.output import AUDITS, DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.scope import Scope
@@ -36,7 +44,8 @@ from delayq.spark_jobs.store import StoreError, StoreLocation
 PROG = "delayq-audit"
 COMMANDS = {"delay": (DELAY,), "dlq": (DEAD_LETTER,), "all": AUDITS}
 DEFAULT_MASTER = "local[*]"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOTHING = 0, 1, 2, 3
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
 # A line of an error report naming the exception: "package.SomeError: what happened".
 EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception)\b[^:\n]*: .+$", re.MULTILINE)
 
@@ -116,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def request_from(args: argparse.Namespace) -> job.Request:
-    location = StoreLocation(config_file=args.config_file, uri=args.uri)
+    """The request of *args*, its store location made absolute; ValueError for a bad
+    one."""
+    location = store.absolute(StoreLocation(config_file=args.config_file, uri=args.uri))
     return job.Request(location=location,
                        scope=Scope(project=args.project, queues=args.queues or None),
                        audits=COMMANDS[args.command], as_of=args.as_of,
@@ -154,30 +165,45 @@ def spark_session(master: str | None, progress: Progress) -> tuple[SparkSession,
     builder = (SparkSession.builder.appName(PROG)
                .config("spark.ui.showConsoleProgress", "true"))
     if chosen is not None:
-        builder = builder.master(chosen)
-    if chosen is not None and chosen.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        builder = (builder.master(chosen).config(
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2}"))
+    if chosen is not None and chosen.startswith("local"):
         # Local Python workers must run this interpreter (it has delayq and pyspark);
         # whatever python3 is first on PATH may have neither.
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # Everything runs on this machine: no need to look for a network address (and
+        # warn when the host name resolves to a loopback one).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark, True
 
 
-def write_outputs(spark: SparkSession, request: job.Request, plan: job.Plan,
-                  rows: dict[str, list[dict[str, Any]]], progress: Progress,
-                  directory: str) -> None:
+def write_outputs(request: job.Request, plan: job.Plan, outcome: job.Outcome,
+                  progress: Progress, directory: Path) -> None:
     """audit.json, the Parquet files of the audits run, and report.html."""
     with progress.step(f"writing {directory}") as note:
-        path = output.prepare(directory)
-        doc = output.document(as_of=plan.as_of, driver=plan.driver,
-                              scope=request.scope, rows=rows, generated_at=time.time())
-        written = [output.write_json(path, doc)]
+        doc = output.document(
+            as_of=plan.as_of, driver=plan.driver, scope=request.scope, rows=outcome.rows,
+            generated_at=time.time(), events=outcome.events,
+            nothing_audited=outcome.nothing_audited, missing_queues=plan.missing)
+        written = [output.write_json(directory, doc)]
         for audit in request.audits:
-            written.append(output.write_parquet(spark, path, audit, rows[audit],
+            written.append(output.write_parquet(directory, audit, outcome.rows[audit],
                                                 job.ROW_SCHEMAS[audit]))
-        written.append(output.write_text(path, output.REPORT_HTML, report.render(doc)))
+        written.append(output.write_text(directory, output.REPORT_HTML, report.render(doc)))
         note(", ".join(p.name for p in written))
+
+
+def finish(request: job.Request, plan: job.Plan, outcome: job.Outcome,
+           progress: Progress, directory: Path) -> int:
+    """Write the outputs and say how it went; the exit status."""
+    write_outputs(request, plan, outcome, progress, directory)
+    if outcome.nothing_audited is not None:
+        sys.stderr.write(f"{PROG}: nothing audited: {outcome.nothing_audited}\n")
+        return EXIT_NOTHING
+    progress.say(f"done in {progress.elapsed:.1f}s")
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         request = request_from(args)
-        output.check(args.output)
+        directory = output.prepare(args.output)
     except (UsageError, ValueError) as exc:
         sys.stderr.write(f"{parser.format_usage()}{PROG}: error: {exc}\n")
         return EXIT_USAGE
@@ -202,8 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         return EXIT_FAILED
     except Exception as exc:  # the store failing while listing its queues
-        sys.stderr.write(f"{PROG}: error: cannot read the store: {reason(exc)}\n")
+        sys.stderr.write(f"{PROG}: error: cannot read {store.describe(request.location)}: "
+                         f"{store.cause(exc)}\n")
         return EXIT_FAILED
+    if plan.missing:
+        progress.say(f"not in the store (no messages or events): {', '.join(plan.missing)}")
+    if plan.nothing_audited is not None:
+        return finish(request, plan, job.nothing(request, plan.nothing_audited), progress,
+                      directory)
     progress.say(f"store: {plan.driver}, {plan.queue_count} queue(s) to read, "
                  f"as of {output.rfc3339(plan.as_of)}")
     try:
@@ -213,16 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     try:
         progress.say(f"Spark {spark.version}, master {spark.conf.get('spark.master', '?')}")
-        rows = job.run(spark, request, plan, progress)
-        write_outputs(spark, request, plan, rows, progress, args.output)
+        outcome = job.run(spark, request, plan, progress)
+        return finish(request, plan, outcome, progress, directory)
     except Exception as exc:  # a store failing mid-read, Spark errors: one line, not pages
         sys.stderr.write(f"{PROG}: error: the audit failed: {reason(exc)}\n")
         return EXIT_FAILED
     finally:
         if owned:
             spark.stop()
-    progress.say(f"done in {progress.elapsed:.1f}s")
-    return EXIT_OK
 
 
 if __name__ == "__main__":

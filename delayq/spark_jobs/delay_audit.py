@@ -8,7 +8,8 @@ One row per ``(project, queue)`` with at least one ``posted`` event (docs/audits
 - ``delivered``: delayed messages with a first delivery (first claim or pop, any queue);
 - ``lateness_seconds``: distribution of first delivery - due in force over them;
 - ``early_deliveries``: delayed messages first delivered before the due in force
-  (must be 0);
+  (must be 0); ``early_delivery_ids``: up to ``trail.SAMPLE_IDS`` of their ids, the
+  earliest (relative to its due time) first;
 - ``expired_before_due``: delayed messages never delivered whose stay ended by expiry
   (an ``expired`` event or the implicit expiry) at or before their due in force;
 - ``waiting``: delayed messages not delivered, not ended, due in force after the audit
@@ -25,12 +26,13 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
 from delayq import events as ev
 from delayq.spark_jobs import stats, trail
+from delayq.spark_jobs.trail import Trail
 
-QUEUE = ["project", "queue"]
+QUEUE = trail.QUEUE
 
 ROW_SCHEMA = StructType([
     StructField("project", StringType(), False),
@@ -41,22 +43,21 @@ ROW_SCHEMA = StructType([
     StructField("delivered", LongType(), False),
     StructField("lateness_seconds", stats.DISTRIBUTION_TYPE, True),
     StructField("early_deliveries", LongType(), False),
+    StructField("early_delivery_ids", ArrayType(StringType(), False), False),
     StructField("expired_before_due", LongType(), False),
     StructField("waiting", LongType(), False),
 ])
 FIELDS = tuple(ROW_SCHEMA.fieldNames())
 
 
-def posted_stays(events: DataFrame, as_of: float,
-                 queues: Collection[str] | None = None) -> DataFrame:
+def posted_stays(source: Trail, queues: Collection[str] | None = None) -> DataFrame:
     """Every message posted (to one of *queues*, when given) with its delay, first
-    delivery, due in force and how its stay in the queue it was posted to ended (trail.ends)."""
-    posts = trail.posted(events)
+    delivery, due in force and how its stay in the queue it was posted to ended
+    (``trail.Trail``)."""
+    posts = source.stays(ev.POSTED)
     if queues is not None:
         posts = posts.where(F.col("queue").isin(*queues))
-    messages = (posts.join(trail.first_deliveries(events), trail.MESSAGE, "left")
-                .withColumn("start", F.col("posted_at")))
-    return trail.ends(trail.due_in_force(messages, events), events, as_of)
+    return posts
 
 
 def per_queue(stays: DataFrame, as_of: float) -> DataFrame:
@@ -66,14 +67,19 @@ def per_queue(stays: DataFrame, as_of: float) -> DataFrame:
     undelivered = delayed & F.col("first_delivery").isNull()
     due = F.col("due_in_force")
     lateness = F.col("first_delivery") - due
+    early = delivered & (F.col("first_delivery") < due)
+    # Most early first (the most negative lateness), then by id.
+    early_examples = F.array_sort(F.collect_list(F.when(early, F.struct(
+        lateness.alias("lateness"), F.col("message_id").alias("id")))))
     return stays.groupBy(*QUEUE).agg(
         F.count(F.lit(1)).alias("messages"),
         F.count_if(delayed).alias("delayed"),
         stats.distribution(F.when(delayed, F.col("delay"))).alias("delay_seconds"),
         F.count_if(delivered).alias("delivered"),
         stats.distribution(F.when(delivered, lateness)).alias("lateness_seconds"),
-        F.count_if(delivered & (F.col("first_delivery") < due))
-         .alias("early_deliveries"),
+        F.count_if(early).alias("early_deliveries"),
+        F.transform(F.slice(early_examples, 1, trail.SAMPLE_IDS), lambda e: e["id"])
+         .alias("early_delivery_ids"),
         F.count_if(undelivered & (F.col("end_kind") == F.lit(ev.EXPIRED))
                    & (F.col("end_time") <= due)).alias("expired_before_due"),
         F.count_if(undelivered & F.col("end_time").isNull()
@@ -86,13 +92,19 @@ def as_row(collected: Any) -> dict[str, Any]:
     row = collected.asDict()
     for name in ("delay_seconds", "lateness_seconds"):
         row[name] = stats.summary(collected[name])
+    row["early_delivery_ids"] = list(collected["early_delivery_ids"])
     return {name: row[name] for name in FIELDS}
+
+
+def rows(source: Trail, queues: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The delay audit of *source*, sorted by project and queue; only the rows of
+    *queues* when given."""
+    stays = posted_stays(source, queues)
+    found = [as_row(r) for r in per_queue(stays, source.as_of).collect()]
+    return sorted(found, key=lambda r: (r["project"], r["queue"]))
 
 
 def run(events: DataFrame, as_of: float, queues: Collection[str] | None = None
         ) -> list[dict[str, Any]]:
-    """The delay audit of *events* (already cut at *as_of*), sorted by project and queue;
-    only the rows of *queues* when given."""
-    stays = posted_stays(events, as_of, queues)
-    rows = [as_row(r) for r in per_queue(stays, as_of).collect()]
-    return sorted(rows, key=lambda r: (r["project"], r["queue"]))
+    """The delay audit of *events* (the trail) as of *as_of*; see ``rows``."""
+    return rows(Trail.of(events, as_of), queues)

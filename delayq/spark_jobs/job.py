@@ -1,27 +1,35 @@
 """One audit run: ask the store what to read, read the trail once, run the audits.
 
 ``make_plan`` talks to the store directly (from the machine running delayq-audit) before any
-Spark work, so a wrong location or an unreachable store fails fast with a clear message.
-``run`` reads the trail through the ``delayq`` data source, cut at the audit time and
-persisted, so every audit sees the same events and the store is read once.
+Spark work, so a wrong location, an unreachable store, an audit time the store has not
+reached, or a scope that matches nothing fails fast with a clear message. ``run`` reads
+the trail through the ``delayq`` data source and groups it per message in one Spark job
+(``trail.Trail``), kept for the audits' queries, so every audit sees the same events and
+the store is read once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from delayq.spark_jobs import dead_letter_audit, delay_audit, scope, source, trail
+from delayq.spark_jobs import dead_letter_audit, delay_audit, output, scope, source, trail
 from delayq.spark_jobs.output import DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.store import StoreLocation, open_driver
 
-RUNNERS = {DELAY: delay_audit.run, DEAD_LETTER: dead_letter_audit.run}
+RUNNERS = {DELAY: delay_audit.rows, DEAD_LETTER: dead_letter_audit.rows}
 ROW_SCHEMAS = {DELAY: delay_audit.ROW_SCHEMA, DEAD_LETTER: dead_letter_audit.ROW_SCHEMA}
 TITLES = {DELAY: "delay audit", DEAD_LETTER: "dead-letter audit"}
+# Shuffle partitions per core of the session: the audits shuffle the trail once (grouped
+# per message) and then only per-queue figures; Spark's default of 200 whatever the size
+# costs more in task overhead than the work on a few cores.
+SHUFFLE_PARTITIONS_PER_CORE = 2
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,71 +51,119 @@ class Plan:
     as_of: float
     read_queues: tuple[str, ...] | None  # None: every queue of the scope
     queue_count: int  # (project, queue) pairs the read covers
+    missing: tuple[str, ...] = ()  # queues of --queues the store has no trail of
+    nothing_audited: str | None = None  # why nothing is read, for people; None: read
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an audit found: the rows of each audit run and the events they came from;
+    *nothing_audited* says why there are none, when no event was found."""
+
+    rows: dict[str, list[dict[str, Any]]]
+    events: int
+    nothing_audited: str | None = None
+
+
+def nothing(request: Request, reason: str) -> Outcome:
+    """The outcome of an audit that found nothing to audit."""
+    return Outcome({audit: [] for audit in request.audits}, 0, reason)
 
 
 def make_plan(request: Request) -> Plan:
     """Open the store, take the audit time and list the queues to read.
 
-    Raises ValueError for a bad location, StoreError when the store does not answer,
-    NotImplementedError when its driver cannot read its trail.
+    Raises ValueError for a bad location or an audit time later than the store's clock,
+    StoreError when the store does not answer, NotImplementedError when its driver
+    cannot read its trail. A scope that matches no queue gives a plan with
+    ``nothing_audited``.
     """
     driver = open_driver(request.location)
     try:
-        as_of = request.as_of if request.as_of is not None else driver.now()
+        now = driver.now()
+        if request.as_of is not None and request.as_of > now:
+            raise ValueError(
+                f"--as-of {output.rfc3339(request.as_of)} is later than the store's clock "
+                f"({output.rfc3339(now)}): the audit would count as expired messages "
+                "that have not expired yet")
+        as_of = request.as_of if request.as_of is not None else now
         sources = (scope.dead_letter_sources(driver, request.scope)
                    if DEAD_LETTER in request.audits else [])
         read_queues = scope.widened(request.scope.queues, sources)
         pairs = source.selected_pairs(driver, request.scope.project, read_queues)
-        return Plan(driver=driver.name, as_of=as_of, read_queues=read_queues,
-                    queue_count=len(pairs))
     finally:
         driver.close()
+    found = {queue for _, queue in pairs}
+    listed = request.scope.queues or ()
+    missing = tuple(queue for queue in listed if queue not in found)
+    matched = bool(pairs) and (not listed or len(missing) < len(listed))
+    return Plan(driver=driver.name, as_of=as_of, read_queues=read_queues,
+                queue_count=len(pairs), missing=missing,
+                nothing_audited=None if matched else scope.nothing_matched(request.scope))
 
 
-def _read(spark: SparkSession, request: Request, as_of: float,
-          queues: tuple[str, ...] | None, partitions: int) -> DataFrame:
-    events = source.read(spark, request.location, project=request.scope.project,
-                         queues=queues, partitions=partitions)
-    return trail.until(events, as_of)
+@contextmanager
+def shuffle_partitions(spark: SparkSession, count: int) -> Iterator[None]:
+    """Run the block with *count* shuffle partitions, then restore the session's own."""
+    before = spark.conf.get(SHUFFLE_PARTITIONS)
+    spark.conf.set(SHUFFLE_PARTITIONS, str(count))
+    try:
+        yield
+    finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, before)
+
+
+def _read(spark: SparkSession, request: Request, queues: tuple[str, ...] | None,
+          partitions: int) -> DataFrame:
+    return source.read(spark, request.location, project=request.scope.project,
+                       queues=queues, partitions=partitions)
+
+
+def read_queues(spark: SparkSession, request: Request, plan: Plan, partitions: int,
+                progress: Progress) -> tuple[str, ...] | None:
+    """The queues whose trails the audits need: the plan's, and for the dead-letter
+    audit with --queues the dead-letter queues those moved messages to (their stays are
+    in their own trails; finding them reads the listed trails once more)."""
+    if DEAD_LETTER not in request.audits or plan.read_queues is None:
+        return plan.read_queues
+    with progress.step("looking for the dead-letter queues the listed queues moved "
+                       "messages to") as note:
+        moves = trail.until(_read(spark, request, plan.read_queues, partitions), plan.as_of)
+        targets = scope.move_targets(moves, plan.read_queues)
+        note(", ".join(targets) or "none besides those listed")
+    return scope.widened(plan.read_queues, targets)
 
 
 def read_trail(spark: SparkSession, request: Request, plan: Plan,
-               progress: Progress) -> DataFrame:
-    """The trail the audits need, at or before the audit time, persisted."""
+               progress: Progress) -> tuple[trail.Trail, int]:
+    """The trail the audits need as of the audit time, grouped and kept; with the
+    number of events read."""
     source.register(spark)
     partitions = (request.partitions or source.default_parallelism(spark)
                   or plan.queue_count or 1)
+    queues = read_queues(spark, request, plan, partitions, progress)
     slices = max(1, min(partitions, plan.queue_count))
-    with progress.step(f"reading the trail of {plan.queue_count} queue(s) in "
-                       f"{slices} partition(s)") as note:
-        events = _read(spark, request, plan.as_of, plan.read_queues, partitions)
-        events = events.persist(StorageLevel.MEMORY_AND_DISK)
-        note(f"{events.count()} events")
-    if DEAD_LETTER not in request.audits or plan.read_queues is None:
-        return events
-    # Stays in dead-letter queues that were not listed are in their own trails.
-    targets = tuple(scope.move_targets(events, plan.read_queues))
-    if not targets:
-        return events
-    with progress.step(f"reading the trail of dead-letter queue(s) {', '.join(targets)}"
-                       ) as note:
-        more = _read(spark, request, plan.as_of, targets, partitions)
-        combined = events.unionByName(more).persist(StorageLevel.MEMORY_AND_DISK)
-        note(f"{combined.count()} events in all")
-    events.unpersist()
-    return combined
+    with progress.step(f"reading the trail of {plan.queue_count} queue(s) in {slices} "
+                       "partition(s) and grouping it per message") as note:
+        events = _read(spark, request, queues, partitions)
+        grouped = trail.Trail.of(events, plan.as_of).materialized()
+        count = grouped.event_count()
+        note(f"{count:,} events")
+    return grouped, count
 
 
-def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress
-        ) -> dict[str, list[dict[str, Any]]]:
-    """The rows of each requested audit."""
-    events = read_trail(spark, request, plan, progress)
-    rows: dict[str, list[dict[str, Any]]] = {}
-    try:
+def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress) -> Outcome:
+    """The rows of each requested audit, or nothing when no event at or before the
+    audit time was found."""
+    cores = source.default_parallelism(spark) or 1
+    with shuffle_partitions(spark, max(2, cores * SHUFFLE_PARTITIONS_PER_CORE)):
+        grouped, count = read_trail(spark, request, plan, progress)
+        if count == 0:
+            return nothing(request, f"no event at or before {output.rfc3339(plan.as_of)} "
+                                    f"in the {plan.queue_count} queue(s) read")
+        rows: dict[str, list[dict[str, Any]]] = {}
         for audit in request.audits:
             with progress.step(TITLES[audit]) as note:
-                rows[audit] = RUNNERS[audit](events, plan.as_of, request.scope.queues)
+                rows[audit] = RUNNERS[audit](grouped, request.scope.queues)
                 note(f"{len(rows[audit])} row(s)")
-    finally:
-        events.unpersist()
-    return rows
+    return Outcome(rows, count)

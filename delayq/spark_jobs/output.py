@@ -1,24 +1,30 @@
 """What delayq-audit writes into its output directory (docs/audits.md has the schema).
 
-- ``audit.json``: ``generated_at``, ``as_of``, ``as_of_text``, ``source`` and a section
-  per audit run (``delay``, ``dead_letter``), each ``{"queues": [row, ...]}``;
-- ``delay.parquet/`` and ``dead_letter.parquet/``: the same rows, written by Spark with
-  each audit's ROW_SCHEMA (distributions as structs, the claim-count histogram a map);
+- ``audit.json``: ``generated_at``, ``as_of``, ``as_of_text``, ``source``, ``events``,
+  ``nothing_audited``, ``missing_queues`` and a section per audit run (``delay``,
+  ``dead_letter``), each ``{"queues": [row, ...]}``;
+- ``delay.parquet/`` and ``dead_letter.parquet/``: the same rows, with each audit's
+  ROW_SCHEMA (distributions as structs, the claim-count histogram a map);
 - ``report.html``: see ``report``.
 
-The rows are small (one per queue): Spark computes them, Python writes the JSON from the
-collected rows, and Spark writes those same rows to Parquet, so both always agree.
+The rows are small (one per queue): Spark computes them, and this process writes them,
+to JSON and with pyarrow to Parquet, so both always agree and land where the report
+does.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from delayq.spark_jobs.scope import Scope
@@ -30,6 +36,7 @@ DEAD_LETTER = "dead_letter"
 # The audits, in the order they run and appear in the outputs.
 AUDITS = (DELAY, DEAD_LETTER)
 PARQUET = {DELAY: "delay.parquet", DEAD_LETTER: "dead_letter.parquet"}
+PARQUET_FILE = "part-00000.parquet"
 
 
 def rfc3339(seconds: float) -> str:
@@ -40,33 +47,36 @@ def rfc3339(seconds: float) -> str:
     return moment.isoformat(timespec=spec).replace("+00:00", "Z")
 
 
-def check(directory: str) -> Path:
-    """The output directory as an absolute path; ValueError when it cannot be one."""
+def prepare(directory: str) -> Path:
+    """The output directory as an absolute path, created if needed and checked
+    writable; ValueError saying why when it cannot be one."""
     path = Path(directory).expanduser().resolve()
     if path.exists() and not path.is_dir():
         raise ValueError(f"--output {directory} exists and is not a directory")
-    return path
-
-
-def prepare(directory: str) -> Path:
-    """The output directory, created if needed; ValueError when it cannot be one."""
-    path = check(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
     except OSError as exc:
-        raise ValueError(f"cannot create --output {directory}: {exc.strerror}") from exc
+        raise ValueError(f"cannot write into --output {directory}: {exc.strerror}") from exc
     return path
 
 
 def document(*, as_of: float, driver: str, scope: Scope,
-             rows: dict[str, list[dict[str, Any]]], generated_at: float) -> dict[str, Any]:
-    """The content of audit.json; *rows* maps each audit run to its rows."""
+             rows: dict[str, list[dict[str, Any]]], generated_at: float, events: int = 0,
+             nothing_audited: str | None = None, missing_queues: Sequence[str] = ()
+             ) -> dict[str, Any]:
+    """The content of audit.json; *rows* maps each audit run to its rows (empty when
+    *nothing_audited* says why nothing was)."""
     doc: dict[str, Any] = {
         "generated_at": rfc3339(generated_at),
         "as_of": as_of,
         "as_of_text": rfc3339(as_of),
         "source": {"driver": driver, "project": scope.project,
                    "queues": list(scope.queues) if scope.queues is not None else None},
+        "events": events,
+        "nothing_audited": nothing_audited,
+        "missing_queues": list(missing_queues),
     }
     for audit in AUDITS:
         if audit in rows:
@@ -81,16 +91,14 @@ def write_json(directory: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
-def write_parquet(spark: SparkSession, directory: Path, audit: str,
-                  rows: Sequence[dict[str, Any]], schema: StructType) -> Path:
-    """Write one audit's rows as a Parquet directory (one file), replacing an old one.
-
-    The path is a file:// URI: a bare path would be taken from the cluster's default
-    filesystem (HDFS on YARN), not the directory the JSON and report are written to.
-    """
+def write_parquet(directory: Path, audit: str, rows: Sequence[dict[str, Any]],
+                  schema: StructType) -> Path:
+    """Write one audit's rows as a Parquet directory of one file, replacing an old one."""
     path = directory / PARQUET[audit]
-    frame = spark.createDataFrame(list(rows), schema)
-    frame.coalesce(1).write.mode("overwrite").parquet(path.as_uri())
+    table = pa.Table.from_pylist(list(rows), schema=to_arrow_schema(schema))
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    pq.write_table(table, path / PARQUET_FILE)
     return path
 
 

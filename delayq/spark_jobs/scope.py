@@ -33,18 +33,33 @@ class Scope:
 
 def dead_letter_sources(driver: Driver, scope: Scope) -> list[str]:
     """Unlisted queues of the scope's project(s) whose dead-letter policy names a listed
-    queue, by their metadata now; none when every queue is read anyway."""
+    queue, and the queues whose policy names one of those (the dead-letter rate of a
+    source counts what it received, moves into it included), by their metadata now;
+    none when every queue is read anyway."""
     if scope.queues is None:
         return []
-    listed = set(scope.queues)
-    found = set()
+    policies: dict[str, str] = {}
     for project, queue in driver.trail_queues(scope.project):
-        if queue in listed or queue in found:
-            continue
-        metadata = driver.get_queue(project, queue) or {}
-        if metadata.get(DEAD_LETTER_QUEUE) in listed:
-            found.add(queue)
-    return sorted(found)
+        target = (driver.get_queue(project, queue) or {}).get(DEAD_LETTER_QUEUE)
+        if target is not None:
+            policies[queue] = target
+    listed = set(scope.queues)
+
+    def sources_of(names: set[str]) -> set[str]:
+        return {queue for queue, target in policies.items()
+                if target in names and queue not in listed}
+
+    found = sources_of(listed)
+    return sorted(found | sources_of(found))
+
+
+def nothing_matched(scope: Scope) -> str:
+    """Why a scope that matched no queue audits nothing, for people."""
+    where = f"project {scope.project!r}" if scope.project is not None else "the store"
+    if scope.queues is not None:
+        names = ", ".join(scope.queues)
+        return f"none of the queues {names} has messages or events in {where}"
+    return f"{where} has no queue with messages or events"
 
 
 def move_targets(events: DataFrame, read: Collection[str]) -> list[str]:

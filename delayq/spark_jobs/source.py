@@ -16,20 +16,24 @@ default parallelism when registered with ``register``, else one per queue).
 Planning lists the ``(project, queue)`` pairs with ``Driver.trail_queues`` and deals them
 round-robin into at most ``partitions`` input partitions, so a cluster reads queues in
 parallel and no partition holds more than one queue more than another. Each partition
-opens its own driver from the same location (executors may be other machines) and closes
-it when its rows are read.
+opens its own driver from the same location (executors may be other machines), hands
+Spark its rows as Arrow record batches (``record_batches``) and closes the driver when
+they are read.
 """
 
 from __future__ import annotations
 
+import itertools
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     DataType,
     DoubleType,
@@ -48,6 +52,9 @@ FORMAT = "delayq"
 EVENTS = "events"
 MESSAGES = "messages"
 KINDS = (EVENTS, MESSAGES)
+# Rows per Arrow record batch a task hands Spark: large enough that building a batch
+# costs little per row, small enough that a task holds a few megabytes at a time.
+BATCH_ROWS = 16384
 
 _SPARK_TYPES: dict[type, DataType] = {str: StringType(), float: DoubleType(), int: LongType()}
 
@@ -168,21 +175,22 @@ def deal(pairs: Sequence[tuple[str, str]], partitions: int) -> list[QueueSlice]:
     return [QueueSlice(tuple(pairs[i::count])) for i in range(count)]
 
 
-def _casters(schema: StructType) -> list[Callable[[Any], Any]]:
-    """Per column, a function coercing a driver's value to the column's Python type
-    (drivers may hand back an int time, say), None kept."""
-    by_type = {DoubleType(): float, LongType(): int, StringType(): str}
-    return [by_type[field.dataType] for field in schema.fields]
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of *schema*'s rows, as Spark expects the batches of a reader."""
+    return to_arrow_schema(schema)
 
 
-def _typed(casters: Sequence[Callable[[Any], Any]], values: Sequence[Any]) -> tuple:
-    return tuple(None if value is None else cast(value)
-                 for cast, value in zip(casters, values, strict=True))
+def record_batches(rows: Iterable[tuple], schema: pa.Schema,
+                   size: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """*rows* (tuples of *schema*'s column values) as Arrow record batches of *size* rows.
 
-
-def event_values(event: Event) -> tuple:
-    """An event as EVENT_SCHEMA's column values."""
-    return tuple(getattr(event, field.name) for field in EVENT_SCHEMA.fields)
+    pyarrow builds the columns from the tuples in C; a driver's int time or due becomes
+    a double as the schema says.
+    """
+    struct = pa.struct(list(schema))
+    rows = iter(rows)
+    while chunk := list(itertools.islice(rows, size)):
+        yield pa.RecordBatch.from_struct_array(pa.array(chunk, type=struct))
 
 
 def message_values(project: str, queue: str, message: Message) -> tuple:
@@ -194,9 +202,9 @@ def message_values(project: str, queue: str, message: Message) -> tuple:
 
 
 def queue_rows(driver: Driver, kind: str, project: str, queue: str) -> Iterator[tuple]:
-    """Untyped rows of one queue: its events or its live messages."""
+    """The rows of one queue: its events or its live messages."""
     if kind == EVENTS:
-        return map(event_values, driver.read_events(project, queue))
+        return driver.read_event_rows(project, queue)
     return (message_values(project, queue, m) for m in driver.read_messages(project, queue))
 
 
@@ -216,17 +224,17 @@ class DelayqReader(DataSourceReader):
         wanted = self.options.partitions or self.default_partitions or len(pairs)
         return deal(pairs, wanted)
 
-    def read(self, partition: QueueSlice | None) -> Iterator[tuple]:
+    def read(self, partition: QueueSlice | None) -> Iterator[pa.RecordBatch]:
         # Spark hands None to the one task of a reader that planned no partition.
         pairs = partition.pairs if partition is not None else ()
         if not pairs:
             return
-        casters = _casters(SCHEMAS[self.options.kind])
+        kind = self.options.kind
         driver = open_driver(self.options.location)
         try:
-            for project, queue in pairs:
-                for values in queue_rows(driver, self.options.kind, project, queue):
-                    yield _typed(casters, values)
+            rows = itertools.chain.from_iterable(
+                queue_rows(driver, kind, project, queue) for project, queue in pairs)
+            yield from record_batches(rows, arrow_schema(SCHEMAS[kind]))
         finally:
             driver.close()
 
@@ -267,8 +275,12 @@ def register(spark: SparkSession) -> None:
 def read(spark: SparkSession, location: StoreLocation, *, kind: str = EVENTS,
          project: str | None = None, queues: Sequence[str] | None = None,
          partitions: int | None = None) -> DataFrame:
-    """A DataFrame of the store's events or messages; register() must have run."""
-    reader = spark.read.format(FORMAT).options(**location.as_options()).option("kind", kind)
+    """A DataFrame of the store's events or messages; register() must have run.
+
+    The schema is given, so Spark does not start a Python process to ask for it.
+    """
+    reader = (spark.read.format(FORMAT).schema(SCHEMAS[kind])
+              .options(**location.as_options()).option("kind", kind))
     if project is not None:
         reader = reader.option("project", project)
     if queues is not None:

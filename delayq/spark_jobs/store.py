@@ -3,18 +3,25 @@
 The Spark driver and every executor open their own driver from the same
 ``StoreLocation``: it is plain data, pickled into each input partition, so executors on
 other machines need delayq installed, the configuration file at the same path (or the URI
-valid from there), and network access to the backend.
+valid from there), and network access to the backend. ``absolute`` makes a location mean
+the same store from every working directory before it is handed to Spark.
+
+Errors name the store's address (``address``: a path, a URI without its credentials,
+Swift's auth URL) and the cause.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 from oslo_config import cfg
 
 from delayq import conf as delayq_conf
+from delayq import errors
 from delayq.conf import DRIVERS_GROUP
 from delayq.storage.base import Driver
 from delayq.storage.mongo.options import GROUP as MONGO_GROUP
@@ -25,6 +32,12 @@ from delayq.storage.swift.options import GROUP as SWIFT_GROUP
 
 CONFIG_FILE = "config_file"
 URI = "uri"
+SQLITE_SCHEME = "sqlite://"
+# The drivers' warnings are written for a server's log: the Redis driver's about the
+# server's persistence settings on connect (the operator's concern, not an audit's,
+# which only reads; every Spark task connecting would repeat it), a store that does not
+# answer (which the audit reports itself, with the cause, once).
+QUIET_LOGGERS = ("delayq.storage",)
 
 
 class StoreError(Exception):
@@ -80,29 +93,92 @@ def driver_name(conf: cfg.ConfigOpts) -> str:
     return conf[DRIVERS_GROUP].message_store
 
 
+def absolute(location: StoreLocation) -> StoreLocation:
+    """*location* as it reads from any working directory: the configuration file's
+    absolute path, and a SQLite database named by a relative path (in a ``sqlite://``
+    URI or the configuration file) as an absolute ``sqlite:///`` URI, taken from this
+    process's working directory.
+
+    Raises ValueError when the configuration file is missing or invalid.
+    """
+    if location.uri is not None:
+        if location.uri.startswith(SQLITE_SCHEME):
+            path = location.uri[len(SQLITE_SCHEME):]
+            if path and not os.path.isabs(path):
+                return StoreLocation(uri=SQLITE_SCHEME + os.path.abspath(path))
+        return location
+    config_file = os.path.abspath(location.config_file)
+    conf = load_conf(StoreLocation(config_file=config_file))
+    if driver_name(conf) == "sqlite" and not os.path.isabs(conf[SQLITE_GROUP].path):
+        return StoreLocation(uri=SQLITE_SCHEME + os.path.abspath(conf[SQLITE_GROUP].path))
+    return StoreLocation(config_file=config_file)
+
+
+def _without_credentials(uri: str) -> str:
+    """*uri* with any user name and password left out."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def address(conf: cfg.ConfigOpts) -> str:
+    """Where the store of *conf* is, for messages: never a password."""
+    name = driver_name(conf)
+    if name == "sqlite":
+        return os.path.abspath(conf[SQLITE_GROUP].path)
+    if name == "swift":
+        return _without_credentials(conf[SWIFT_GROUP].auth_url)
+    group = REDIS_GROUP if name == "redis" else MONGO_GROUP
+    return _without_credentials(conf[group].uri)
+
+
+def cause(exc: BaseException) -> str:
+    """What *exc* says went wrong, with its type."""
+    if isinstance(exc, errors.StorageUnavailable):
+        return exc.detail
+    said = str(exc).strip()
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+
+
+def describe(location: StoreLocation) -> str:
+    """"the <driver> store at <address>" of *location*, for messages."""
+    conf = load_conf(location)
+    return f"the {driver_name(conf)} store at {address(conf)}"
+
+
+def _quiet_store_logs() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def open_driver(location: StoreLocation) -> Driver:
     """A connected driver of the store at *location*; the caller closes it.
 
-    Raises ValueError for a bad location, StoreError when the store cannot be opened or
-    does not answer.
+    Raises ValueError for a bad location, StoreError (naming the store's address and
+    the cause) when the store cannot be opened or does not answer.
     """
     conf = load_conf(location)
-    if driver_name(conf) == "sqlite":
+    name, where = driver_name(conf), address(conf)
+    if name == "sqlite" and not os.path.isfile(where):
         # Opening a missing SQLite file would create an empty store: a typo, not an audit.
-        path = conf[SQLITE_GROUP].path
-        if not os.path.isfile(path):
-            raise StoreError(f"no SQLite database at {path}")
+        raise StoreError(f"no SQLite database at {where}")
+    _quiet_store_logs()
     try:
         driver = load_driver(conf)
     except ValueError:
         raise
     except Exception as exc:  # drivers raise their client library's errors
-        raise StoreError(f"cannot open the {driver_name(conf)} store: {exc}") from exc
+        raise StoreError(f"cannot open the {name} store at {where}: {cause(exc)}") from exc
     try:
+        # The clock is what an audit asks first; a store that does not answer says why.
+        driver.now()
         answers = driver.ping()
-    except Exception:  # a ping that raises is a store that does not answer
-        answers = False
+    except Exception as exc:
+        driver.close()
+        raise StoreError(f"the {name} store at {where} does not answer: {cause(exc)}"
+                         ) from exc
     if not answers:
         driver.close()
-        raise StoreError(f"the {driver_name(conf)} store does not answer")
+        raise StoreError(f"the {name} store at {where} does not answer")
     return driver

@@ -1,16 +1,22 @@
 """Per-message derivations from the event trail, shared by both audits (docs/audits.md).
 
-Every function takes the trail as a DataFrame of ``source.EVENT_SCHEMA`` rows already cut
-at the audit time (``until``), and returns a DataFrame: the audits aggregate them per
-queue and collect only those aggregates.
+The trail is grouped once per message: each message ``(project, message_id)`` gets its
+events as one array (its *history*), and every per-message fact (first delivery, due in
+force, last known expiry, the end of a stay) is computed inside that array with Spark's
+higher-order functions. That is one shuffle of the trail, however many facts the audits
+derive. Purges belong to a queue, not a message: their events group apart (they have no
+message id) and each queue's purge times are broadcast to the stays.
 
 A message is identified by ``(project, message_id)``: ids survive dead-letter moves, and
 a move never leaves the project. A *stay* is a message's time in one queue from a
 ``start`` instant: from its post (delay audit) or from a move into a dead-letter queue
-(dead-letter audit); ``ends`` finds how each stay ended.
+(dead-letter audit); ``Trail.of`` gives one row per stay, with how it ended, and one row
+per redrive (an arrival that starts no stay the audits measure).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -18,7 +24,15 @@ from pyspark.sql import functions as F
 from delayq import events as ev
 
 MESSAGE = ["project", "message_id"]
-STAY = ["project", "queue", "message_id", "start"]
+QUEUE = ["project", "queue"]
+# Up to this many message ids are listed where the audits name examples.
+SAMPLE_IDS = 10
+
+# The columns of an event the audits use (claim ids and ttls they do not).
+COLUMNS = ("project", "queue", "kind", "time", "message_id", "claim_count", "due",
+           "expires", "source", "target", "body")
+# The fields of an event in a message's history: its columns but the message's own.
+HISTORY_FIELDS = tuple(c for c in COLUMNS if c not in MESSAGE)
 
 # Events that end a message's stay in the queue whose trail holds them; ``purged`` ends
 # every stay of its queue at once and is handled apart.
@@ -31,6 +45,12 @@ DELIVERIES = (ev.CLAIMED, ev.POPPED)
 # Events that set when a message is due, in the order they happen at one instant: the
 # post, then edits (an edit of a message at its post instant comes after it).
 DUE_EVENTS = (ev.POSTED, ev.EDITED)
+# Events by which a queue receives a message, each with the field naming that queue.
+ARRIVALS = {ev.POSTED: "queue", ev.DEAD_LETTERED: "target", ev.REDRIVEN: "target"}
+# Arrivals that start a stay the audits measure.
+STAYS = (ev.POSTED, ev.DEAD_LETTERED)
+# Columns of Trail.events that Trail.stays turns into end_time and end_kind.
+ENDING_COLUMNS = ("explicit_time", "explicit_kind", "expiry")
 
 
 def kind_is(*kinds: str) -> Column:
@@ -39,120 +59,175 @@ def kind_is(*kinds: str) -> Column:
 
 
 def until(events: DataFrame, as_of: float) -> DataFrame:
-    """The events at or before *as_of*: later ones are ignored by the audits."""
-    return events.where(F.col("time") <= F.lit(as_of))
+    """The events at or before *as_of* (later ones are ignored by the audits), with the
+    columns the audits use."""
+    return events.where(F.col("time") <= F.lit(as_of)).select(*COLUMNS)
 
 
-def posted(events: DataFrame) -> DataFrame:
-    """One row per ``posted`` event: project, queue, message_id, posted_at, due and
-    delay (= due - posted_at; the message is *delayed* when it is above 0)."""
-    return events.where(kind_is(ev.POSTED)).select(
-        "project", "queue", "message_id", F.col("time").alias("posted_at"), "due",
-        (F.col("due") - F.col("time")).alias("delay"))
+def _rank(kind: Column, order: tuple[str, ...]) -> Column:
+    """1 + the position of *kind* in *order*: which of same-instant events came first."""
+    return F.array_position(F.array(*map(F.lit, order)), kind)
 
 
-def first_deliveries(events: DataFrame) -> DataFrame:
-    """project, message_id, first_delivery: its earliest ``claimed`` or ``popped`` event
-    in any queue."""
-    return (events.where(kind_is(*DELIVERIES)).groupBy(*MESSAGE)
-            .agg(F.min("time").alias("first_delivery")))
+def _of_kind(history: Column, kinds: tuple[str, ...]) -> Column:
+    return F.filter(history, lambda e: e["kind"].isin(*kinds))
 
 
-def due_in_force(messages: DataFrame, events: DataFrame) -> DataFrame:
-    """*messages* (columns MESSAGE, ``first_delivery`` and any others) with
-    ``due_in_force``: the ``due`` of the message's latest ``posted`` or ``edited`` event
-    at or before its first delivery, or, when it has none, of its latest one (the events
-    are cut at the audit time). An edit (PATCH of an unclaimed message) may move the due
-    time either way; the delivery is measured against the one it had then.
+@dataclass(frozen=True, slots=True)
+class Trail:
+    """The trail as of ``as_of``: one row per arrival of a message in a queue, and one
+    per purge (``events``, the rows ``arrivals`` gives).
+
+    Rows of arrivals: ``kind`` (posted, dead_lettered or redriven), ``project``,
+    ``queue`` (the queue the message arrived in), ``source`` (the queue a move or
+    redrive came from), ``message_id``, ``start`` (the arrival's time), ``due`` and
+    ``delay`` (of a post), ``claim_count`` and ``body`` (of a move),
+    ``first_delivery`` and ``due_in_force`` (of the message), ``explicit_time`` and
+    ``explicit_kind`` (the first ending event of the stay that began there) and
+    ``expiry`` (the message's last known expiry, when at or before ``as_of``). Rows of
+    purges: ``kind`` purged, ``project``, ``queue``, ``start`` (its time). ``events``,
+    on one row per message (and per project's purges), counts its events; a message
+    none of whose events is an arrival has that row only (``kind`` null).
     """
-    rank = F.array_position(F.array(*map(F.lit, DUE_EVENTS)), F.col("kind"))
-    changes = events.where(kind_is(*DUE_EVENTS) & F.col("message_id").isNotNull()).select(
-        *MESSAGE, F.col("time").alias("due_time"), rank.alias("due_rank"),
-        F.col("due").alias("changed_due"))
-    deliveries = messages.select(*MESSAGE, "first_delivery").distinct()
-    in_force = (deliveries.join(changes, MESSAGE)
-                .where(F.col("first_delivery").isNull()
-                       | (F.col("due_time") <= F.col("first_delivery")))
-                .groupBy(*MESSAGE)
-                .agg(F.max_by("changed_due", F.struct("due_time", "due_rank"))
-                     .alias("due_in_force")))
-    return messages.join(in_force, MESSAGE, "left")
+
+    events: DataFrame
+    as_of: float
+
+    @classmethod
+    def of(cls, events: DataFrame, as_of: float) -> Trail:
+        """The trail of *events* (cut at *as_of* here if not already)."""
+        return cls(arrivals(until(events, as_of), as_of), as_of)
+
+    def event_count(self) -> int:
+        """How many events of the trail there are (at or before ``as_of``)."""
+        return self.events.agg(F.sum("events")).first()[0] or 0
+
+    def materialized(self) -> Trail:
+        """This trail computed now and kept (a local checkpoint: in the executors'
+        memory, spilling to disk), for the several queries of the audits."""
+        return Trail(self.events.localCheckpoint(eager=True), self.as_of)
+
+    @property
+    def arrivals(self) -> DataFrame:
+        """The rows of messages arriving in queues (purges left out)."""
+        return self.events.where(kind_is(*ARRIVALS))
+
+    def stays(self, kind: str) -> DataFrame:
+        """The arrivals of *kind* (posted or dead_lettered) with ``end_time`` and
+        ``end_kind``: how the stay that began there ended (null while it lasts).
+
+        The end of a stay is the first ending event (popped, deleted, dead_lettered,
+        redriven, expired) of the message in the queue at or after ``start``: it proves
+        the message lived until then. Without one, it is the earlier of the queue's
+        first purge at or after ``start`` and the implicit expiry: the message's last
+        known expiry when that is at or before the audit time (drivers write
+        ``expired`` events only when they remove the message, none when the backend
+        drops it on its own — MongoDB's TTL backstop, Swift's expirer — and an explicit
+        one is an ending above, never counted twice). An implicit expiry counts as
+        ``expired`` and wins a tie with a purge (a message is gone at its expiry
+        instant). An implicit expiry before ``start`` (a message moved to a dead-letter
+        queue keeps its original expiry, which claims may have outlived) is taken at
+        ``start``: the message expired on arrival.
+        """
+        purges = (self.events.where(kind_is(ev.PURGED)).groupBy(*QUEUE)
+                  .agg(F.collect_list("start").alias("purge_times")))
+        start = F.col("start")
+        found = (self.events.where(kind_is(kind))
+                 .join(F.broadcast(purges), QUEUE, "left")
+                 .withColumn("purge", F.array_min(F.filter("purge_times",
+                                                           lambda t: t >= start))))
+        explicit, purge, expiry = F.col("explicit_time"), F.col("purge"), F.col("expiry")
+        implicit = F.greatest(expiry, start)
+        implicit_first = expiry.isNotNull() & (purge.isNull() | (implicit <= purge))
+        return found.select(
+            *(c for c in self.events.columns if c not in ENDING_COLUMNS),
+            F.when(explicit.isNotNull(), explicit)
+             .when(implicit_first, implicit)
+             .otherwise(purge).alias("end_time"),
+            F.when(explicit.isNotNull(), F.col("explicit_kind"))
+             .when(implicit_first, F.lit(ev.EXPIRED))
+             .when(purge.isNotNull(), F.lit(ev.PURGED)).alias("end_kind"))
 
 
-def moves(events: DataFrame) -> DataFrame:
-    """One row per ``dead_lettered`` event: project, queue (the dead-letter queue, the
-    event's target), source, message_id, moved_at, claim_count (at the move), body."""
-    return events.where(kind_is(ev.DEAD_LETTERED)).select(
-        "project", F.col("target").alias("queue"), "source", "message_id",
-        F.col("time").alias("moved_at"), "claim_count", "body")
+# Facts of one message, from its history
 
 
-def last_known_expiry(events: DataFrame) -> DataFrame:
-    """project, message_id, last_expires: the ``expires`` of the message's latest
-    posted, claimed or dead_lettered event.
+def first_delivery(history: Column) -> Column:
+    """The time of the message's earliest ``claimed`` or ``popped`` event, in any
+    queue; null when it has none."""
+    return F.array_min(F.transform(_of_kind(history, DELIVERIES), lambda e: e["time"]))
 
-    Events of one message at the same instant (a fake clock, a fast consumer) are put
-    in the order they happened by their claim count, then by EXPIRY_EVENTS.
+
+def due_in_force(history: Column, delivered_at: Column) -> Column:
+    """The ``due`` of the message's latest ``posted`` or ``edited`` event at or before
+    *delivered_at*, or of its latest one when *delivered_at* is null (the history is
+    cut at the audit time). An edit (PATCH of an unclaimed message) may move the due
+    time either way; a delivery is measured against the one it had then.
     """
-    rank = F.array_position(F.array(*map(F.lit, EXPIRY_EVENTS)), F.col("kind"))
-    order = F.struct(F.col("time"), F.coalesce(F.col("claim_count"), F.lit(0)), rank)
-    return (events.where(kind_is(*EXPIRY_EVENTS)).groupBy(*MESSAGE)
-            .agg(F.max_by("expires", order).alias("last_expires")))
+    changes = F.filter(_of_kind(history, DUE_EVENTS),
+                       lambda e: delivered_at.isNull() | (e["time"] <= delivered_at))
+    latest = F.array_max(F.transform(changes, lambda e: F.struct(
+        e["time"].alias("time"), _rank(e["kind"], DUE_EVENTS).alias("rank"),
+        e["due"].alias("due"))))
+    return latest["due"]
 
 
-def _explicit_ends(stays: DataFrame, events: DataFrame) -> DataFrame:
-    """STAY, explicit_time, explicit_kind: the first ending event of the message in the
-    stay's queue at or after its start."""
-    endings = events.where(kind_is(*MESSAGE_ENDINGS) & F.col("message_id").isNotNull()).select(
-        "project", "queue", "message_id", F.col("time").alias("ending_time"),
-        F.col("kind").alias("ending_kind"))
-    return (stays.join(endings, ["project", "queue", "message_id"])
-            .where(F.col("ending_time") >= F.col("start"))
-            .groupBy(*STAY)
-            .agg(F.min("ending_time").alias("explicit_time"),
-                 F.min_by("ending_kind", "ending_time").alias("explicit_kind")))
+def last_known_expiry(history: Column) -> Column:
+    """The ``expires`` of the message's latest posted, claimed or dead_lettered event.
 
-
-def _first_purges(stays: DataFrame, events: DataFrame) -> DataFrame:
-    """STAY, purge_time: the first purge of the stay's queue at or after its start."""
-    purges = events.where(kind_is(ev.PURGED)).select(
-        "project", "queue", F.col("time").alias("purge_time"))
-    return (stays.join(purges, ["project", "queue"])
-            .where(F.col("purge_time") >= F.col("start"))
-            .groupBy(*STAY).agg(F.min("purge_time").alias("purge_time")))
-
-
-def ends(stays: DataFrame, events: DataFrame, as_of: float) -> DataFrame:
-    """*stays* (columns STAY and any others) with ``end_time`` and ``end_kind``.
-
-    The end of a stay is the first ending event (popped, deleted, dead_lettered,
-    expired) of the message in the queue at or after ``start``: it proves the message
-    lived until then. Without one, it is the earlier of the queue's first purge at or
-    after ``start`` and the implicit expiry: the message's last known expiry when that
-    is at or before *as_of* (drivers write ``expired`` events only when they remove the
-    message, none when the backend drops it on its own — MongoDB's TTL backstop,
-    Swift's expirer — and an explicit one is an ending above, never counted twice). An
-    implicit expiry counts as ``expired`` and wins a tie with a purge (a message is gone
-    at its expiry instant). An implicit expiry before ``start`` (a message moved to a
-    dead-letter queue keeps its original expiry, which claims may have outlived) is
-    taken at ``start``: the message expired on arrival. Stays with no end have null
-    ``end_time`` and ``end_kind``.
+    Events at the same instant (a fake clock, a fast consumer) are put in the order
+    they happened by their claim count, then by EXPIRY_EVENTS.
     """
-    keys = stays.select(*STAY).distinct()
-    expiry = last_known_expiry(events).where(F.col("last_expires") <= F.lit(as_of))
-    found = (keys.join(_explicit_ends(keys, events), STAY, "left")
-             .join(_first_purges(keys, events), STAY, "left")
-             .join(expiry, MESSAGE, "left"))
-    explicit = F.col("explicit_time").isNotNull()
-    implicit_time = F.greatest(F.col("last_expires"), F.col("start"))
-    implicit_first = F.col("last_expires").isNotNull() & (
-        F.col("purge_time").isNull() | (implicit_time <= F.col("purge_time")))
-    ended = found.select(
-        *STAY,
-        F.when(explicit, F.col("explicit_time"))
-         .when(implicit_first, implicit_time)
-         .otherwise(F.col("purge_time")).alias("end_time"),
-        F.when(explicit, F.col("explicit_kind"))
-         .when(implicit_first, F.lit(ev.EXPIRED))
-         .when(F.col("purge_time").isNotNull(), F.lit(ev.PURGED)).alias("end_kind"))
-    return stays.join(ended, STAY, "left")
+    latest = F.array_max(F.transform(_of_kind(history, EXPIRY_EVENTS), lambda e: F.struct(
+        e["time"].alias("time"), F.coalesce(e["claim_count"], F.lit(0)).alias("claims"),
+        _rank(e["kind"], EXPIRY_EVENTS).alias("rank"), e["expires"].alias("expires"))))
+    return latest["expires"]
+
+
+def _explicit_end(history: Column, queue: Column, start: Column) -> Column:
+    """struct(time, kind) of the message's first ending event in *queue* at or after
+    *start* (the earliest kind by name among same-instant ones); null when none."""
+    endings = F.filter(_of_kind(history, MESSAGE_ENDINGS),
+                       lambda e: (e["queue"] == queue) & (e["time"] >= start))
+    return F.array_min(F.transform(endings, lambda e: F.struct(
+        e["time"].alias("time"), e["kind"].alias("kind"))))
+
+
+def _histories(events: DataFrame) -> DataFrame:
+    """One row per message id and project (``message_id`` null for the events that have
+    none, purges): ``history``, its events as structs of HISTORY_FIELDS, in no order."""
+    return events.groupBy(*MESSAGE).agg(
+        F.collect_list(F.struct(*HISTORY_FIELDS)).alias("history"))
+
+
+def arrivals(events: DataFrame, as_of: float) -> DataFrame:
+    """The rows of ``Trail.events`` from *events*, cut at *as_of*: one shuffle (the
+    events grouped per message; purges, which have no message id, group apart)."""
+    histories = _histories(events)
+    history = F.col("history")
+    messages = histories.select(
+        *MESSAGE, "history", first_delivery(history).alias("first_delivery"),
+        last_known_expiry(history).alias("expiry"))
+    messages = messages.select(
+        "*", due_in_force(history, F.col("first_delivery")).alias("due_in_force"))
+    kind = F.col("e.kind")
+    # A message none of whose events is an arrival keeps one row (kind null), for the
+    # count of its events.
+    arrived = messages.select(
+        *MESSAGE, "history", "first_delivery", "due_in_force", "expiry",
+        F.posexplode_outer(_of_kind(history, (*ARRIVALS, ev.PURGED))).alias("pos", "e"))
+    queue = F.coalesce(*(F.when(kind == F.lit(k), F.col("e")[field])
+                         for k, field in ARRIVALS.items()), F.col("e.queue"))
+    start, stay = F.col("e.time"), kind.isin(*STAYS)
+    ended = arrived.select(
+        "*", F.when(stay, _explicit_end(history, queue, start)).alias("explicit"))
+    return ended.select(
+        kind.alias("kind"), "project", queue.alias("queue"),
+        F.col("e.source").alias("source"), "message_id", start.alias("start"),
+        F.col("e.due").alias("due"), (F.col("e.due") - start).alias("delay"),
+        F.col("e.claim_count").alias("claim_count"), F.col("e.body").alias("body"),
+        "first_delivery", "due_in_force",
+        F.col("explicit.time").alias("explicit_time"),
+        F.col("explicit.kind").alias("explicit_kind"),
+        F.when(stay & (F.col("expiry") <= F.lit(as_of)), F.col("expiry")).alias("expiry"),
+        F.when(F.coalesce(F.col("pos"), F.lit(0)) == 0, F.size(history)).alias("events"))

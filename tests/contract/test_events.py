@@ -406,6 +406,21 @@ def test_the_trail_reads_oldest_first(broker, driver, clock):
     ]
 
 
+def test_event_rows_are_the_events_fields_in_order(broker, driver, clock):
+    dead_letter_queue(broker, max_claim_count=1)
+    [a] = post(broker, "q", {"k": [1, "x"]}, ttl=600)
+    claim(broker, "q", limit=1, ttl=60, grace=60)
+    clock.advance(61)
+    claim(broker, "q", limit=1, ttl=60, grace=60)  # moves a to dlq
+    broker.delete_message(PROJECT, "dlq", a, None)
+    for queue in ("q", "dlq"):
+        rows = list(driver.read_event_rows(PROJECT, queue))
+        assert rows == [tuple(e.as_row().values()) for e in trail(driver, queue)]
+    assert [row[2] for row in driver.read_event_rows(PROJECT, "q")] == [
+        events.POSTED, events.CLAIMED, events.DEAD_LETTERED]
+    assert list(driver.read_event_rows(PROJECT, "nowhere")) == []
+
+
 def test_trail_queues_lists_the_queues_of_one_project_or_all(broker, driver, clock):
     post(broker, "b", "x")
     post(broker, "a", "x")

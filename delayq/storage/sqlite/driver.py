@@ -681,9 +681,11 @@ class Driver(base.Driver):
         return [tuple(row) for row in self._db().execute(sql.QUEUE_NAMES, (project,))]
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
-        cursor = self._db().execute(sql.EVENTS_OF_QUEUE, (project, queue))
-        for row in cursor:
-            yield events.Event(**dict(zip(sql.EVENT_COLUMNS, row, strict=True)))
+        for row in self.read_event_rows(project, queue):
+            yield events.Event(*row)
+
+    def read_event_rows(self, project: str, queue: str) -> Iterator[tuple]:
+        return iter(self._db().execute(sql.EVENTS_OF_QUEUE, (project, queue)))
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
         db = self._db()

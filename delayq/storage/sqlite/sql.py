@@ -7,7 +7,7 @@ contiguous range (``available <= now``), ahead of every delayed or claimed one, 
 or a pop reads only what it returns, however many delayed or claimed messages wait.
 """
 
-from delayq import tallies
+from delayq import events, tallies
 
 PRAGMAS = (
     "PRAGMA journal_mode = WAL",
@@ -330,10 +330,10 @@ EXPIRED_CLAIMS_DELETE = """
 DELETE FROM claims WHERE id IN (SELECT id FROM claims WHERE expires <= ? LIMIT ?)
 """
 
-# The event trail (delayq.events): one row per event, columns named as Event's fields.
+# The event trail (delayq.events): one row per event, columns named as Event's fields
+# and selected in their order, so a row read back is the Event's fields as a tuple.
 
-EVENT_COLUMNS = ("project", "queue", "kind", "time", "message_id", "claim_id",
-                 "claim_count", "due", "ttl", "expires", "source", "target", "body")
+EVENT_COLUMNS = events.FIELDS
 EVENT_INSERT = f"""
 INSERT INTO events ({", ".join(EVENT_COLUMNS)})
 VALUES ({", ".join(":" + c for c in EVENT_COLUMNS)})
