@@ -37,6 +37,7 @@ from delayq import conf, jsontext
 from delayq.server import Server
 from delayq.storage.redis.driver import CLAIM_BUDGET, NO_KEY, WRITE_REAP_BUDGET, Driver
 from delayq.storage.redis.layout import US, new_nonce
+from delayq.storage.redis.scripts import NO_BACKOFF
 from delayq.storage.redis.wire import script_exchange
 
 PROJECT_HEADER = "X-Project-ID"
@@ -119,7 +120,7 @@ class Claims(Resource):
         ttl, grace = document.get("ttl", 60), document.get("grace", 60)
         reply = await self.store.call(self.store.claim, key, [
             "", ttl, grace, int(req.get_param("limit") or 10), "", "", "", "", CLAIM_BUDGET,
-            name, WRITE_REAP_BUDGET, token])
+            name, WRITE_REAP_BUDGET, token, *NO_BACKOFF])
         nonce, as_of, number = reply[:3]
         if not number:
             resp.status = falcon.HTTP_204
