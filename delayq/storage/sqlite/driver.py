@@ -213,6 +213,18 @@ class Driver(base.Driver):
         row = db.execute(sql.QUEUE_ID, (project, name)).fetchone()
         return row[0] if row else None
 
+    def _claim_state(self, db: sqlite3.Connection, project: str, queue: str,
+                     message_id: str, now: float) -> tuple[int, tuple]:
+        """The queue's id and the live message's row ``(seq, claim_id, claim_expires,
+        claim_count)``; raises MessageNotFound when either is missing."""
+        queue_id = self._queue_id(db, project, queue)
+        row = None
+        if queue_id is not None:
+            row = db.execute(sql.MESSAGE_CLAIM_STATE, (queue_id, message_id, now)).fetchone()
+        if row is None:
+            raise errors.MessageNotFound.with_id(message_id)
+        return queue_id, row
+
     def _ensure_queue(self, db: sqlite3.Connection, project: str, name: str,
                       now: float) -> int:
         db.execute(sql.QUEUE_INSERT, (project, name, "{}", now))
@@ -447,13 +459,7 @@ class Driver(base.Driver):
                      ) -> Message:
         with self._write() as db:
             now = self.now()
-            queue_id = self._queue_id(db, project, queue)
-            row = None
-            if queue_id is not None:
-                row = db.execute(sql.MESSAGE_CLAIM_STATE,
-                                 (queue_id, message_id, now)).fetchone()
-            if row is None:
-                raise errors.MessageNotFound.with_id(message_id)
+            queue_id, row = self._claim_state(db, project, queue, message_id, now)
             edited = db.execute(sql.MESSAGE_EDIT, {
                 "body": None if body is NO_CHANGE else json.dumps(body),
                 "due": None if delay is None else now + delay, "seq": row[0],
@@ -615,13 +621,7 @@ class Driver(base.Driver):
                         delay: float) -> Message:
         with self._write() as db:
             now = self.now()
-            queue_id = self._queue_id(db, project, queue)
-            row = None
-            if queue_id is not None:
-                row = db.execute(sql.MESSAGE_CLAIM_STATE,
-                                 (queue_id, message_id, now)).fetchone()
-            if row is None:
-                raise errors.MessageNotFound.with_id(message_id)
+            queue_id, row = self._claim_state(db, project, queue, message_id, now)
             seq, holder, claim_expires, _ = row
             live_holder = holder if holder is not None and claim_expires > now else None
             refuse_delete(delete_refusal(claim_id, live_holder), message_id, claim_id)
