@@ -1199,6 +1199,36 @@ def test_time_is_the_swift_proxys_and_a_step_of_this_hosts_clock_changes_nothing
     assert abs(message.created - real()) < 1
 
 
+class SlowReads:
+    """A connection whose object HEADs are answered *delay* seconds late, as a loaded
+    proxy may answer them."""
+
+    def __init__(self, conn: Connection, delay: float) -> None:
+        self._conn = conn
+        self._delay = delay
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def head_object(self, *args: Any, **kwargs: Any) -> Any:
+        answer = self._conn.head_object(*args, **kwargs)
+        time.sleep(self._delay)
+        return answer
+
+
+def test_a_slow_read_of_the_proxys_stamp_does_not_move_the_clock(make_driver):
+    # The proxy stamps the clock object at its PUT; the HEAD only reads the stamp. Placed
+    # at the middle of the whole PUT and HEAD, a stamp read 0.6 s late would put this
+    # process 0.3 s behind every other one, and a message posted through another process
+    # would be due, for this one, 0.3 s after its post returned.
+    slow = make_driver(wrap=lambda conn: SlowReads(conn, 0.6))
+    slow.now()  # reads the proxy's clock
+    before = time.time()
+    reading = slow.now()  # carried forward from that reading
+    after = time.time()
+    assert before - 0.05 < reading < after + 0.05
+
+
 def test_api_processes_and_threads_reading_the_proxys_clock_at_once_all_get_a_reading(
         make_driver):
     """Concurrent overwrites of one object can make a HEAD right after a PUT miss it (404):

@@ -21,10 +21,12 @@ MS = 1000
 class ServerClock:
     """POSIX seconds, in whole milliseconds, on the server's clock.
 
-    *fetch* returns the server's time in POSIX milliseconds; it is called at the first
+    *fetch* returns the server's time in POSIX milliseconds at the middle of the call (a
+    fetch of one request: the time in the server's answer); it is called at the first
     reading and again whenever the last answer is *interval* seconds old. The error of a
-    reading is at most half the round trip of the last fetch plus a millisecond. One thread
-    fetches at a time: threads finding the answer stale together wait for one fetch.
+    reading is at most half the round trip of the request the server stamped, plus a
+    millisecond. One thread fetches at a time: threads finding the answer stale together
+    wait for one fetch.
     """
 
     def __init__(self, fetch: Callable[[], int], interval: float = 30.0) -> None:

@@ -163,19 +163,32 @@ class Objects:
         self._local = threading.local()
 
     def proxy_time_ms(self, clock_object: str) -> int:
-        """The proxy's clock: the timestamp it gives *clock_object* (this process's own
-        object in the clock container) when it stores it now."""
+        """The proxy's clock at the middle of this call (what ``ServerClock`` expects of a
+        fetch), in POSIX milliseconds.
+
+        The proxy stamps *clock_object* (this process's own object in the clock
+        container) when the ``PUT`` storing it reaches it; a ``HEAD`` then reads the stamp.
+        The stamp is placed at the middle of the ``PUT`` alone and carried forward to the
+        middle of the call on this process's monotonic clock: its error is half the
+        ``PUT``'s round trip, whatever the ``HEAD`` takes.
+        """
         container = lay.clock_container(self.prefix)
         expiry = {DELETE_AFTER: str(CLOCK_OBJECT_LIFETIME)}
+        called = time.monotonic()
         try:
+            put_sent = time.monotonic()
             self.swift.put_object(container, clock_object, b"", headers=expiry)
         except ClientException as exc:
             if not is_status(exc, 404):
                 raise
             self.swift.put_container(container)
+            put_sent = time.monotonic()
             self.swift.put_object(container, clock_object, b"", headers=expiry)
+        put_received = time.monotonic()
         headers = self.swift.head_object(container, clock_object)
-        return int(float(headers["x-timestamp"]) * 1000)
+        stamped = float(headers["x-timestamp"])
+        middle = (called + time.monotonic()) / 2
+        return round((stamped + middle - (put_sent + put_received) / 2) * 1000)
 
     def container(self, project: str, queue: str) -> str:
         """The queue's container."""
