@@ -61,7 +61,7 @@ from delayq.api.app import create_app
 from delayq.message import NewMessage
 from delayq.metrics import Metrics
 from delayq.queue import DeadLetterPolicy, QueueCounts
-from delayq.storage.clock import ServerClock
+from delayq.storage.clock import ServerClock, timed
 from delayq.storage.mongo import expiry
 from delayq.storage.mongo.client import make_client, parse_write_concern
 from delayq.storage.mongo.driver import Driver
@@ -689,7 +689,7 @@ class FixedServer:
 
 def test_the_server_clock_ignores_a_step_of_the_hosts_wall_clock(monkeypatch):
     server = FixedServer(1_000_000_000_000)
-    server_clock = ServerClock(server, interval=30)
+    server_clock = ServerClock(timed(server), interval=30)
     assert server_clock() == pytest.approx(1_000_000_000, abs=0.01)
     real = time.time
     for step in (3600, -3600):
@@ -700,7 +700,7 @@ def test_the_server_clock_ignores_a_step_of_the_hosts_wall_clock(monkeypatch):
 
 def test_the_server_clock_fetches_again_after_the_interval():
     server = FixedServer(1_000_000_000_000, 2_000_000_000_000)
-    server_clock = ServerClock(server, interval=0.1)
+    server_clock = ServerClock(timed(server), interval=0.1)
     assert server_clock() == pytest.approx(1_000_000_000, abs=0.01)
     assert server.calls == 1
     time.sleep(0.12)
@@ -711,7 +711,8 @@ def test_the_server_clock_fetches_again_after_the_interval():
 def test_a_server_clock_reading_is_taken_at_the_middle_of_the_round_trip():
     # The server answered at some instant of a 0.2 s round trip: the middle is the best
     # guess, so the reading just after the fetch is its answer plus about 0.1 s.
-    server_clock = ServerClock(FixedServer(1_000_000_000_000, delay=0.2), interval=30)
+    server_clock = ServerClock(timed(FixedServer(1_000_000_000_000, delay=0.2)),
+                               interval=30)
     assert server_clock() == pytest.approx(1_000_000_000.1, abs=0.03)
 
 
@@ -732,7 +733,8 @@ def test_threads_finding_the_server_clock_stale_together_wait_for_one_fetch():
             fetching.release()
 
     counted = FixedServer(1_000_000_000_000, delay=0.05)
-    for server_clock in (ServerClock(fetch, interval=0.0), ServerClock(counted, interval=30)):
+    for server_clock in (ServerClock(timed(fetch), interval=0.0),
+                         ServerClock(timed(counted), interval=30)):
         threads = [threading.Thread(target=server_clock) for _ in range(8)]
         for thread in threads:
             thread.start()

@@ -14,22 +14,45 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 MS = 1000
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The server's time in POSIX milliseconds, and the span of this process's monotonic
+    clock within which the server took it: the request the server stamped was sent at
+    *sent* and answered at *received*."""
+
+    server_ms: int
+    sent: float
+    received: float
+
+
+def timed(request: Callable[[], int]) -> Callable[[], Stamp]:
+    """A fetch of one *request* whose answer carries the server's time (POSIX ms): the
+    server took that time within the request's round trip."""
+
+    def fetch() -> Stamp:
+        sent = time.monotonic()
+        server_ms = request()
+        return Stamp(server_ms, sent, time.monotonic())
+
+    return fetch
 
 
 class ServerClock:
     """POSIX seconds, in whole milliseconds, on the server's clock.
 
-    *fetch* returns the server's time in POSIX milliseconds at the middle of the call (a
-    fetch of one request: the time in the server's answer); it is called at the first
-    reading and again whenever the last answer is *interval* seconds old. The error of a
-    reading is at most half the round trip of the request the server stamped, plus a
-    millisecond. One thread fetches at a time: threads finding the answer stale together
-    wait for one fetch.
+    *fetch* returns a ``Stamp``; it is called at the first reading and again whenever the
+    last answer is *interval* seconds old. A stamp is placed at the middle of the request
+    the server stamped, so the error of a reading is at most half that request's round
+    trip plus a millisecond. One thread fetches at a time: threads finding the answer
+    stale together wait for one fetch.
     """
 
-    def __init__(self, fetch: Callable[[], int], interval: float = 30.0) -> None:
+    def __init__(self, fetch: Callable[[], Stamp], interval: float = 30.0) -> None:
         self._fetch = fetch
         self._interval = interval
         self._lock = threading.Lock()
@@ -39,12 +62,10 @@ class ServerClock:
 
     def _sync(self) -> None:
         """Ask the server for its time now (under ``_fetching``)."""
-        sent = time.monotonic()
-        server_ms = self._fetch()
-        received = time.monotonic()
+        stamp = self._fetch()
         with self._lock:
-            self._base_ms = server_ms
-            self._base_mono = (sent + received) / 2
+            self._base_ms = stamp.server_ms
+            self._base_mono = (stamp.sent + stamp.received) / 2
 
     def _stale(self, now: float) -> bool:
         return self._base_ms is None or now - self._base_mono >= self._interval

@@ -55,7 +55,7 @@ from delayq.operations import operation
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.retry import Backoff
 from delayq.storage import base
-from delayq.storage.clock import ServerClock
+from delayq.storage.clock import ServerClock, timed
 from delayq.storage.mongo import claims, holds, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import (
@@ -112,7 +112,8 @@ class Driver(base.Driver):
         self._claims: Collection = db[lay.CLAIMS]
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
-        self._clock = clock or ServerClock(self._server_time_ms, clock_sync_interval)
+        self._clock = clock or ServerClock(timed(self._server_time_ms),
+                                            clock_sync_interval)
         self._tallies = tallies.Tallies(db[lay.TALLIES])
         self._trail = Trail(db[lay.EVENTS], events_settings, endings)
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,

@@ -101,7 +101,7 @@ class Driver(base.Driver):
         self._lock = threading.Lock()  # guards _last_id_us
         clock_object = lay.clock_object(secrets.token_hex(8))
         self._clock = clock or ServerClock(
-            lambda: self._objects.proxy_time_ms(clock_object), clock_sync_interval)
+            lambda: self._objects.proxy_stamp(clock_object), clock_sync_interval)
         self.start_reaper(reap_interval, self._expiry.lease)
 
     @classmethod

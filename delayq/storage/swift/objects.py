@@ -25,7 +25,7 @@ Bids
     "deleted" dropped the message it had won, which then stayed claimed by a claim that
     did not list it.
 Time
-    The Swift proxy's clock (``delayq.storage.clock`` over ``proxy_time_ms``), so API
+    The Swift proxy's clock (``delayq.storage.clock`` over ``proxy_stamp``), so API
     hosts whose own clocks are skewed agree on when a message is due.
 Unavailable
     Swift failing (5xx, a refused or timed-out connection, refused credentials) is
@@ -47,6 +47,7 @@ import requests
 from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
 
+from delayq.storage.clock import Stamp
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Record
 from delayq.storage.unavailable import Unavailability
@@ -162,33 +163,25 @@ class Objects:
             self._connections.clear()
         self._local = threading.local()
 
-    def proxy_time_ms(self, clock_object: str) -> int:
-        """The proxy's clock at the middle of this call (what ``ServerClock`` expects of a
-        fetch), in POSIX milliseconds.
-
-        The proxy stamps *clock_object* (this process's own object in the clock
-        container) when the ``PUT`` storing it reaches it; a ``HEAD`` then reads the stamp.
-        The stamp is placed at the middle of the ``PUT`` alone and carried forward to the
-        middle of the call on this process's monotonic clock: its error is half the
-        ``PUT``'s round trip, whatever the ``HEAD`` takes.
-        """
+    def proxy_stamp(self, clock_object: str) -> Stamp:
+        """The proxy's clock: the time it stamps *clock_object* (this process's own
+        object in the clock container) with when the ``PUT`` storing it reaches it, read
+        back by a ``HEAD``. The stamp was taken within the ``PUT``'s round trip, whatever
+        the ``HEAD`` takes."""
         container = lay.clock_container(self.prefix)
         expiry = {DELETE_AFTER: str(CLOCK_OBJECT_LIFETIME)}
-        called = time.monotonic()
         try:
-            put_sent = time.monotonic()
+            sent = time.monotonic()
             self.swift.put_object(container, clock_object, b"", headers=expiry)
         except ClientException as exc:
             if not is_status(exc, 404):
                 raise
             self.swift.put_container(container)
-            put_sent = time.monotonic()
+            sent = time.monotonic()
             self.swift.put_object(container, clock_object, b"", headers=expiry)
-        put_received = time.monotonic()
+        received = time.monotonic()
         headers = self.swift.head_object(container, clock_object)
-        stamped = float(headers["x-timestamp"])
-        middle = (called + time.monotonic()) / 2
-        return round((stamped + middle - (put_sent + put_received) / 2) * 1000)
+        return Stamp(int(float(headers["x-timestamp"]) * 1000), sent, received)
 
     def container(self, project: str, queue: str) -> str:
         """The queue's container."""
