@@ -193,11 +193,24 @@ def _explicit_end(history: Column, queue: Column, start: Column) -> Column:
         e["time"].alias("time"), e["kind"].alias("kind"))))
 
 
+def _history_event() -> Column:
+    """An event as a struct of HISTORY_FIELDS, its body kept only on a move: the audits
+    read bodies of moved messages alone, and every post's body would ride the shuffle."""
+    moved_body = F.when(kind_is(ev.DEAD_LETTERED), F.col("body"))
+    return F.struct(*(moved_body.alias(name) if name == "body" else F.col(name)
+                      for name in HISTORY_FIELDS))
+
+
 def _histories(events: DataFrame) -> DataFrame:
     """One row per message id and project (``message_id`` null for the events that have
-    none, purges): ``history``, its events as structs of HISTORY_FIELDS, in no order."""
-    return events.groupBy(*MESSAGE).agg(
-        F.collect_list(F.struct(*HISTORY_FIELDS)).alias("history"))
+    none, purges): ``history``, its events as structs of HISTORY_FIELDS, in no order.
+
+    The events are hashed by message before they are grouped: grouped straight from
+    the read, Spark would collect partial histories on each reading task, sort them and
+    shuffle the arrays; hashed first, rows are shuffled and each history is built once.
+    """
+    return events.repartition(*MESSAGE).groupBy(*MESSAGE).agg(
+        F.collect_list(_history_event()).alias("history"))
 
 
 def arrivals(events: DataFrame, as_of: float) -> DataFrame:
