@@ -10,8 +10,8 @@ empty string), with the body as its value when it is a scalar; text that is not 
 taken as the string it is.
 
 Bodies are parsed by Spark into variants (``try_parse_json``) and walked down DEPTH levels
-of nesting in one query; the caller walks again, twice as deep, in the rare case that
-objects were left deeper.
+of nesting in one pass over the bodies; the caller walks again, twice as deep, in the
+rare case that objects were left deeper.
 """
 
 from __future__ import annotations
@@ -45,10 +45,27 @@ def _scalar_text(value: Column) -> Column:
 
 @dataclass(frozen=True, slots=True)
 class Walk:
-    """The pairs of a walk ``depth`` levels deep, and the objects it left unwalked."""
+    """The pairs of a walk ``depth`` levels deep, and the bodies it did not finish."""
 
     pairs: DataFrame  # *keys, key, value
-    deeper: DataFrame  # one row per object nested deeper than depth
+    deeper: DataFrame  # one row per body with objects nested deeper than depth
+
+
+def _entry(key: Column, value: Column) -> Column:
+    return F.struct(key.alias("key"), value.alias("v"))
+
+
+def _is_object(entry: Column) -> Column:
+    return _members(entry["v"]).isNotNull()
+
+
+def _children(level: Column) -> Column:
+    """The members of the objects among *level*'s entries, one level down, their keys
+    prefixed with their parent's."""
+    return F.flatten(F.transform(F.filter(level, _is_object), lambda parent: F.transform(
+        F.map_entries(_members(parent["v"])),
+        lambda child: _entry(F.concat(parent["key"], F.lit(SEPARATOR), child["key"]),
+                             child["value"]))))
 
 
 @contextmanager
@@ -56,34 +73,32 @@ def key_values(bodies: DataFrame, keys: Sequence[str], depth: int = DEPTH) -> It
     """Every ``(key, value)`` of the bodies of *bodies* (a DataFrame with the columns
     *keys* and ``body``, JSON text) down to *depth* levels of nesting, with the *keys* of
     the row the body came from: columns ``*keys, key, value`` (value null where the key
-    holds an object or array). Objects nested deeper are left in ``Walk.deeper``: the
-    caller walks again, deeper, when it is not empty.
+    holds an object or array). Bodies with objects nested deeper are in ``Walk.deeper``:
+    the caller walks again, deeper, when it is not empty.
 
-    No body (a driver that did not record it) has no keys. The parsed bodies and the
-    pairs are kept for the queries of the block, and released when it ends.
+    Each body's entries, level by level, are arrays on its own row (one column per
+    level, so a level is built once), exploded once. No body (a driver that did not
+    record it) has no keys. The pairs are kept for the queries of the block, and
+    released when it ends.
     """
     parsed = bodies.where(F.col("body").isNotNull()).select(
         *keys, F.coalesce(F.try_parse_json("body"), F.col("body").cast("variant")).alias("v"))
-    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    # A body that is not an object is one entry, ROOT; an object's first level is its
+    # members.
+    value = F.col("v")
+    levels = parsed.select(*keys, F.when(
+        _members(value).isNull(), F.array(_entry(F.lit(ROOT), value))).otherwise(
+        F.transform(F.map_entries(_members(value)),
+                    lambda member: _entry(member["key"], member["value"]))).alias("l1"))
+    for level in range(2, depth + 1):
+        levels = levels.select("*", _children(F.col(f"l{level - 1}")).alias(f"l{level}"))
+    last = F.col(f"l{depth}")
+    walked = levels.select(*keys, F.concat(*(F.col(f"l{n}") for n in range(1, depth + 1)))
+                           .alias("entries"), F.exists(last, _is_object).alias("deeper"))
+    pairs = walked.select(*keys, F.explode("entries").alias("e")).select(
+        *keys, F.col("e.key").alias("key"), _scalar_text(F.col("e.v")).alias("value"))
+    pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        found = [parsed.where(_members(F.col("v")).isNull()).select(
-            *keys, F.lit(ROOT).alias("key"), _scalar_text(F.col("v")).alias("value"))]
-        level = parsed.select(*keys, F.lit(ROOT).alias("prefix"),
-                              _members(F.col("v")).alias("members"))
-        for _ in range(depth):
-            entries = level.where(F.col("members").isNotNull()).select(
-                *keys, "prefix", F.explode("members").alias("name", "v")).select(
-                *keys, F.concat("prefix", "name").alias("key"), "v")
-            found.append(entries.select(*keys, "key", _scalar_text(F.col("v")).alias("value")))
-            level = entries.select(*keys, F.concat("key", F.lit(SEPARATOR)).alias("prefix"),
-                                   _members(F.col("v")).alias("members"))
-        pairs = found[0]
-        for more in found[1:]:
-            pairs = pairs.unionByName(more)
-        pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            yield Walk(pairs, level.where(F.col("members").isNotNull()))
-        finally:
-            pairs.unpersist()
+        yield Walk(pairs, walked.where("deeper"))
     finally:
-        parsed.unpersist()
+        pairs.unpersist()
