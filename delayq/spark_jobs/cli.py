@@ -174,6 +174,9 @@ def spark_session(master: str | None, progress: Progress) -> tuple[SparkSession,
         # Everything runs on this machine: no need to look for a network address (and
         # warn when the host name resolves to a loopback one).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # A local audit ends with its report; the web UI's server costs a second of
+        # start-up that no one sees.
+        builder = builder.config("spark.ui.enabled", "false")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark, True
