@@ -1,11 +1,13 @@
 """Per-message derivations from the event trail, shared by both audits (docs/audits.md).
 
-The trail is grouped once per message: each message ``(project, message_id)`` gets its
-events as one array (its *history*), and every per-message fact (first delivery, due in
-force, last known expiry, the end of a stay) is computed inside that array with Spark's
-higher-order functions. That is one shuffle of the trail, however many facts the audits
-derive. Purges belong to a queue, not a message: their events group apart (they have no
-message id) and each queue's purge times are broadcast to the stays.
+The trail is grouped once per message: each message ``(project, message_id)`` gets the
+facts that are aggregates of its events (its event count, first delivery, last known
+expiry) and, as small arrays, the events the other facts need: its arrivals, its
+endings and its due changes. The due in force and the end of each stay are then
+computed inside those arrays with Spark's higher-order functions. That is one shuffle of
+the trail, however many facts the audits derive. Purges belong to a queue, not a
+message: their events group apart (they have no message id) and each queue's purge
+times are broadcast to the stays.
 
 A message is identified by ``(project, message_id)``: ids survive dead-letter moves, and
 a move never leaves the project. A *stay* is a message's time in one queue from a
@@ -31,8 +33,8 @@ SAMPLE_IDS = 10
 # The columns of an event the audits use (claim ids and ttls they do not).
 COLUMNS = ("project", "queue", "kind", "time", "message_id", "claim_count", "due",
            "expires", "source", "target", "body")
-# The fields of an event in a message's history: its columns but the message's own.
-HISTORY_FIELDS = tuple(c for c in COLUMNS if c not in MESSAGE)
+# The fields of an arrival (or purge) kept when the trail is grouped per message.
+ARRIVAL_FIELDS = ("kind", "time", "queue", "source", "target", "due", "claim_count", "body")
 
 # Events that end a message's stay in the queue whose trail holds them; ``purged`` ends
 # every stay of its queue at once and is handled apart.
@@ -67,10 +69,6 @@ def until(events: DataFrame, as_of: float) -> DataFrame:
 def _rank(kind: Column, order: tuple[str, ...]) -> Column:
     """1 + the position of *kind* in *order*: which of same-instant events came first."""
     return F.array_position(F.array(*map(F.lit, order)), kind)
-
-
-def _of_kind(history: Column, kinds: tuple[str, ...]) -> Column:
-    return F.filter(history, lambda e: e["kind"].isin(*kinds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,91 +147,107 @@ class Trail:
              .when(purge.isNotNull(), F.lit(ev.PURGED)).alias("end_kind"))
 
 
-# Facts of one message, from its history
+# Facts of one message, gathered as its events are grouped
 
 
-def first_delivery(history: Column) -> Column:
+def _where(kinds: tuple[str, ...], value: Column) -> Column:
+    """*value* on events of *kinds*, null on others (which aggregates then skip)."""
+    return F.when(kind_is(*kinds), value)
+
+
+def first_delivery() -> Column:
     """The time of the message's earliest ``claimed`` or ``popped`` event, in any
     queue; null when it has none."""
-    return F.array_min(F.transform(_of_kind(history, DELIVERIES), lambda e: e["time"]))
+    return F.min(_where(DELIVERIES, F.col("time")))
 
 
-def due_in_force(history: Column, delivered_at: Column) -> Column:
-    """The ``due`` of the message's latest ``posted`` or ``edited`` event at or before
-    *delivered_at*, or of its latest one when *delivered_at* is null (the history is
-    cut at the audit time). An edit (PATCH of an unclaimed message) may move the due
-    time either way; a delivery is measured against the one it had then.
-    """
-    changes = F.filter(_of_kind(history, DUE_EVENTS),
-                       lambda e: delivered_at.isNull() | (e["time"] <= delivered_at))
-    latest = F.array_max(F.transform(changes, lambda e: F.struct(
-        e["time"].alias("time"), _rank(e["kind"], DUE_EVENTS).alias("rank"),
-        e["due"].alias("due"))))
-    return latest["due"]
-
-
-def last_known_expiry(history: Column) -> Column:
+def last_known_expiry() -> Column:
     """The ``expires`` of the message's latest posted, claimed or dead_lettered event.
 
     Events at the same instant (a fake clock, a fast consumer) are put in the order
     they happened by their claim count, then by EXPIRY_EVENTS.
     """
-    latest = F.array_max(F.transform(_of_kind(history, EXPIRY_EVENTS), lambda e: F.struct(
-        e["time"].alias("time"), F.coalesce(e["claim_count"], F.lit(0)).alias("claims"),
-        _rank(e["kind"], EXPIRY_EVENTS).alias("rank"), e["expires"].alias("expires"))))
-    return latest["expires"]
+    order = F.struct(F.col("time"), F.coalesce(F.col("claim_count"), F.lit(0)),
+                     _rank(F.col("kind"), EXPIRY_EVENTS), F.col("expires"))
+    return F.max_by(F.col("expires"), _where(EXPIRY_EVENTS, order))
 
 
-def _explicit_end(history: Column, queue: Column, start: Column) -> Column:
-    """struct(time, kind) of the message's first ending event in *queue* at or after
-    *start* (the earliest kind by name among same-instant ones); null when none."""
-    endings = F.filter(_of_kind(history, MESSAGE_ENDINGS),
-                       lambda e: (e["queue"] == queue) & (e["time"] >= start))
-    return F.array_min(F.transform(endings, lambda e: F.struct(
-        e["time"].alias("time"), e["kind"].alias("kind"))))
+def due_changes() -> Column:
+    """The message's ``posted`` and ``edited`` events as struct(time, rank, due), the
+    rank putting same-instant ones in the order they happen (DUE_EVENTS)."""
+    return F.collect_list(_where(DUE_EVENTS, F.struct(
+        F.col("time").alias("time"), _rank(F.col("kind"), DUE_EVENTS).alias("rank"),
+        F.col("due").alias("due"))))
 
 
-def _history_event() -> Column:
-    """An event as a struct of HISTORY_FIELDS, its body kept only on a move: the audits
-    read bodies of moved messages alone, and every post's body would ride the shuffle."""
+def due_in_force(changes: Column, delivered_at: Column) -> Column:
+    """The ``due`` of the latest of *changes* (``due_changes``) at or before
+    *delivered_at*, or of the latest when *delivered_at* is null (the trail is cut at
+    the audit time). An edit (PATCH of an unclaimed message) may move the due time
+    either way; a delivery is measured against the one it had then.
+    """
+    return F.array_max(F.filter(changes, lambda c: delivered_at.isNull()
+                                | (c["time"] <= delivered_at)))["due"]
+
+
+def endings() -> Column:
+    """The message's ending events as struct(time, kind, queue): ordered, the first is
+    the earliest, then the earliest kind by name among same-instant ones."""
+    return F.collect_list(_where(MESSAGE_ENDINGS, F.struct(
+        F.col("time").alias("time"), F.col("kind").alias("kind"),
+        F.col("queue").alias("queue"))))
+
+
+def explicit_end(ends: Column, queue: Column, start: Column) -> Column:
+    """struct(time, kind, queue) of the first of *ends* (``endings``) in *queue* at or
+    after *start*; null when none."""
+    return F.array_min(F.filter(ends, lambda e: (e["queue"] == queue) & (e["time"] >= start)))
+
+
+def arrivals_and_purges() -> Column:
+    """The message's arrivals (and a queue's purges) as structs of ARRIVAL_FIELDS, the
+    body kept only on a move: the audits read bodies of moved messages alone, and every
+    post's body would ride the shuffle."""
     moved_body = F.when(kind_is(ev.DEAD_LETTERED), F.col("body"))
-    return F.struct(*(moved_body.alias(name) if name == "body" else F.col(name)
-                      for name in HISTORY_FIELDS))
+    return F.collect_list(_where((*ARRIVALS, ev.PURGED), F.struct(
+        *(moved_body.alias(name) if name == "body" else F.col(name)
+          for name in ARRIVAL_FIELDS))))
 
 
-def _histories(events: DataFrame) -> DataFrame:
+def _messages(events: DataFrame) -> DataFrame:
     """One row per message id and project (``message_id`` null for the events that have
-    none, purges): ``history``, its events as structs of HISTORY_FIELDS, in no order.
+    none, purges), with its facts and its arrivals, endings and due changes as arrays.
 
     The events are hashed by message before they are grouped: grouped straight from
-    the read, Spark would collect partial histories on each reading task, sort them and
-    shuffle the arrays; hashed first, rows are shuffled and each history is built once.
+    the read, Spark would collect partial arrays on each reading task, sort them and
+    shuffle the arrays; hashed first, rows are shuffled and each array is built once.
     """
     return events.repartition(*MESSAGE).groupBy(*MESSAGE).agg(
-        F.collect_list(_history_event()).alias("history"))
+        F.count(F.lit(1)).alias("events"),
+        first_delivery().alias("first_delivery"),
+        last_known_expiry().alias("expiry"),
+        due_changes().alias("due_changes"),
+        endings().alias("endings"),
+        arrivals_and_purges().alias("arrivals"))
 
 
 def arrivals(events: DataFrame, as_of: float) -> DataFrame:
     """The rows of ``Trail.events`` from *events*, cut at *as_of*: one shuffle (the
     events grouped per message; purges, which have no message id, group apart)."""
-    histories = _histories(events)
-    history = F.col("history")
-    messages = histories.select(
-        *MESSAGE, "history", first_delivery(history).alias("first_delivery"),
-        last_known_expiry(history).alias("expiry"))
+    messages = _messages(events)
     messages = messages.select(
-        "*", due_in_force(history, F.col("first_delivery")).alias("due_in_force"))
+        "*", due_in_force(F.col("due_changes"), F.col("first_delivery")).alias("due_in_force"))
     kind = F.col("e.kind")
     # A message none of whose events is an arrival keeps one row (kind null), for the
     # count of its events.
     arrived = messages.select(
-        *MESSAGE, "history", "first_delivery", "due_in_force", "expiry",
-        F.posexplode_outer(_of_kind(history, (*ARRIVALS, ev.PURGED))).alias("pos", "e"))
+        *MESSAGE, "events", "endings", "first_delivery", "due_in_force", "expiry",
+        F.posexplode_outer("arrivals").alias("pos", "e"))
     queue = F.coalesce(*(F.when(kind == F.lit(k), F.col("e")[field])
                          for k, field in ARRIVALS.items()), F.col("e.queue"))
     start, stay = F.col("e.time"), kind.isin(*STAYS)
     ended = arrived.select(
-        "*", F.when(stay, _explicit_end(history, queue, start)).alias("explicit"))
+        "*", F.when(stay, explicit_end(F.col("endings"), queue, start)).alias("explicit"))
     return ended.select(
         kind.alias("kind"), "project", queue.alias("queue"),
         F.col("e.source").alias("source"), "message_id", start.alias("start"),
@@ -243,4 +257,4 @@ def arrivals(events: DataFrame, as_of: float) -> DataFrame:
         F.col("explicit.time").alias("explicit_time"),
         F.col("explicit.kind").alias("explicit_kind"),
         F.when(stay & (F.col("expiry") <= F.lit(as_of)), F.col("expiry")).alias("expiry"),
-        F.when(F.coalesce(F.col("pos"), F.lit(0)) == 0, F.size(history)).alias("events"))
+        F.when(F.coalesce(F.col("pos"), F.lit(0)) == 0, F.col("events")).alias("events"))
