@@ -167,6 +167,8 @@ def last_known_expiry() -> Column:
     Events at the same instant (a fake clock, a fast consumer) are put in the order
     they happened by their claim count, then by EXPIRY_EVENTS.
     """
+    # expires last: events equal on the rest pick the same expiry whichever arrives
+    # first in the group.
     order = F.struct(F.col("time"), F.coalesce(F.col("claim_count"), F.lit(0)),
                      _rank(F.col("kind"), EXPIRY_EVENTS), F.col("expires"))
     return F.max_by(F.col("expires"), _where(EXPIRY_EVENTS, order))
