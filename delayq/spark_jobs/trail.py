@@ -193,7 +193,7 @@ def due_in_force(changes: Column, delivered_at: Column) -> Column:
 
 
 def endings() -> Column:
-    """The message's ending events as struct(time, kind, queue): ordered, the first is
+    """The message's ending events as struct(time, kind, queue), so the least of them is
     the earliest, then the earliest kind by name among same-instant ones."""
     return F.collect_list(_where(MESSAGE_ENDINGS, F.struct(
         F.col("time").alias("time"), F.col("kind").alias("kind"),
@@ -210,7 +210,7 @@ def arrivals_and_purges() -> Column:
     """The message's arrivals (and a queue's purges) as structs of ARRIVAL_FIELDS, the
     body kept only on a move: the audits read bodies of moved messages alone, and every
     post's body would ride the shuffle."""
-    moved_body = F.when(kind_is(ev.DEAD_LETTERED), F.col("body"))
+    moved_body = _where((ev.DEAD_LETTERED,), F.col("body"))
     return F.collect_list(_where((*ARRIVALS, ev.PURGED), F.struct(
         *(moved_body.alias(name) if name == "body" else F.col(name)
           for name in ARRIVAL_FIELDS))))

@@ -181,7 +181,7 @@ class Objects:
             self.swift.put_object(container, clock_object, b"", headers=expiry)
         received = time.monotonic()
         headers = self.swift.head_object(container, clock_object)
-        return Stamp(int(float(headers["x-timestamp"]) * 1000), sent, received)
+        return Stamp(round(float(headers["x-timestamp"]) * 1000), sent, received)
 
     def container(self, project: str, queue: str) -> str:
         """The queue's container."""
