@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from delayq import events as ev
 
 MESSAGE = ["project", "message_id"]
+MESSAGE_HASH = "message_hash"  # xxhash64 of MESSAGE, leading the key the trail groups by
 QUEUE = ["project", "queue"]
 # Up to this many message ids are listed where the audits name examples.
 SAMPLE_IDS = 10
@@ -207,13 +208,17 @@ def explicit_end(ends: Column, queue: Column, start: Column) -> Column:
 
 
 def arrivals_and_purges() -> Column:
-    """The message's arrivals (and a queue's purges) as structs of ARRIVAL_FIELDS, the
-    body kept only on a move: the audits read bodies of moved messages alone, and every
-    post's body would ride the shuffle."""
-    moved_body = _where((ev.DEAD_LETTERED,), F.col("body"))
-    return F.collect_list(_where((*ARRIVALS, ev.PURGED), F.struct(
-        *(moved_body.alias(name) if name == "body" else F.col(name)
-          for name in ARRIVAL_FIELDS))))
+    """The message's arrivals (and a queue's purges) as structs of ARRIVAL_FIELDS."""
+    return F.collect_list(_where((*ARRIVALS, ev.PURGED), F.struct(*ARRIVAL_FIELDS)))
+
+
+def _keyed(events: DataFrame) -> DataFrame:
+    """*events* with MESSAGE_HASH, the body kept only on a move: the audits read bodies
+    of moved messages alone, and every post's body would ride the shuffle."""
+    return events.select(
+        F.xxhash64(*MESSAGE).alias(MESSAGE_HASH),
+        *(_where((ev.DEAD_LETTERED,), F.col(name)).alias(name) if name == "body"
+          else F.col(name) for name in events.columns))
 
 
 def _messages(events: DataFrame) -> DataFrame:
@@ -223,14 +228,19 @@ def _messages(events: DataFrame) -> DataFrame:
     The events are hashed by message before they are grouped: grouped straight from
     the read, Spark would collect partial arrays on each reading task, sort them and
     shuffle the arrays; hashed first, rows are shuffled and each array is built once.
+    The grouping key leads with that 64-bit hash: the array aggregates group by sorting,
+    and a sort compares the first key column's leading bytes before whole keys, which
+    for the project (the same for most events) never decide and for message ids (some
+    drivers' start with a timestamp) often do not.
     """
-    return events.repartition(*MESSAGE).groupBy(*MESSAGE).agg(
+    return (_keyed(events).repartition(MESSAGE_HASH).groupBy(MESSAGE_HASH, *MESSAGE).agg(
         F.count(F.lit(1)).alias("events"),
         first_delivery().alias("first_delivery"),
         last_known_expiry().alias("expiry"),
         due_changes().alias("due_changes"),
         endings().alias("endings"),
         arrivals_and_purges().alias("arrivals"))
+        .drop(MESSAGE_HASH))
 
 
 def arrivals(events: DataFrame, as_of: float) -> DataFrame:
