@@ -215,10 +215,8 @@ def arrivals_and_purges() -> Column:
 def _keyed(events: DataFrame) -> DataFrame:
     """*events* with MESSAGE_HASH, the body kept only on a move: the audits read bodies
     of moved messages alone, and every post's body would ride the shuffle."""
-    return events.select(
-        F.xxhash64(*MESSAGE).alias(MESSAGE_HASH),
-        *(_where((ev.DEAD_LETTERED,), F.col(name)).alias(name) if name == "body"
-          else F.col(name) for name in events.columns))
+    return (events.select(F.xxhash64(*MESSAGE).alias(MESSAGE_HASH), "*")
+            .withColumn("body", _where((ev.DEAD_LETTERED,), F.col("body"))))
 
 
 def _messages(events: DataFrame) -> DataFrame:
