@@ -16,7 +16,7 @@ rare case that objects were left deeper.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -59,13 +59,18 @@ def _is_object(entry: Column) -> Column:
     return _members(entry["v"]).isNotNull()
 
 
+def _member_entries(value: Column, key: Callable[[Column], Column]) -> Column:
+    """The members of the variant object *value* as entries, each keyed by
+    ``key(member name)``."""
+    return F.transform(F.map_entries(_members(value)),
+                       lambda member: _entry(key(member["key"]), member["value"]))
+
+
 def _children(level: Column) -> Column:
     """The members of the objects among *level*'s entries, one level down, their keys
     prefixed with their parent's."""
-    return F.flatten(F.transform(F.filter(level, _is_object), lambda parent: F.transform(
-        F.map_entries(_members(parent["v"])),
-        lambda child: _entry(F.concat(parent["key"], F.lit(SEPARATOR), child["key"]),
-                             child["value"]))))
+    return F.flatten(F.transform(F.filter(level, _is_object), lambda parent: _member_entries(
+        parent["v"], lambda name: F.concat(parent["key"], F.lit(SEPARATOR), name))))
 
 
 @contextmanager
@@ -88,8 +93,7 @@ def key_values(bodies: DataFrame, keys: Sequence[str], depth: int = DEPTH) -> It
     value = F.col("v")
     levels = parsed.select(*keys, F.when(
         _members(value).isNull(), F.array(_entry(F.lit(ROOT), value))).otherwise(
-        F.transform(F.map_entries(_members(value)),
-                    lambda member: _entry(member["key"], member["value"]))).alias("l1"))
+        _member_entries(value, lambda name: name)).alias("l1"))
     for level in range(2, depth + 1):
         levels = levels.select("*", _children(F.col(f"l{level - 1}")).alias(f"l{level}"))
     last = F.col(f"l{depth}")
