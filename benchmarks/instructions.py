@@ -78,18 +78,16 @@ METRICS_HELD = 24 * 3600.0
 def serve(target: str, port: int, sections: dict[str, dict[str, Any]], http: str) -> None:
     """Serve *target* on *port* with uvicorn, as a delayq-server worker would (with
     uvicorn's own HTTP protocol if *http* is ``uvicorn``)."""
-    import functools
-
     import uvicorn
 
     from delayq import conf as delayq_conf
-    from delayq.http_protocol import LimitedHttpToolsProtocol
+    from delayq.http_protocol import protocol_factory
     from delayq.server import http_limits
 
     app = in_process.build_app(target, sections)
     hold_metrics(METRICS_HELD)
-    protocol = "httptools" if http == "uvicorn" else functools.partial(
-        LimitedHttpToolsProtocol, limits=http_limits(delayq_conf.load([])))
+    protocol = "httptools" if http == "uvicorn" else protocol_factory(
+        http_limits(delayq_conf.load([])))
     config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="auto", http=protocol,
                             lifespan="on", log_level="warning", access_log=False)
     uvicorn.Server(config).run()

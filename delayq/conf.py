@@ -176,16 +176,23 @@ wsgi_opts = [
                       "connection closed; a connection that sent nothing is closed. A "
                       "request received whole is not timed: a long-poll claim waits as "
                       "long as it asks."),
+    cfg.FloatOpt("first_byte_timeout", default=5.0, min=0.1,
+                 help="Seconds a new connection has to begin its first request (to send "
+                      "its first byte, blank lines aside); one that has not is closed "
+                      "without an answer. At most request_timeout takes effect."),
     cfg.IntOpt("keepalive_timeout", default=30, min=1,
                help="Seconds an idle keep-alive connection (its last response sent, no "
                     "byte of a next request received) is kept open before the worker "
                     "closes it."),
     cfg.IntOpt("max_connections", default=1000, min=1,
-               help="Most client connections one worker process holds. The first request "
-                    "of a connection opened beyond it is answered 503 and the connection "
-                    "closed. Each connection takes a file descriptor: the worker's open "
-                    "file limit (ulimit -n) must exceed it, with room for its storage "
-                    "connections and files."),
+               help="Most client connections one worker process holds. At the cap, a new "
+                    "connection makes room by closing one with no request under way: "
+                    "first one answered with a refusal, then the oldest that has had no "
+                    "response yet, then the longest idle between requests. Only when none "
+                    "can be closed are the new connection's requests answered 503 and it "
+                    "closed. Each connection takes a file "
+                    "descriptor: the worker's open file limit (ulimit -n) must exceed it, "
+                    "with room for its storage connections and files."),
     cfg.StrOpt("access_log",
                help="Where the workers write one line per response: a file path (appended "
                     "to), or - for standard output. Unset: no access log."),

@@ -11,13 +11,36 @@ httptools) with what a server facing the open network needs and uvicorn lacks:
   A complete head is checked against every limit: more than ``max_header_fields``
   fields, one field (name and value) longer than ``max_header_field_size``, a request
   line longer than ``max_request_line``, a head larger than ``max_header_size``.
-- **Request timeout.** A request must arrive whole (head and body) within
+- **Timeouts.** A request must arrive whole (head and body) within
   ``request_timeout`` of its first byte, or, for a connection's first request, of the
-  connection's opening. A request the server has whole is never timed: a long-poll claim
-  waits on the server's side as long as it asks.
-- **Connection cap.** A connection opened while the worker already holds
-  ``max_connections`` has its requests answered 503 by the protocol's own app (uvicorn's
-  ``limit_concurrency`` answers in plain text), which closes it.
+  connection's opening; a connection that begins no request within
+  ``first_byte_timeout`` of its opening is closed. A request the server has whole is
+  never timed: a long-poll claim waits on the server's side as long as it asks. A
+  connection idle after a response is closed ``keepalive_timeout`` after it, whatever
+  it sends meanwhile short of a request's first byte (uvicorn's keep-alive timer, which
+  the protocol replaces, stops at any byte, even a blank line between requests, after
+  which nothing would close the connection).
+- **Connection cap.** A worker holds ``max_connections`` connections at most
+  (``WorkerConnections``). At the cap, a new connection takes the place of one the
+  worker closes (evicts): a connection on which the server waits for the client, with
+  no request of its own under way. The order, first evicted first:
+
+  1. connections answered with a refusal, read until they close (nothing more is owed);
+  2. connections that have had no response yet (silent, or sending their first
+     request), oldest first: an attacker opens these for free, and a client's new
+     connection, sending its request at once, is the newest;
+  3. keep-alive connections between requests (or sending their next one), idle longest
+     first: a client in use goes idle after every response and so is among the last.
+
+  A connection whose request the server has whole (a long-poll claim waiting, the app
+  at work, its response under way) is never evicted. Nor is one whose bytes are already
+  in the kernel, unread (several connections accepted in one turn of the event loop
+  would otherwise evict one that has sent its request before the worker reads it).
+  Only when no connection can be evicted (none is idle, or the first
+  ``MAX_EVICTION_SKIPS + 1`` all have unread bytes) is the new one refused: its
+  requests are answered 503 by the protocol's own app (uvicorn's ``limit_concurrency``
+  answers in plain text), which closes it. Refusals and evictions are logged at most
+  once per ``LOG_INTERVAL`` each, with their count.
 
 Every refusal is a JSON ``{"title", "description"}`` answer like the API's errors, with
 ``connection: close``, and so is the 400 to a request that is not HTTP/1.1. After a
@@ -28,19 +51,32 @@ that has sent nothing, whose request the app answered before its body was in, or
 earlier response is under way, is closed without an answer.
 
 The cost on the path of every request stays at a few attribute reads and stores per
-read and per request, and a clock read per request: there is no timer per request, but
-one per connection, re-armed when it fires (at most once per ``request_timeout``). Only
-a head whose reads could hold a field over its limit (a large head, or a small one read
-together with a large body) has its fields measured one by one.
+read and per request, two clock reads and an ordered-dict removal and insertion per
+request: there is no timer per request (uvicorn's keep-alive timer is armed after every
+response; this protocol arms none), but one per connection, re-armed when it fires (at
+the next deadline, or ``keepalive_timeout`` later, whichever is sooner, so that a
+connection going idle is closed on time). Only a head whose reads could hold a field
+over its limit (a large head, or a small one read together with a large body) has its
+fields measured one by one; only an eviction costs a system call (the check for unread
+bytes).
 
 It builds on uvicorn's protocol internals (tested with uvicorn 0.54 and httptools 0.9):
-its ``url``, ``headers``, ``cycle``, ``flow``, ``connections`` and parser callbacks.
+its ``url``, ``headers``, ``cycle``, ``flow``, ``pipeline``, ``timeout_keep_alive`` and
+parser callbacks, and ``on_response_complete``, which it replaces.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import functools
+import itertools
 import logging
+import math
+import struct
+import termios
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +95,11 @@ TIMER_SLACK = 0.005
 REQUEST_LINE_EXTRA = 10
 # ": " between a field's name and value, and its CRLF.
 FIELD_EXTRA = 4
+# Seconds between two log lines of one kind of event (refusals, evictions) of a worker.
+LOG_INTERVAL = 10.0
+# Connections an eviction passes over because their bytes wait unread, at most: past
+# them, the new connection is refused rather than a request read a moment later lost.
+MAX_EVICTION_SKIPS = 16
 
 
 @dataclass(frozen=True)
@@ -71,7 +112,79 @@ class HttpLimits:
     max_header_fields: int
     max_header_size: int
     request_timeout: float
+    first_byte_timeout: float
     max_connections: int
+
+
+class LogTally:
+    """Events of one kind, logged at most once per ``LOG_INTERVAL`` with their count:
+    the first at once, those after it when its interval ends (one timer per interval,
+    none per event), so that a flood of connections writes a few lines, not one each."""
+
+    __slots__ = ("message", "count", "last", "timer")
+
+    def __init__(self, message: str) -> None:
+        # Formatted with the count of events since the last line, and the last's peer.
+        self.message = message
+        self.count = 0
+        self.last = "-"
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, loop: asyncio.AbstractEventLoop, peer: str) -> None:
+        self.count += 1
+        self.last = peer
+        if self.timer is None:
+            self._log(loop)
+
+    def _log(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self.count:
+            self.timer = None  # a quiet interval: the next event is logged at once
+            return
+        LOG.warning(self.message, self.count, self.last)
+        self.count = 0
+        self.timer = loop.call_later(LOG_INTERVAL, self._log, loop)
+
+
+class WorkerConnections:
+    """The connections a worker holds within its cap, shared by its protocols (one
+    event loop, so no lock): how many, and those it may evict to make room, in
+    eviction order (see the module's docstring). Each ordered dict has its connections
+    as keys, oldest first; a connection is in one of them at most."""
+
+    __slots__ = ("admitted", "fresh", "idle", "refusals", "evictions")
+
+    def __init__(self, max_connections: int) -> None:
+        self.admitted = 0
+        # Tiers 1 and 2: refused-and-lingering at the front, then those with no
+        # response yet, by opening.
+        self.fresh: OrderedDict[LimitedHttpToolsProtocol, None] = OrderedDict()
+        # Tier 3: keep-alive connections, by the end of their last response.
+        self.idle: OrderedDict[LimitedHttpToolsProtocol, None] = OrderedDict()
+        self.refusals = LogTally(
+            f"%d connection(s) refused (answered 503) since the last such line, the last "
+            f"from %s: the worker holds its maximum of {max_connections} connections, "
+            f"each with a request under way")
+        self.evictions = LogTally(
+            f"%d idle connection(s) closed to make room for new ones since the last such "
+            f"line, the last from %s: the worker holds its maximum of {max_connections} "
+            f"connections")
+
+
+def protocol_factory(limits: HttpLimits) -> Callable[..., LimitedHttpToolsProtocol]:
+    """uvicorn's ``http`` setting for one worker: protocols within *limits*, sharing one
+    ``WorkerConnections``."""
+    return functools.partial(LimitedHttpToolsProtocol, limits=limits,
+                             held=WorkerConnections(limits.max_connections))
+
+
+def unread_bytes(transport: asyncio.Transport) -> int:
+    """Bytes the kernel holds for *transport*'s socket, not yet read (0 if unknown)."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD,
+                                              b"\0\0\0\0"))[0]
+    except (OSError, AttributeError, ValueError):
+        return 0
 
 
 @dataclass(eq=False)
@@ -86,27 +199,37 @@ class Refusal(Exception):
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with header limits, a request timeout and a
-    connection cap (see the module's docstring)."""
+    """uvicorn's httptools protocol with header limits, timeouts and a connection cap
+    (see the module's docstring)."""
 
     # In slots, not in the instance's dict: uvicorn's protocol keeps about 28 attributes
     # there, and past 30 CPython (3.11) stops sharing the dict's keys between instances,
     # which slows every attribute access of every request, uvicorn's own included.
-    __slots__ = ("limits", "_small_head", "_timer", "_request_began", "_in_head",
+    __slots__ = ("limits", "held", "_small_head", "_first_byte_timeout", "_timer",
+                 "_request_began", "_idle_since", "_admitted", "_waiting", "_in_head",
                  "_read_size", "_head_read", "_head_first_read", "_refusal", "_lingering")
 
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None, *,
-                 limits: HttpLimits) -> None:
+                 limits: HttpLimits, held: WorkerConnections) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits
+        self.held = held
         # A head no larger than this cannot break any size limit: no need to measure it.
         self._small_head = min(limits.max_request_line, limits.max_header_field_size,
                                limits.max_header_size)
+        # A connection that has not begun a request by request_timeout is timed out then.
+        self._first_byte_timeout = min(limits.first_byte_timeout, limits.request_timeout)
         self._timer: asyncio.TimerHandle | None = None
         # When the last request began: its first byte, or for the connection's first
         # request the connection's opening.
         self._request_began = 0.0
+        # When the last response ended.
+        self._idle_since = 0.0
+        # Whether the connection counts in held.admitted (within the cap), and the ordered
+        # dict of held it waits in (it may be evicted), if any.
+        self._admitted = False
+        self._waiting: OrderedDict[LimitedHttpToolsProtocol, None] | None = None
         self._in_head = False
         # Size of the read being parsed; bytes read since the head began, counting the
         # whole read it began in (at least the head's size so far), and that first read.
@@ -120,21 +243,32 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.limits.max_connections:
-            LOG.warning("%s: over the cap of %d connections: answered 503", self._peer(),
-                        self.limits.max_connections)
+        held = self.held
+        if held.admitted < self.limits.max_connections or self._make_room():
+            held.admitted += 1
+            self._admitted = True
+            self._wait(held.fresh)
+        else:
+            held.refusals.add(self.loop, self._peer())
             self.app = self._service_unavailable
-        self._request_began = self.loop.time()
-        self._timer = self.loop.call_later(self.limits.request_timeout, self._on_timer)
+        now = self._request_began = self.loop.time()
+        self._timer = self.loop.call_at(
+            now + min(self._first_byte_timeout, self.timeout_keep_alive), self._on_timer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        self._release()
         super().connection_lost(exc)
+
+    def handle_websocket_upgrade(self) -> None:
+        # The connection passes to another protocol, which keeps no count of it.
+        self._cancel_timer()
+        self._release()
+        super().handle_websocket_upgrade()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return  # the answer is sent: the rest of the request is dropped
-        self._unset_keepalive_if_required()
         self._read_size = size = len(data)
         if self._in_head:
             self._head_read += size
@@ -174,6 +308,71 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_read > self._small_head:
             self._check_head_sizes()
         HttpToolsProtocol.on_headers_complete(self)
+
+    def on_message_complete(self) -> None:
+        # The request is whole: the server, not the client, is now the one to act,
+        # unless the request is answered already.
+        if self._waiting is not None and not self.cycle.response_complete:
+            self._stop_waiting()
+        HttpToolsProtocol.on_message_complete(self)
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, arming no keep-alive timer: the connection's own timer closes it
+        once idle for ``keepalive_timeout``."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self._admitted:
+            self._wait(self.held.idle)
+
+    # Connection cap
+
+    def _wait(self, tier: OrderedDict[LimitedHttpToolsProtocol, None]) -> None:
+        """Make the connection evictable, the last of *tier*."""
+        if self._waiting is not None:
+            del self._waiting[self]
+        tier[self] = None
+        self._waiting = tier
+
+    def _stop_waiting(self) -> None:
+        if self._waiting is not None:
+            del self._waiting[self]
+            self._waiting = None
+
+    def _release(self) -> None:
+        """Give the connection's place within the cap up."""
+        if self._admitted:
+            self._admitted = False
+            self.held.admitted -= 1
+            self._stop_waiting()
+
+    def _make_room(self) -> bool:
+        """Evict the first evictable connection (the module's docstring gives the
+        order) whose bytes are not waiting unread; whether there was one among the
+        first ``MAX_EVICTION_SKIPS + 1``."""
+        held = self.held
+        for victim in itertools.islice(itertools.chain(held.fresh, held.idle),
+                                       MAX_EVICTION_SKIPS + 1):
+            # Unread bytes are the loop's to read, not the client's to send: the
+            # connection is not idle. A refused one lingering has nothing more to say.
+            if victim._lingering or not unread_bytes(victim.transport):
+                break
+        else:
+            return False
+        victim._release()
+        transport = victim.transport
+        if transport.get_write_buffer_size():
+            transport.abort()  # a client not reading its response would hold the close
+        else:
+            transport.close()
+        held.evictions.add(self.loop, victim._peer())
+        return True
 
     # Limits
 
@@ -238,42 +437,47 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         method = self.parser.get_method().decode("ascii")
         return f"{method} {self.url.decode('latin-1')} HTTP/{self.parser.get_http_version()}"
 
-    # Request timeout
-
-    def _request_incomplete(self) -> bool:
-        """Whether a request has begun (or the connection opened) and not arrived whole.
-
-        A request's body is incomplete while its cycle wants more; the cycle of a request
-        answered before its body ended keeps wanting more once the body is in, and so is
-        timed from that request's beginning too: uvicorn keeps no keep-alive timer then.
-        """
-        cycle = self.cycle
-        return self._in_head or cycle is None or cycle.more_body
+    # Timeouts
 
     def _on_timer(self) -> None:
-        """Time out the request not received whole in time; otherwise look again when
-        its time is up, or one timeout from now."""
+        """Time the connection out if its deadline has passed; otherwise look again at
+        the deadline, or ``keepalive_timeout`` from now if sooner: the connection may go
+        idle meanwhile, and must then be closed ``keepalive_timeout`` after that.
+
+        A request arriving (its head, or a body its cycle still wants; the cycle of a
+        request answered before its body ended keeps wanting more) has until
+        ``request_timeout`` after its beginning; a connection that has begun no request
+        since its opening, ``first_byte_timeout`` after it; one idle after a response,
+        ``keepalive_timeout`` after it. A request received whole has no deadline.
+        """
         if self.transport.is_closing():
             self._timer = None
             return
-        timeout = self.limits.request_timeout
         now = self.loop.time()
-        if not self._request_incomplete():
-            self._timer = self.loop.call_at(now + timeout, self._on_timer)
-            return
-        if self.flow.read_paused:
-            # The server, not the client, holds the request up (a pipelined request
-            # waits its turn, or the app has yet to read the body): its time restarts.
-            self._request_began = now
-        if now < self._request_began + timeout - TIMER_SLACK:
-            self._timer = self.loop.call_at(self._request_began + timeout, self._on_timer)
+        cycle = self.cycle
+        if self._in_head or (cycle is not None and cycle.more_body):
+            if self.flow.read_paused:
+                # The server, not the client, holds the request up (a pipelined request
+                # waits its turn, or the app has yet to read the body): its time restarts.
+                self._request_began = now
+            deadline = self._request_began + self.limits.request_timeout
+        elif cycle is None:
+            deadline = self._request_began + self._first_byte_timeout
+        elif cycle.response_complete:
+            deadline = self._idle_since + self.timeout_keep_alive
+        else:
+            deadline = math.inf
+        if now < deadline - TIMER_SLACK:
+            self._timer = self.loop.call_at(min(deadline, now + self.timeout_keep_alive),
+                                            self._on_timer)
             return
         self._timer = None
-        if not self._in_head and (self.cycle is None or self.cycle.response_complete):
-            # Nothing was sent, or the request is answered already (the rest of its body
+        if not self._in_head and (cycle is None or cycle.response_complete):
+            # Nothing was asked, or the request is answered already (the rest of its body
             # was late): no request waits for an answer.
             self.transport.close()
         else:
+            timeout = self.limits.request_timeout
             self._answer(Refusal(408, "Request timeout",
                                  f"The request was not complete within {timeout:g} seconds."))
 
@@ -309,6 +513,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._timer = self.loop.call_later(LINGER, self.transport.close)
+        if self._admitted:  # first to make room: nothing more is owed to it
+            self._wait(self.held.fresh)
+            self.held.fresh.move_to_end(self, last=False)
 
     def _response(self, refusal: Refusal) -> bytes:
         body = jsontext.response({"title": refusal.title, "description": refusal.description})

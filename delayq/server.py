@@ -3,8 +3,8 @@
 Settings come from ``[drivers:transport:wsgi]`` in the configuration file; ``--bind``,
 ``--port`` and ``--workers`` on the command line win over it. Each worker process builds
 its own app and storage connections after the fork, and serves HTTP with
-``delayq.http_protocol`` (uvicorn's httptools protocol within the header limits, request
-timeout and connection cap of those options).
+``delayq.http_protocol`` (uvicorn's httptools protocol within the header limits,
+timeouts and connection cap of those options).
 
 delayq's own log records (INFO and up) go to standard error in gunicorn's error-log
 format, with the logger's name: gunicorn and uvicorn set up only their own loggers.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import functools
 import logging
 import os
 import shutil
@@ -33,7 +32,7 @@ from uvicorn_worker import UvicornWorker
 
 from delayq import conf as delayq_conf
 from delayq.conf import WSGI_GROUP
-from delayq.http_protocol import HttpLimits, LimitedHttpToolsProtocol
+from delayq.http_protocol import HttpLimits, protocol_factory
 from delayq.validation import MAX_CLAIM_WAIT
 
 # delayq.metrics.MULTIPROC_ENV, spelled out: importing delayq.metrics (and so
@@ -60,9 +59,9 @@ class Worker(UvicornWorker):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # self.app is the gunicorn application: the Server. uvicorn loads self.config
-        # (and its protocol) later, in the worker's event loop.
-        self.config.http = functools.partial(LimitedHttpToolsProtocol,
-                                             limits=self.app.http_limits)
+        # (and its protocol) later, in the worker's event loop. Made in the arbiter, the
+        # factory's count of connections is the worker's own after the fork.
+        self.config.http = protocol_factory(self.app.http_limits)
 
     async def callback_notify(self) -> None:
         """Tell the master the worker lives; stop, as gunicorn's own workers do, once the
@@ -94,6 +93,7 @@ def http_limits(conf: cfg.ConfigOpts) -> HttpLimits:
         max_header_fields=wsgi.max_header_fields,
         max_header_size=wsgi.max_header_size,
         request_timeout=wsgi.request_timeout,
+        first_byte_timeout=wsgi.first_byte_timeout,
         max_connections=wsgi.max_connections)
 
 

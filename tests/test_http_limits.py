@@ -11,6 +11,7 @@ load can only delay, and exact where the server cannot act before a time.
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from delayq.http_protocol import LOG_INTERVAL
 from tests.server import delayq_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -392,9 +394,8 @@ def ping_on(conn: Connection, path: str = "/v2/ping") -> Response:
 
 
 def served_connection(port: int, path: str = "/v2/ping") -> Connection:
-    """A connection the worker serves, with *path* pinged on it: connections that an
-    earlier test (or the server's start) closed may still count until the worker has read
-    their end."""
+    """A connection the worker serves, with *path* pinged on it: the long-poll claims of
+    an earlier test, closed, may still count until the worker has read their end."""
     deadline = time.monotonic() + SOON
     while True:
         conn = Connection(port)
@@ -405,16 +406,50 @@ def served_connection(port: int, path: str = "/v2/ping") -> Connection:
         time.sleep(0.05)
 
 
-def test_a_connection_over_the_cap_is_answered_503(capped, connections):
+def claim_request(queue: str, wait: int, limit: int = 10) -> bytes:
+    """A long-poll claim of up to *limit* messages on *queue*, waiting up to *wait*
+    seconds, as sent on the wire."""
+    body = b'{"ttl": 60, "grace": 60}'
+    return head(f"Client-ID: {uuid.uuid4()}".encode(), f"X-Project-ID: {PROJECT}".encode(),
+                b"Content-Type: application/json", b"Content-Length: %d" % len(body),
+                start=f"POST /v2/queues/{queue}/claims?wait={wait}&limit={limit} "
+                      "HTTP/1.1\r\nHost: delayq\r\n".encode()) + body
+
+
+def refusal_lines(server) -> list[int]:
+    """The counts of the server's log lines about refused connections, in order."""
+    return [int(m) for m in re.findall(r"\] delayq\.http_protocol: (\d+) connection\(s\) "
+                                       r"refused \(answered 503\)", server.stderr())]
+
+
+def test_a_connection_over_the_cap_is_answered_503_when_none_is_idle(capped, connections):
+    """A connection at the cap makes room by closing an idle one (tests/
+    test_idle_connections.py); it is refused when every connection of the worker has a
+    request under way, here a long-poll claim. Refusals are logged once per interval."""
+    queue = f"cap-{uuid.uuid4().hex[:8]}"
+    assert httpx.put(f"{capped.url}/v2/queues/{queue}", timeout=SOON, headers={
+        "Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}).status_code == 201
     for _ in range(MAX_CONNECTIONS):
-        connections.append(served_connection(capped.port))
+        connections.append(Connection(capped.port))
+        connections[-1].send(claim_request(queue, 20))
+    logged_before = refusal_lines(capped)
     response = exchange(capped.port, head(start=b"GET /v2/ping?over=1 HTTP/1.1\r\n"))
     assert_refused(response, 503)
     assert '"GET /v2/ping?over=1 HTTP/1.1" 503' in capped.stderr()  # its access-log line
-    # The connections within the cap are served on.
-    assert [ping_on(conn).status for conn in connections] == [204] * MAX_CONNECTIONS
 
-    # One closes: a new connection is served once the worker has seen it go.
+    # More refusals in the same interval: counted, not logged one by one.
+    more = 30
+    for _ in range(more):
+        assert exchange(capped.port, head()).status == 503
+    assert refusal_lines(capped)[len(logged_before):] == [1]
+    deadline = time.monotonic() + LOG_INTERVAL + SOON
+    while len(refusal_lines(capped)) < len(logged_before) + 2:
+        assert time.monotonic() < deadline, capped.stderr()
+        time.sleep(0.1)
+    assert refusal_lines(capped)[len(logged_before):] == [1, more]
+
+    # A claim's connection closes: a new connection is served once the worker has seen
+    # it go (or once a claim's wait is over, its connection idle).
     connections.pop().close()
     deadline = time.monotonic() + SOON
     while (status := exchange(capped.port, head(b"Connection: close")).status) == 503:
