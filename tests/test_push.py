@@ -185,6 +185,23 @@ def test_a_refused_connection_is_a_failed_delivery(api):
     assert api.get(f"/queues/{dead}/messages/{mid}").json()["claim_count"] == 2
 
 
+def test_a_redirect_is_a_failed_delivery_and_is_not_followed(api):
+    queue, dead = queue_name(), queue_name()
+    api.put(f"/queues/{queue}", json={"_max_claim_count": 2, "_dead_letter_queue": dead})
+    with receiver() as elsewhere:
+        def redirect(received: Received) -> tuple[int, float, dict[str, str]]:
+            # 307 keeps the method and body: the redirect a client would most readily
+            # follow with the same POST.
+            return 307, 0.0, {"Location": elsewhere.url}
+
+        with receiver(redirect) as hook:
+            subscribe(api, queue, hook.url, _retry_policy=POLICY)
+            [mid] = post(api, queue, {"body": "x", "ttl": 600})
+            wait_until(lambda: total(api, dead) == 1, 15, "dead-lettered after 2 redirects")
+            assert [r.json["id"] for r in hook.requests()] == [mid, mid]
+        assert elsewhere.requests() == []
+
+
 def test_two_workers_push_each_message_once(api):
     queue = queue_name()
     with receiver() as hook:
