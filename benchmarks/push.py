@@ -255,7 +255,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             config = workdir / "delayq.conf"
             backlog.write_config(config, args.driver, port, args.workers, sections,
                                  extra={"notification": {
-                                     "push_scan_interval": str(args.scan_interval)}})
+                                     "push_scan_interval": str(args.scan_interval),
+                                     # The receiver is on loopback.
+                                     "allowed_webhook_networks": "127.0.0.0/8"}})
             server = backlog.Server(config, port, workdir / "server.log")
             try:
                 server.wait_ready()

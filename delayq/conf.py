@@ -10,7 +10,9 @@ those option lists and ``delayq.events``' retention default.
 
 from __future__ import annotations
 
-from oslo_config import cfg
+import ipaddress
+
+from oslo_config import cfg, types
 from oslo_policy import opts as policy_opts
 
 from delayq.events import DEFAULT_RETENTION, OFF, Settings
@@ -37,6 +39,36 @@ CLIENT_ID_OFF = "off"
 DRIVER_OPTIONS = {"sqlite": sqlite_options, "redis": redis_options,
                   "mongodb": mongo_options, "swift": swift_options}
 DRIVER_GROUPS = {name: module.GROUP for name, module in DRIVER_OPTIONS.items()}
+
+class Network(types.ConfigType):
+    """An IP network in CIDR notation (``10.20.0.0/16``, ``fd00::/8``); a bare address is
+    a network of one. Host bits set (``10.20.1.5/16``) are refused: the operator meant
+    either the host or the network."""
+
+    def __init__(self) -> None:
+        super().__init__(type_name="IP network value")
+
+    def __call__(self, value: object) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        if isinstance(value, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            return value
+        try:
+            return ipaddress.ip_network(str(value).strip())
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IP network in CIDR notation: {exc}"
+                             ) from None
+
+    def __repr__(self) -> str:
+        return "Network"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def _formatter(self, value: object) -> str:
+        return str(value)
+
 
 auth_opts = [
     cfg.StrOpt("auth_strategy", default="",
@@ -221,6 +253,16 @@ notification_opts = [
                       "process, and retries it scheduled, are pushed when due without "
                       "waiting for a round; a round finds the rest: messages posted "
                       "through other hosts, claims that expired, new subscriptions."),
+    cfg.ListOpt("allowed_webhook_networks", default=[],
+                item_type=Network(),
+                help="Networks (CIDR, e.g. 10.20.0.0/16 or fd00::/8; a bare address is one "
+                     "host) that subscribers may be in besides the public internet. By "
+                     "default a subscriber whose host is or resolves to a loopback, "
+                     "private, link-local, multicast, reserved or otherwise non-public "
+                     "address is refused (400) when a subscription is created or changed, "
+                     "and a push to such an address is refused as a failed delivery. An "
+                     "address in one of these networks is allowed whatever its kind; "
+                     "0.0.0.0/0 and ::/0 allow every address."),
 ]
 
 events_opts = [

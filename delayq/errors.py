@@ -93,6 +93,11 @@ class IdentityUnavailable(DelayqError):
     """The identity service (Keystone) cannot be reached to check a token (HTTP 503)."""
 
 
+class NameServiceUnavailable(DelayqError):
+    """A subscriber's host name cannot be resolved now, to check where its pushes would
+    go: the resolver failed for the time being or did not answer in time (HTTP 503)."""
+
+
 class StorageUnavailable(DelayqError):
     """The storage backend cannot serve the request now (HTTP 503).
 

@@ -29,13 +29,17 @@ POLICY = {"retries_with_no_delay": 1, "minimum_delay_retries": 1, "minimum_delay
           "maximum_delay": 11, "maximum_delay_retries": 0}
 SLACK = 1.5  # seconds a push may come after its instant on a loaded machine
 CONNECTING = 0.1  # seconds from a push's start to its arrival at a receiver, at most
+LOOPBACK = "127.0.0.0/8"
 
 
 @pytest.fixture(scope="module", params=["sqlite", "redis"])
 def server(tmp_path_factory, request):
     driver = request.param
     config = {"drivers:transport:wsgi": {"workers": 2},
-              "notification": {"push_timeout": TIMEOUT, "push_scan_interval": 0.5},
+              # The receivers are on loopback, which subscribers may not be at unless
+              # the operator allows it.
+              "notification": {"push_timeout": TIMEOUT, "push_scan_interval": 0.5,
+                               "allowed_webhook_networks": LOOPBACK},
               "transport": {"max_message_delay": 900}}
     if driver == "redis":
         from tests.redis_servers import SERVERS
@@ -179,6 +183,23 @@ def test_a_refused_connection_is_a_failed_delivery(api):
     [mid] = post(api, queue, {"body": "x", "ttl": 600})
     wait_until(lambda: total(api, dead) == 1, 15, "dead-lettered after 2 refused pushes")
     assert api.get(f"/queues/{dead}/messages/{mid}").json()["claim_count"] == 2
+
+
+def test_a_redirect_is_a_failed_delivery_and_is_not_followed(api):
+    queue, dead = queue_name(), queue_name()
+    api.put(f"/queues/{queue}", json={"_max_claim_count": 2, "_dead_letter_queue": dead})
+    with receiver() as elsewhere:
+        def redirect(received: Received) -> tuple[int, float, dict[str, str]]:
+            # 307 keeps the method and body: the redirect a client would most readily
+            # follow with the same POST.
+            return 307, 0.0, {"Location": elsewhere.url}
+
+        with receiver(redirect) as hook:
+            subscribe(api, queue, hook.url, _retry_policy=POLICY)
+            [mid] = post(api, queue, {"body": "x", "ttl": 600})
+            wait_until(lambda: total(api, dead) == 1, 15, "dead-lettered after 2 redirects")
+            assert [r.json["id"] for r in hook.requests()] == [mid, mid]
+        assert elsewhere.requests() == []
 
 
 def test_two_workers_push_each_message_once(api):

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from tests.apps import HTTP_DRIVERS, http_client
+
 HOOK = "http://127.0.0.1:9/hook"
+
+
+@pytest.fixture(params=HTTP_DRIVERS)
+def client(request, make_conf):
+    """The app on each driver, its subscribers allowed on loopback (where nothing is
+    pushed: the in-process app does not push). tests/test_webhook_targets.py checks
+    where subscribers may be."""
+    conf = make_conf()
+    conf.set_override("allowed_webhook_networks", ["127.0.0.0/8"], group="notification")
+    return http_client(request.param, conf)
 
 
 def url(queue: str = "q", *rest: str) -> str:
@@ -51,7 +63,7 @@ def test_a_second_subscription_of_one_subscriber_is_a_conflict(client, headers):
 
 
 def test_listing_pages_and_links_as_zaqar(client, headers):
-    ids = sorted(create(client, headers, subscriber=f"http://h{n}.example/")
+    ids = sorted(create(client, headers, subscriber=f"http://127.0.0.{n + 2}:9/hook")
                  for n in range(3))
     page = client.simulate_get(url(), params={"limit": 2}, headers=headers).json
     assert [s["id"] for s in page["subscriptions"]] == ids[:2]
@@ -103,9 +115,9 @@ def test_a_bad_update_or_an_absent_subscription(client, headers):
     assert client.simulate_patch(url("q", sid), json={}, headers=headers).status_code == 400
     absent = client.simulate_patch(url("q", "0" * 32), json={"ttl": 600}, headers=headers)
     assert absent.status_code == 404
-    create(client, headers, subscriber="http://other.example/")
-    taken = client.simulate_patch(url("q", sid), json={"subscriber": "http://other.example/"},
-                                  headers=headers)
+    other = "http://127.0.0.2:9/hook"
+    create(client, headers, subscriber=other)
+    taken = client.simulate_patch(url("q", sid), json={"subscriber": other}, headers=headers)
     assert taken.status_code == 409
 
 

@@ -27,9 +27,10 @@ class Received:
         return json.loads(self.body)
 
 
-# How to answer a request: (status, seconds to wait first); the wait happens before the
-# status line, so a wait past the pusher's timeout is a timeout.
-Answer = Callable[[Received], tuple[int, float]]
+# How to answer a request: (status, seconds to wait first), or (status, wait, headers
+# sent with it); the wait happens before the status line, so a wait past the pusher's
+# timeout is a timeout.
+Answer = Callable[[Received], tuple[int, float] | tuple[int, float, dict[str, str]]]
 
 
 def succeed(received: Received) -> tuple[int, float]:
@@ -79,11 +80,13 @@ def receiver(answer: Answer = succeed) -> Iterator[Receiver]:
             with me.arrived:
                 me.received.append(got)
                 me.arrived.notify_all()
-            status, wait = me.answer(got)
+            status, wait, *headers = me.answer(got)
             if wait:
                 time.sleep(wait)
             try:
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
             except OSError:

@@ -61,7 +61,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     wsgi = conf[WSGI_GROUP]
     execute = Execution(driver, mode=wsgi.storage_calls)
     longpoll = LongPoll(broker, execute, poll_interval=wsgi.claim_wait_poll_interval)
-    pusher = Pusher(broker, execute, PushSettings.from_conf(conf))
+    push_settings = PushSettings.from_conf(conf)
+    pusher = Pusher(broker, execute, push_settings)
 
     middleware: list[object] = [metrics_api.RequestTimer(metrics),
                                 _Lifespan(driver, pusher, conf[NOTIFICATION_GROUP].push)]
@@ -78,7 +79,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
                    "longpoll": longpoll, "pusher": pusher}
     on_queues = {"broker": broker, "limits": limits, "execute": execute}
     on_subscriptions = {"broker": broker, "limits": limits, "execute": execute,
-                        "pusher": pusher}
+                        "pusher": pusher, "targets": push_settings.targets}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))

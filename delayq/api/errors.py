@@ -26,6 +26,7 @@ STATUS = {
     errors.Forbidden: (falcon.HTTP_403, "Forbidden"),
     errors.SignatureRefused: (falcon.HTTP_404, "Not found"),
     errors.IdentityUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
+    errors.NameServiceUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
     errors.StorageUnavailable: (falcon.HTTP_503, "Service temporarily unavailable"),
 }
 

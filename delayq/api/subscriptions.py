@@ -1,5 +1,6 @@
 """Subscription resources: Zaqar's ``/v2/queues/{name}/subscriptions`` (create, list,
-get, update, delete); the pushing is ``delayq.push``'s."""
+get, update, delete); the pushing is ``delayq.push``'s. A subscriber is checked against
+where pushes may go (``delayq.push.targets``) once its document is valid."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from delayq.api import request, views
 from delayq.api.execution import Execution
 from delayq.broker import Broker
 from delayq.push.pusher import Pusher
+from delayq.push.targets import Targets
 from delayq.validation import Limits
 
 
@@ -17,11 +19,12 @@ class _SubscriptionResource:
     """What every subscription resource is given."""
 
     def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
-                 pusher: Pusher) -> None:
+                 pusher: Pusher, targets: Targets) -> None:
         self.broker = broker
         self.limits = limits
         self.execute = execute
         self.pusher = pusher
+        self.targets = targets
 
     async def _document(self, req: falcon.Request, what: str) -> object:
         # Options hold a retry policy, headers and a body template: as large as queue
@@ -38,6 +41,7 @@ class SubscriptionCollection(_SubscriptionResource):
         validation.queue_name(name)
         subscriber, ttl, options = validation.new_subscription(
             await self._document(req, "subscription"), self.limits)
+        await self.targets.check_subscriber(subscriber)
         created = await self.execute(self.broker.create_subscription, project, name,
                                      subscriber, ttl, options)
         self.pusher.subscriptions_changed(project, name)
@@ -79,6 +83,8 @@ class SubscriptionResource(_SubscriptionResource):
         validation.queue_name(name)
         change = validation.subscription_change(
             await self._document(req, "subscription update"), self.limits)
+        if change.subscriber is not None:
+            await self.targets.check_subscriber(change.subscriber)
         await self.execute(self.broker.update_subscription, project, name,
                            subscription_id, change)
         self.pusher.subscriptions_changed(project, name)

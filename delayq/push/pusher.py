@@ -44,6 +44,7 @@ from delayq.broker import Broker
 from delayq.claim import Claim
 from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
 from delayq.message import Message
+from delayq.push.targets import Targets
 from delayq.push.webhook import Webhooks
 from delayq.subscription import Subscription
 
@@ -74,6 +75,7 @@ class PushSettings:
     timeout: float = 10.0
     scan_interval: float = 5.0
     claim_limit: int = 20
+    targets: Targets = Targets()
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> PushSettings:
@@ -81,7 +83,8 @@ class PushSettings:
         return cls(in_flight=group.max_notifier_workers,
                    per_subscription=group.max_pushes_per_subscription,
                    timeout=group.push_timeout, scan_interval=group.push_scan_interval,
-                   claim_limit=conf[TRANSPORT_GROUP].max_messages_per_claim_or_pop)
+                   claim_limit=conf[TRANSPORT_GROUP].max_messages_per_claim_or_pop,
+                   targets=Targets.from_conf(conf))
 
     @property
     def claim_ttl(self) -> int:
@@ -132,7 +135,8 @@ class Pusher:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._webhooks = Webhooks(self.settings.timeout, self.settings.in_flight)
+        self._webhooks = Webhooks(self.settings.timeout, self.settings.in_flight,
+                                  self.settings.targets)
         self._main = self._loop.create_task(self._run(), name="delayq-pusher")
 
     async def stop(self) -> None:

@@ -8,8 +8,10 @@ new one. The subscription's ``post_data`` option, when set, is the body instead,
 ``"$zaqar_message$"`` (the quotes included) replaced by that JSON; its ``post_headers``
 are sent on top of ``Content-Type: application/json``.
 
-A push is delivered when the subscriber answers 2xx. Any other answer, no answer within
-the timeout, or no connection is a failed delivery. Redirects are not followed.
+A push is delivered when the subscriber answers 2xx. Any other answer (a redirect
+among them: it is not followed), no answer within the timeout, no connection, or a
+subscriber at an address pushes may not reach (``delayq.push.targets``) is a failed
+delivery.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import aiohttp
 
 from delayq import jsontext
 from delayq.message import Message
+from delayq.push.targets import TargetRefused, Targets
 from delayq.subscription import Subscription
 
 LOG = logging.getLogger(__name__)
@@ -54,14 +57,18 @@ def request_headers(subscription: Subscription) -> dict[str, str]:
 class Webhooks:
     """Pushes over one connection pool, made on the running event loop; ``close`` when
     done. aiohttp makes the requests: a push costs it a tenth of the CPU httpx takes
-    (docs/performance.md, "Push delivery"). Proxies named by the environment
-    (``HTTPS_PROXY``, ``NO_PROXY``, ...) are used."""
+    (docs/performance.md, "Push delivery"). Its connections go only where *targets*
+    allows: the resolver refuses a host with any address outside, and every socket is
+    checked against the address it connects to. They go straight to the subscriber:
+    proxies named by the environment (``HTTPS_PROXY``, ...) are not used, since a proxy
+    would resolve the subscriber's name again, unchecked."""
 
-    def __init__(self, timeout: float, connections: int) -> None:
+    def __init__(self, timeout: float, connections: int, targets: Targets) -> None:
         self.timeout = timeout
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=connections),
-            timeout=aiohttp.ClientTimeout(total=timeout), trust_env=True)
+            connector=aiohttp.TCPConnector(limit=connections, resolver=targets.resolver(),
+                                           socket_factory=targets.socket_factory),
+            timeout=aiohttp.ClientTimeout(total=timeout), trust_env=False)
 
     async def push(self, subscription: Subscription, queue: str, message: Message) -> bool:
         """POST *message* to *subscription*'s subscriber; whether it answered 2xx within
@@ -69,8 +76,13 @@ class Webhooks:
         try:
             status = await self._post(subscription, request_body(subscription, queue, message))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            LOG.info("Push of message %s of queue %s to %s failed: %s", message.id, queue,
-                     subscription.subscriber, str(exc) or type(exc).__name__)
+            cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else None
+            if isinstance(cause, TargetRefused):
+                LOG.warning("Push of message %s of queue %s to %s refused: %s", message.id,
+                            queue, subscription.subscriber, cause.strerror)
+            else:
+                LOG.info("Push of message %s of queue %s to %s failed: %s", message.id,
+                         queue, subscription.subscriber, str(exc) or type(exc).__name__)
             return False
         if 200 <= status < 300:
             return True
