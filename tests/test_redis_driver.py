@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 
+import msgpack
 import pytest
 import redis
 from redis.crc import key_slot
@@ -675,3 +676,41 @@ def test_forked_workers_mint_different_nonces():
     with os.fdopen(read) as lines:
         nonces = lines.read().split()
     assert len(nonces) == 4 and len(set(nonces + [new_nonce()])) == 5, nonces
+
+
+def without_token(client: redis.Redis, key: str, field: str | int) -> None:
+    """Rewrite a record as the scripts stored it before ids had tokens: without its
+    fifth field, the token (strings packed as MessagePack raw strings, as Lua does)."""
+    fields = msgpack.unpackb(client.hget(key, field), raw=True)
+    del fields[4]
+    client.hset(key, field, msgpack.packb(fields, use_bin_type=False))
+
+
+def test_messages_and_claims_stored_before_ids_had_tokens_keep_their_ids():
+    client = redis.Redis.from_url(SERVERS.single().uri)
+    driver = Driver(SERVERS.single().uri, namespace=namespace())
+    try:
+        fresh, stored = post(driver, "q", 2)
+        prefix = driver.keys.queue(PROJECT, "q")[:-1]
+        nonce = client.hget(prefix + "s", "nonce").decode()
+        seq = stored[len(nonce):len(nonce) + 8]
+        without_token(client, f"{prefix}b:{int(seq, 36) // 64}", seq)
+        old = nonce + seq
+        assert [m.id for m in driver.get_messages(PROJECT, "q", [stored, old])] == [old]
+        assert [m.id for m in driver.list_messages(
+            PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=False,
+            include_delayed=False)[0]] == [fresh, old]
+
+        taken = driver.claim(PROJECT, "q", ttl=60, grace=60, limit=2, dead_letter=None)
+        number = int(taken.id[len(nonce) + 1:len(nonce) + 9], 36)
+        without_token(client, prefix + "cl", number)
+        old_claim = f"{nonce}c{number}"
+        with pytest.raises(errors.ClaimNotFound):
+            driver.get_claim(PROJECT, "q", taken.id)
+        held = driver.get_claim(PROJECT, "q", old_claim).messages
+        assert [(m.id, m.claim_id) for m in held] == [(fresh, old_claim), (old, old_claim)]
+        driver.renew_claim(PROJECT, "q", old_claim, 120, 60)
+        driver.delete_message(PROJECT, "q", old, old_claim)
+        assert [m.id for m in driver.get_messages(PROJECT, "q", [fresh, old])] == [fresh]
+    finally:
+        driver.close()

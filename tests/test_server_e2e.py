@@ -72,11 +72,12 @@ def assert_health_names(url: str, store: str) -> None:
     assert client.health() == {"storage_reachable": True, "message_store": store}
 
 
-def assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing(url: str) -> None:
-    """Message ids of the MongoDB and Swift drivers; a malformed id is a 404, never a 500."""
+def assert_ids_are_hex_and_malformed_ones_find_nothing(url: str, digits: int) -> None:
+    """Message ids of the MongoDB and Swift drivers: *digits* hexadecimal digits; a
+    malformed id is a 404, never a 500."""
     queue = make_client(url).queue(unique("ids"))
     message_id = posted_ids(queue.post({"body": 1}))[0]
-    assert len(message_id) == 24 and int(message_id, 16) >= 0
+    assert len(message_id) == digits and int(message_id, 16) >= 0
     response = httpx.get(f"{url}/v2/queues/{queue.name}/messages/not-an-id",
                          headers=http_headers(), timeout=30)
     assert response.status_code == 404, response.text

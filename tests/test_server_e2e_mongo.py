@@ -31,7 +31,7 @@ from tests.test_server_e2e import (  # noqa: F401 - collected here, on this modu
     MAX_MESSAGE_DELAY,
     assert_claimed_once_by_concurrent_consumers,
     assert_health_names,
-    assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing,
+    assert_ids_are_hex_and_malformed_ones_find_nothing,
     c,
     make_client,
     test_claim_get_update_release,
@@ -100,7 +100,7 @@ def test_health_names_the_mongodb_store(server):
 
 
 def test_message_ids_are_object_ids(server):
-    assert_ids_have_24_hex_digits_and_malformed_ones_find_nothing(server.url)
+    assert_ids_are_hex_and_malformed_ones_find_nothing(server.url, 24)
 
 
 def test_concurrent_consumers_each_message_once(server):

@@ -38,7 +38,6 @@ from typing import Any
 
 import pymongo
 import pymongo.errors
-from bson import ObjectId
 from oslo_config import cfg
 from pymongo import ReturnDocument
 from pymongo.client_session import ClientSession
@@ -469,7 +468,7 @@ class Driver(base.Driver):
     @backend_call
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
         now = self._now_ms()
-        pop_id = ObjectId()
+        pop_id = lay.new_id()
         took = self._claimer.take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
         taken = took.claimed
         changes = claims.taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
@@ -566,7 +565,7 @@ class Driver(base.Driver):
               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
               backoff: Backoff | None = None) -> Claim | None:
         now = self._now_ms()
-        claim_id = ObjectId()
+        claim_id = lay.new_id()
         expires = now + ttl * 1000
         took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace,
                                   dead_letter, backoff)

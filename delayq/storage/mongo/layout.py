@@ -9,7 +9,8 @@ These collections hold everything, for every project:
 
 ``messages``
     One document per message, all queues of all projects together, so a dead-letter move
-    is one single-document update (``q`` changes). ``_id`` is the message id. Times are
+    is one single-document update (``q`` changes). ``_id`` is the message id, random
+    (``new_id``); post order is ``k``, never ``_id``. Times are
     BSON dates (milliseconds). ``a`` ("available") is when the message next becomes
     claimable, ``max(d, ce)``; the ``claimable`` index on ``(p, q, a, k)`` therefore holds
     a queue's claimable messages as one range ahead of every delayed or claimed one, and a
@@ -22,7 +23,8 @@ These collections hold everything, for every project:
     whatever its ``d``; one no live claim holds is delayed while ``d`` is ahead.
 
 ``claims``
-    One document per claim: ttl, grace, creation and expiry.
+    One document per claim: its id ``_id`` (random, ``new_id``), ttl, grace, creation and
+    expiry.
 
 ``events``
     The event trail (``delayq.events``): one document per event, every queue of every
@@ -78,6 +80,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -249,6 +252,16 @@ def ms(value: datetime) -> int:
     return (value - EPOCH) // ONE_MS
 
 
+def new_id() -> ObjectId:
+    """A message or claim id: 12 random bytes from the system's CSPRNG, kept as an
+    ObjectId (24 hexadecimal characters in the API, 12 bytes in documents and indexes).
+
+    Not ``ObjectId()``, whose time, per-process value and counter let anyone who sees one
+    id guess the ids made near it; these are 96 random bits, in no order.
+    """
+    return ObjectId(secrets.token_bytes(12))
+
+
 def object_id(text: str) -> ObjectId | str:
     """The ObjectId an id string names; a malformed one stays a string, which no stored
     id equals, so it finds nothing."""
@@ -263,7 +276,7 @@ def new_message(project: str, queue: str, seq: int, body: Any, ttl: int, delay: 
                 client_id: str, now: int) -> dict[str, Any]:
     """A message document posted at *now* (ms)."""
     due = now + round(delay * 1000)
-    doc = {ID: ObjectId(), PROJECT: project, QUEUE: queue, SEQ: seq,
+    doc = {ID: new_id(), PROJECT: project, QUEUE: queue, SEQ: seq,
            BODY: encode_json(body), TTL: ttl, CREATED: date(now),
            EXPIRES: date(now + ttl * 1000), AVAILABLE: date(due), CLIENT: client_id}
     if delay:

@@ -48,7 +48,14 @@ from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.redis import layout, persistence, trail
 from delayq.storage.redis.client import NAME, connect, parse_uri, unavailable
-from delayq.storage.redis.layout import US, Keys, client_bytes, new_nonce
+from delayq.storage.redis.layout import (
+    TOKEN_LENGTH,
+    US,
+    Keys,
+    client_bytes,
+    new_nonce,
+    new_tokens,
+)
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.scripts import (
     KEY_TAKEN,
@@ -357,6 +364,8 @@ class Driver(base.Driver):
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
                            metadata_token or "", message_quota]
         args += NO_KEY if key is None else [key.key, key.digest, key.window]
+        tokens = new_tokens(len(messages))
+        args.append(tokens)
         for m in messages:
             # No spaces; ASCII escapes keep lone surrogates (valid JSON, not UTF-8).
             body = jsontext.dumps_compact(m.body)
@@ -378,7 +387,8 @@ class Driver(base.Driver):
             if not reply[1]:  # the queue is not in its project's catalogue yet
                 yield from self._list_queue(project, queue)
         nonce = reply[0]
-        return [(nonce + seq).decode() for seq in reply[2:]]
+        return [(nonce + seq + tokens[n * TOKEN_LENGTH:(n + 1) * TOKEN_LENGTH]).decode()
+                for n, seq in enumerate(reply[2:])]
 
     @staticmethod
     def _quota_refusal(queue: str, reply: list, posted: int, quota: int) -> None:
@@ -504,19 +514,19 @@ class Driver(base.Driver):
             while True:
                 reply = yield self._scripts.claim.call(keys, [
                     self._now_arg(), ttl, grace, limit, *policy, target_nonce, CLAIM_BUDGET,
-                    queue, WRITE_REAP_BUDGET, metadata_token or "", *waits])
+                    queue, WRITE_REAP_BUDGET, metadata_token or "", *waits, new_tokens(1)])
                 if reply[0] == METADATA_CHANGED:
                     raise self._metadata_changed(key)
-                nonce, as_of, number, more, unlisted, outbox = reply[:6]
+                nonce, as_of, claim_id, more, unlisted, outbox = reply[:6]
                 if unlisted:
                     yield from self._list_queue(project, dead_letter.queue)
                 if outbox:
                     yield from self._settle(project, queue)
-                if number or not more:
+                if claim_id or not more:
                     break
-        if not number:
+        if not claim_id:
             return None
-        return Claim(id=f"{nonce.decode()}c{number}", ttl=ttl, grace=grace,
+        return Claim(id=claim_id.decode(), ttl=ttl, grace=grace,
                      created=as_of / US, expires=(as_of + ttl * US) / US, as_of=as_of / US,
                      messages=layout.messages(nonce, reply[6:], as_of))
 
@@ -690,6 +700,10 @@ class Driver(base.Driver):
         with unavailable:
             nonce = self._client.hget(key, "nonce") or b""
             buckets = self._client.zrange(prefix + "bi", 0, -1)
+            # The claims, read first: one made meanwhile is not seen (its messages show
+            # no claim), a ragged edge like the others.
+            claims = {int(number): layout.claim_name(int(number), raw)
+                      for number, raw in self._client.hscan_iter(prefix + "cl")}
         as_of = round(self.now() * US)
         for bucket in buckets:
             with unavailable:
@@ -702,7 +716,7 @@ class Driver(base.Driver):
                 scores = pipe.execute()
             for seq, in_c, in_wc in zip(seqs, scores[::2], scores[1::2], strict=True):
                 claim_expires = in_c if in_c is not None else in_wc
-                message = layout.message(nonce, seq, records[seq], as_of)
+                message = layout.message(nonce, seq, records[seq], as_of, claims)
                 if message.expires * US <= as_of:
                     continue
                 if claim_expires is not None and message.claim_id is not None:

@@ -18,7 +18,9 @@ scripts store:
 
 ``PROJECT`` is percent-encoded (``project_part``), so no ``/``, ``{`` or ``}`` of its
 own is mistaken for the key's structure. A message id is the queue's nonce (minted when
-the queue is made, ``new_nonce``) followed by the message's sequence name; a record is a
+the queue is made, ``new_nonce``), the message's sequence name and its token (random,
+``new_tokens``); a claim id the nonce, ``c``, the claim's number and its token
+(``claim_name``). ``lua/common.lua`` says how the scripts check them. A record is a
 MessagePack array (``message`` decodes it, ``subscription`` a subscription's).
 """
 
@@ -27,7 +29,9 @@ from __future__ import annotations
 import functools
 import json
 import random
+import secrets
 import uuid
+from collections.abc import Mapping
 from urllib.parse import quote, unquote
 
 import msgpack
@@ -41,13 +45,17 @@ DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 SEQ_LENGTH = 8
 NONCE_LENGTH = 10
 NONCE_DIGITS = bytes(ord(DIGITS[b % len(DIGITS)]) for b in range(256))  # byte → digit
+TOKEN_LENGTH = 13  # characters of an id's token, 5 random bits each: 65 bits
+TOKEN_DIGITS = bytes(ord(DIGITS[b % 32]) for b in range(256))  # byte → one of 32 digits
 KEY_CACHE_SIZE = 10_000  # queues whose state-hash key a process keeps made
 SUBSCRIBED_TAG = "!subscribed"  # quote() encodes "!": no project part is this
 
 # A record's fields, as lua/common.lua packs them (due and expires relative to created):
 # body, client, created, ttl, due, expires, claim, claim_expires, count, id, source,
-# moved. A record written before the last ones existed gets these defaults for them.
+# moved; the id's token, when the record has one, comes fifth (the only string there).
+# A record written before the last ones existed gets these defaults for them.
 RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
+TOKEN_FIELD = 4
 
 
 class Keys:
@@ -158,29 +166,67 @@ def new_nonce() -> str:
             .translate(NONCE_DIGITS).decode())
 
 
+def new_tokens(count: int) -> bytes:
+    """The id tokens of *count* messages (or one claim), ``TOKEN_LENGTH`` characters
+    each, back to back: the part of an id that no client can tell from other ids.
+
+    From the system's CSPRNG (the Lua scripts have none: Redis seeds their
+    ``math.random`` the same every time), one call per post; each byte gives a digit of
+    32, all equally likely (256 is a multiple of 32), so a token holds 65 random bits.
+    """
+    return secrets.token_bytes(TOKEN_LENGTH * count).translate(TOKEN_DIGITS)
+
+
+def seq_name(n: int) -> str:
+    """*n* as ``lua/common.lua``'s ``seq_name`` writes it: ``SEQ_LENGTH`` base-36 digits."""
+    digits = []
+    for _ in range(SEQ_LENGTH):
+        n, digit = divmod(n, 36)
+        digits.append(DIGITS[digit])
+    return "".join(reversed(digits))
+
+
+def claim_name(number: int, raw: bytes) -> bytes:
+    """What follows ``<nonce>c`` in the id of claim *number*, whose stored record is
+    *raw* (``lua/common.lua``, ``decode_claim``): its number in base 36 and its token, or,
+    for a claim stored before claims had tokens, its number in decimal."""
+    fields = msgpack.unpackb(raw, raw=True)
+    if len(fields) > 4 and len(fields[4]) == TOKEN_LENGTH:
+        return seq_name(number).encode() + fields[4]
+    return str(number).encode()
+
+
 def is_sequence_name(marker: str) -> bool:
     """Whether *marker* is a message's sequence name (a listing's marker)."""
     return len(marker) == SEQ_LENGTH and not marker.strip(DIGITS)
 
 
-def message(nonce: bytes, seq: bytes, raw: bytes, as_of: int) -> Message:
-    """The message a stored record holds, read at *as_of* (microseconds)."""
+def message(nonce: bytes, seq: bytes, raw: bytes, as_of: int,
+            claims: Mapping[int, bytes] | None = None) -> Message:
+    """The message a record holds, read at *as_of* (microseconds): a record as a script
+    hands it over (its claim named), or, with *claims* (claim number → ``claim_name``;
+    a claim not in it is over), as stored."""
     fields = msgpack.unpackb(raw, raw=True)
+    token = b""
+    if len(fields) > TOKEN_FIELD and type(fields[TOKEN_FIELD]) is bytes:
+        token = fields.pop(TOKEN_FIELD)
     if len(fields) < len(RECORD_DEFAULTS):  # a record written with fewer fields
         fields += RECORD_DEFAULTS[len(fields):]
     (body, client, created, ttl, due, expires, claim, claim_expires, count, id_, source,
      moved) = fields  # in the order of RECORD_DEFAULTS
+    if claims is not None and claim:
+        claim = claims.get(claim, 0)
     # Positional, in Message's field order: by keyword, each of the 13 arguments costs a
     # name match, and a claim builds a Message per message it takes.
     return Message(
-        (id_ or nonce + seq).decode(),
+        (id_ or nonce + seq + token).decode(),
         jsontext.loads(body.decode("utf-8", "surrogatepass")),
         ttl,
         created / US,
         (created + ttl * US + expires) / US,
         (created + due) / US,
         client_text(client),
-        f"{nonce.decode()}c{claim}" if claim else None,
+        f"{nonce.decode()}c{claim.decode()}" if claim else None,
         claim_expires / US,
         count,
         as_of / US,

@@ -8,7 +8,8 @@ Inside it:
     The queue's metadata (JSON).
 ``m/<id>``
     A message: its body (JSON) and its state in ``X-Object-Meta-*`` headers. Ids begin
-    with the post time, so listing ``m/`` is post order. ``X-Delete-At`` is its expiry
+    with the post time, so listing ``m/`` is post order, and end with 64 random bits, so
+    that no id tells another (``new_message_id``). ``X-Delete-At`` is its expiry
     plus ``expired_retention``: an expired message stays stored that long for the driver
     to remove it itself and report it (``expired``), and is dropped by Swift, unseen,
     only when nobody did.
@@ -312,18 +313,23 @@ def decode_events(body: bytes) -> list[events.Event]:
     return [events.Event(**json.loads(line)) for line in body.splitlines() if line]
 
 
-def new_message_id(now_us: int) -> str:
-    """Post time first, so ids (and ``m/`` names) sort in post order."""
-    return time_name(now_us) + secrets.token_hex(5)
-
-
-ID_LENGTH = TIME_DIGITS + 10
+RANDOM_DIGITS = 16  # hexadecimal digits of a message id's random part: 64 bits
+# The lengths of message ids: the ones made now, and those made before with 10 random
+# digits (their messages keep them).
+ID_LENGTHS = frozenset((TIME_DIGITS + RANDOM_DIGITS, TIME_DIGITS + 10))
 HEX = frozenset("0123456789abcdef")
+
+
+def new_message_id(now_us: int) -> str:
+    """Post time first, so ids (and ``m/`` names) sort in post order; then random digits
+    from the system's CSPRNG, so that knowing ids tells nothing of the others: a
+    message's name can be guessed no better than its random part."""
+    return time_name(now_us) + secrets.token_hex(RANDOM_DIGITS // 2)
 
 
 def is_message_id(text: str) -> bool:
     """True for text shaped like an id this driver makes (anything else names nothing)."""
-    return len(text) == ID_LENGTH and set(text) <= HEX
+    return len(text) in ID_LENGTHS and set(text) <= HEX
 
 
 def is_uuid_hex(text: str) -> bool:

@@ -5,10 +5,10 @@
 -- its messages ttl ('' = keep), nonce for a new dead-letter queue, work budget, source
 -- queue name, reap budget, the metadata the claim was decided under ('' = unchecked),
 -- the retry policy's waits (two arguments, backoff_of; '', '' = none): each claimed
--- message is then due its wait after the claim's expiry.
+-- message is then due its wait after the claim's expiry; the claim's id token.
 -- Moves to a dead-letter queue in another slot go to the outbox ('o'); the driver
 -- completes them (see docs/redis.md, "Dead-letter moves across slots").
--- Returns {nonce, now, claim number (0 = none), more, target unlisted, outbox size,
+-- Returns {nonce, now, claim id (0 = none), more, target unlisted, outbox size,
 -- seq, record, ...}, or {METADATA_CHANGED}.
 local P = string.sub(KEYS[1], 1, -2)
 local T = KEYS[2] and string.sub(KEYS[2], 1, -2) or nil
@@ -27,6 +27,7 @@ local backoff = backoff_of(ARGV[13], ARGV[14])
 local nonce = nonce_of(P)
 local expires = now + ttl * US
 local num = nil
+local claim_id = nil
 local claimed = {}
 local more = walk_claimable(P, now, limit, budget, function(seq, m)
   if max_count ~= nil and m.count >= max_count then
@@ -61,15 +62,17 @@ local more = walk_claimable(P, now, limit, budget, function(seq, m)
   return true
 end)
 if num ~= nil then
-  local record = {ttl, grace, now, expires}
-  local claim_id = nonce .. 'c' .. num
+  local record = {ttl = ttl, grace = grace, created = now, expires = expires,
+                  token = ARGV[15], seqs = {}}
+  claim_names[num] = claim_name(num, record.token)
+  claim_id = nonce .. 'c' .. claim_names[num]
   for _, item in ipairs(claimed) do
-    record[#record + 1] = item[1]
+    record.seqs[#record.seqs + 1] = item[1]
     local m = item[2]
     trail(P, 'claimed', now, {'m', message_id(nonce, item[1], m), 'cl', claim_id,
                               'c', m.count, 'e', int(m.expires)})
   end
-  redis.call('HSET', P .. 'cl', num, cmsgpack.pack(record))
+  redis.call('HSET', P .. 'cl', num, encode_claim(record))
   redis.call('ZADD', P .. 'ce', expires, num)
 end
 reap(P, now, tonumber(ARGV[11]))
@@ -78,8 +81,9 @@ if T ~= nil and redis.call('EXISTS', T .. 's') == 1
     and not redis.call('HGET', T .. 's', 'listed') then
   unlisted = 1
 end
-local out = {nonce, now, num or 0, more and 1 or 0, unlisted, redis.call('HLEN', P .. 'o')}
-for _, v in ipairs(pack_messages(claimed)) do
+local out = {nonce, now, claim_id or 0, more and 1 or 0, unlisted,
+             redis.call('HLEN', P .. 'o')}
+for _, v in ipairs(pack_messages(P, claimed)) do
   out[#out + 1] = v
 end
 return out

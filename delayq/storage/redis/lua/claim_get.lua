@@ -4,7 +4,7 @@
 local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
 local nonce = nonce_of(P)
-local num, claim = find_claim(P, ARGV[2], now, false)
+local num, claim = find_claim(P, nonce, ARGV[2], now, false)
 if num == nil then
   return {nonce, now}
 end
@@ -14,8 +14,8 @@ for _, item in ipairs(holdings(P, num, claim, now)) do
     held[#held + 1] = item
   end
 end
-local out = {nonce, now, claim[1], claim[2], claim[3], claim[4]}
-for _, v in ipairs(pack_messages(held)) do
+local out = {nonce, now, claim.ttl, claim.grace, claim.created, claim.expires}
+for _, v in ipairs(pack_messages(P, held)) do
   out[#out + 1] = v
 end
 return out

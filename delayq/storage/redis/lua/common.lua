@@ -13,7 +13,7 @@
 --   P..'c'       ZSET  seq -> claim expiry, claimed messages (free once expired)
 --   P..'wc'      ZSET  seq -> claim expiry, for the claimed messages in 'd': while the
 --                      claim lives they are claimed, then delayed until due
---   P..'cl'      HASH  claim number -> claim record
+--   P..'cl'      HASH  claim number -> claim record (with its id's token)
 --   P..'ce'      ZSET  claim number -> claim expiry
 --   P..'a'       HASH  id -> seq, for messages whose id was not minted here (moved in)
 --   P..'o'       HASH  token -> dead-letter move or redrive waiting to reach its queue
@@ -33,6 +33,15 @@
 -- yet). One that a claim made due after the claim's end is in 'wc' too, and its score
 -- in 'd' is when it is claimable again. Times are integer microseconds.
 --
+-- Ids. A message posted here has the id nonce .. seq .. token, a claim the id nonce ..
+-- 'c' .. seq_name(number) .. token: the token is TOKEN_LENGTH random characters the driver
+-- draws from the system's CSPRNG and passes in (Redis's own math.random is seeded the same
+-- on every run), kept in the record. The nonce and the number are no secret, the token is
+-- what no client can tell from other ids: a lookup reads the record at the id's seq or
+-- number and finds nothing unless the tokens match. Nothing is ordered by id: listings
+-- and stats go by seq. Messages and claims stored before ids had tokens keep their ids
+-- (nonce .. seq, nonce .. 'c' .. number in decimal) and records without a token.
+--
 -- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail),
 -- and ENDED, the messages this call ended by kind (counted by trail(), trail on or off),
 -- which it returns to the driver in front of the script's own reply.
@@ -42,6 +51,8 @@ local BUCKET = 64
 local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
 local NONCE_LENGTH = 10
 local SEQ_LENGTH = 8
+local TOKEN_LENGTH = 13
+local CLAIM_ID_LENGTH = NONCE_LENGTH + 1 + SEQ_LENGTH + TOKEN_LENGTH
 
 -- Integer times written into command arguments: Lua's own number formatting would round.
 local function int(n)
@@ -75,34 +86,46 @@ local function bucket_key(P, bucket)
 end
 
 -- Records are MessagePack arrays:
---   body, client, created, ttl, due - created, expires - (created + ttl), claim number,
---   claim expiry, claim count, id (moved-in messages only), source queue, move time.
--- Trailing fields at their default are left out, and stored records carry 0 for the claim
--- expiry (it is the message's score in 'c'), so that a small message stays within the
--- 64 bytes a listpack value may have.
+--   body, client, created, ttl, token, due - created, expires - (created + ttl), claim
+--   number, claim expiry, claim count, id (moved-in messages only), source queue, move
+--   time.
+-- The token is the end of the message's id; a record that carries its whole id (moved
+-- in) or was stored before ids had tokens has none, and is told apart by its fifth
+-- field: a string only when it is the token. Trailing fields at their default are left
+-- out, and stored records carry 0 for the claim expiry (it is the message's score in
+-- 'c'), so that a small message stays within the 64 bytes a listpack value may have.
 local function decode(raw)
   local f = cmsgpack.unpack(raw)
-  local m = {body = f[1], client = f[2], created = f[3], ttl = f[4]}
-  m.due = m.created + (f[5] or 0)
-  m.expires = m.created + m.ttl * US + (f[6] or 0)
-  m.claim = f[7] or 0
-  m.claim_expires = f[8] or 0
-  m.count = f[9] or 0
-  m.id = f[10] or ''
-  m.source = f[11] or ''
-  m.moved = f[12] or 0
+  local m = {body = f[1], client = f[2], created = f[3], ttl = f[4], token = ''}
+  local o = 4
+  if type(f[5]) == 'string' then
+    m.token = f[5]
+    o = 5
+  end
+  m.due = m.created + (f[o + 1] or 0)
+  m.expires = m.created + m.ttl * US + (f[o + 2] or 0)
+  m.claim = f[o + 3] or 0
+  m.claim_expires = f[o + 4] or 0
+  m.count = f[o + 5] or 0
+  m.id = f[o + 6] or ''
+  m.source = f[o + 7] or ''
+  m.moved = f[o + 8] or 0
   return m
 end
 
--- The record as stored (wire = false) or as handed to the driver (wire = true).
-local function encode(m, wire)
+-- The record as stored (wire = false), or as handed to the driver (wire = true), where
+-- the claim number gives way to *claim*, the claim's name (claim_name; 0 = none).
+local function encode(m, wire, claim)
   local f = {m.body, m.client, m.created, m.ttl, m.due - m.created,
-             m.expires - (m.created + m.ttl * US), m.claim,
+             m.expires - (m.created + m.ttl * US), wire and claim or m.claim,
              wire and m.claim_expires or 0, m.count, m.id, m.source, m.moved}
   local n = 12
   while n > 4 and (f[n] == 0 or f[n] == '') do
     f[n] = nil
     n = n - 1
+  end
+  if m.token ~= '' then
+    table.insert(f, 5, m.token)
   end
   return cmsgpack.pack(f)
 end
@@ -257,7 +280,7 @@ local function message_id(nonce, seq, m)
   if m.id ~= '' then
     return m.id
   end
-  return nonce .. seq
+  return nonce .. seq .. m.token
 end
 
 -- Event trail. Entry fields: k kind, t time (us), m message id, c claim count,
@@ -301,21 +324,24 @@ local function trail_expired(P, nonce, seq, m)
   end
 end
 
--- The seq and record of message *id*, or nil when the queue holds no such message.
+-- The seq and record of message *id*, or nil when the queue holds no such message: an
+-- id whose token is not the record's names nothing.
 local function locate(P, nonce, id)
   local seq = redis.call('HGET', P .. 'a', id)
   if seq then
     return seq, load(P, seq)
   end
-  if #id ~= NONCE_LENGTH + SEQ_LENGTH or string.sub(id, 1, NONCE_LENGTH) ~= nonce then
+  local minted = NONCE_LENGTH + SEQ_LENGTH
+  if (#id ~= minted + TOKEN_LENGTH and #id ~= minted)
+      or string.sub(id, 1, NONCE_LENGTH) ~= nonce then
     return nil
   end
-  seq = string.sub(id, NONCE_LENGTH + 1)
+  seq = string.sub(id, NONCE_LENGTH + 1, minted)
   if not string.match(seq, '^[0-9a-z]+$') then
     return nil
   end
   local m = load(P, seq)
-  if m and m.id == '' then
+  if m and m.id == '' and m.token == string.sub(id, minted + 1) then
     return seq, m
   end
   return nil
@@ -346,6 +372,7 @@ end
 -- The message as it lands in a dead-letter queue (docs/user-guide.md, "Dead-letter queues").
 local function dead_lettered(nonce, seq, m, now, source, ttl)
   m.id = message_id(nonce, seq, m)
+  m.token = ''  -- the id holds it
   m.claim = 0
   m.claim_expires = 0
   m.source = source
@@ -439,7 +466,6 @@ local function claimable(P, now, n)
   return out
 end
 
--- The claim number named by *claim_id*, or nil when it cannot be this queue's.
 -- Walks the claimable messages, oldest availability first, handing each live one to
 -- take(seq, m), which returns true when the message counts toward *limit*. Records
 -- found missing or expired on the way are cleaned up. At most *budget* messages are
@@ -474,27 +500,74 @@ local function walk_claimable(P, now, limit, budget, take)
   return work >= budget and taken < limit
 end
 
-local function claim_number(nonce, claim_id)
+-- Claim records are MessagePack arrays: ttl, grace, created, expires, token, then the
+-- seqs of the messages the claim took. A record stored before claims had tokens has
+-- none, and is told apart by its fifth field: a seq (SEQ_LENGTH characters), not a
+-- token (TOKEN_LENGTH).
+local function decode_claim(raw)
+  local f = cmsgpack.unpack(raw)
+  local claim = {ttl = f[1], grace = f[2], created = f[3], expires = f[4], token = '',
+                 seqs = {}}
+  local first = 5
+  if f[5] ~= nil and #f[5] == TOKEN_LENGTH then
+    claim.token = f[5]
+    first = 6
+  end
+  for i = first, #f do
+    claim.seqs[#claim.seqs + 1] = f[i]
+  end
+  return claim
+end
+
+local function encode_claim(claim)
+  local f = {claim.ttl, claim.grace, claim.created, claim.expires}
+  if claim.token ~= '' then
+    f[5] = claim.token
+  end
+  for _, seq in ipairs(claim.seqs) do
+    f[#f + 1] = seq
+  end
+  return cmsgpack.pack(f)
+end
+
+-- What follows nonce .. 'c' in the id of claim number *num* with *token*.
+local function claim_name(num, token)
+  if token == '' then
+    return int(num)
+  end
+  return seq_name(tonumber(num)) .. token
+end
+
+-- The claim number (as a hash field) and token that *claim_id* names, or nil when it
+-- cannot be this queue's.
+local function parse_claim_id(nonce, claim_id)
   if string.sub(claim_id, 1, NONCE_LENGTH + 1) ~= nonce .. 'c' then
     return nil
+  end
+  if #claim_id == CLAIM_ID_LENGTH then
+    local name = string.sub(claim_id, NONCE_LENGTH + 2, NONCE_LENGTH + 1 + SEQ_LENGTH)
+    if not string.match(name, '^[0-9a-z]+$') then
+      return nil
+    end
+    return int(tonumber(name, 36)), string.sub(claim_id, NONCE_LENGTH + 2 + SEQ_LENGTH)
   end
   local num = string.sub(claim_id, NONCE_LENGTH + 2)
   if not string.match(num, '^[1-9][0-9]*$') or #num > 15 then
     return nil
   end
-  return num
+  return num, ''
 end
 
--- The claim *claim_id* of this queue: its number and record {ttl, grace, created,
--- expires, seq, ...}, or nil when there is no such claim or (unless *any*) it expired.
-local function find_claim(P, claim_id, now, any)
-  local num = claim_number(nonce_of(P), claim_id)
+-- The claim *claim_id* of this queue: its number and record (decode_claim), or nil when
+-- there is no such claim, its token is not the id's, or (unless *any*) it expired.
+local function find_claim(P, nonce, claim_id, now, any)
+  local num, token = parse_claim_id(nonce, claim_id)
   local raw = num and redis.call('HGET', P .. 'cl', num)
   if not raw then
     return nil
   end
-  local claim = cmsgpack.unpack(raw)
-  if claim[4] <= now and not any then
+  local claim = decode_claim(raw)
+  if claim.token ~= token or (claim.expires <= now and not any) then
     return nil
   end
   return num, claim
@@ -506,8 +579,8 @@ end
 
 -- Why a delete of message *m* with *claim_id* ('' = none) is refused, as
 -- delayq.claim.delete_refusal: 0 allowed, 1 claimed and no claim id given, 2 no live
--- claim holds it, 3 another claim does.
-local function delete_refusal(m, nonce, claim_id, now)
+-- claim holds it, 3 another claim does (or no claim of the queue has that id).
+local function delete_refusal(P, m, nonce, claim_id, now)
   local claimed = m.claim ~= 0 and m.claim_expires > now
   if claim_id == '' then
     return claimed and 1 or 0
@@ -515,7 +588,7 @@ local function delete_refusal(m, nonce, claim_id, now)
   if not claimed then
     return 2
   end
-  local num = claim_number(nonce, claim_id)
+  local num = find_claim(P, nonce, claim_id, now, true)
   if num == nil or not held_by(m, num, now) then
     return 3
   end
@@ -525,21 +598,40 @@ end
 -- The messages a claim still holds, as {seq, record} pairs.
 local function holdings(P, num, claim, now)
   local held = {}
-  for i = 5, #claim do
-    local m = load(P, claim[i])
+  for _, seq in ipairs(claim.seqs) do
+    local m = load(P, seq)
     if m ~= nil and held_by(m, num, now) then
-      held[#held + 1] = {claim[i], m}
+      held[#held + 1] = {seq, m}
     end
   end
   return held
 end
 
+-- Claim number -> its claim_name, or false when the queue no longer has the claim (it is
+-- over): what this call read.
+local claim_names = {}
+
+-- Record *m* as handed to the driver.
+local function wire_record(P, m)
+  local name = 0
+  if m.claim ~= 0 then
+    name = claim_names[m.claim]
+    if name == nil then
+      local raw = redis.call('HGET', P .. 'cl', int(m.claim))
+      name = raw and claim_name(m.claim, decode_claim(raw).token) or false
+      claim_names[m.claim] = name
+    end
+    name = name or 0
+  end
+  return encode(m, true, name)
+end
+
 -- Flattens records for the driver: seq, record, seq, record, ...
-local function pack_messages(list)
+local function pack_messages(P, list)
   local out = {}
   for _, item in ipairs(list) do
     out[#out + 1] = item[1]
-    out[#out + 1] = encode(item[2], true)
+    out[#out + 1] = wire_record(P, item[2])
   end
   return out
 end

@@ -9,7 +9,7 @@ local seq, m = locate(P, nonce, ARGV[2])
 if seq == nil or m == nil or m.expires <= now then
   return 0
 end
-local refusal = delete_refusal(m, nonce, claim_id, now)
+local refusal = delete_refusal(P, m, nonce, claim_id, now)
 if refusal ~= 0 then
   return refusal
 end

@@ -25,4 +25,4 @@ if ARGV[4] ~= '' then
 end
 store(P, seq, m)
 trail(P, 'edited', now, {'m', message_id(nonce, seq, m), 'd', int(m.due), 'c', m.count})
-return {0, nonce, now, seq, encode(m, true)}
+return {0, nonce, now, seq, wire_record(P, m)}

@@ -12,7 +12,7 @@ for i = 2, #ARGV do
 end
 table.sort(found, function(a, b) return a[1] < b[1] end)
 local out = {nonce, now, redis.call('HLEN', P .. 'o')}
-for _, v in ipairs(pack_messages(found)) do
+for _, v in ipairs(pack_messages(P, found)) do
   out[#out + 1] = v
 end
 return out

@@ -58,7 +58,7 @@ while status == 0 do
   end
 end
 local out = {nonce, now, redis.call('HLEN', P .. 'o'), status, last}
-for _, v in ipairs(pack_messages(page)) do
+for _, v in ipairs(pack_messages(P, page)) do
   out[#out + 1] = v
 end
 return out

@@ -13,7 +13,7 @@ local more = walk_claimable(P, now, limit, budget, function(seq, m)
   return true
 end)
 local out = {nonce, now, more and 1 or 0}
-for _, v in ipairs(pack_messages(popped)) do
+for _, v in ipairs(pack_messages(P, popped)) do
   out[#out + 1] = v
 end
 return out

@@ -1,9 +1,10 @@
 -- Post messages, creating the queue when needed.
 -- KEYS: queue state. ARGV: now, nonce for a new queue, reap budget, the metadata the
 -- post was decided under ('' = unchecked), the message quota (0 = none), the post's
--- idempotency key ('' = none), its digest, its window (seconds), then per message:
--- body, client, ttl, delay (seconds). Returns {nonce, listed, then each message's seq
--- name}: the ids are nonce .. seq, named here once rather than again by the driver. Or
+-- idempotency key ('' = none), its digest, its window (seconds), the messages' id tokens
+-- (TOKEN_LENGTH characters each, back to back), then per message: body, client, ttl,
+-- delay (seconds). Returns {nonce, listed, then each message's seq name}: the ids are
+-- nonce .. seq .. token, named here once rather than again by the driver. Or
 -- {KEY_TAKEN, kept}: the queue keeps the key (kept_key); or {METADATA_CHANGED}; or
 -- {QUOTA_EXCEEDED, held, finished}: the post would take the queue past its quota of live
 -- messages and stored nothing, the queue holding *held* messages, of which none is
@@ -21,7 +22,7 @@ end
 if not metadata_is(P, ARGV[4]) then
   return {METADATA_CHANGED}
 end
-local count = (#ARGV - 8) / 4
+local count = (#ARGV - 9) / 4
 local quota = tonumber(ARGV[5])
 if quota > 0 and held(P) + count > quota then
   -- Over, counting expired messages not reaped yet: reap (bounded), then count again.
@@ -36,24 +37,23 @@ local nonce = nonce_of(P)
 local last = redis.call('HINCRBY', P .. 's', 'seq', count)
 local first = last - count + 1
 local reply = {nonce, 0}
+local ids = {}
 for i = 0, count - 1 do
-  local at = 9 + i * 4
+  local at = 10 + i * 4
   local ttl, delay = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local m = {body = ARGV[at], client = ARGV[at + 1], created = now, ttl = ttl,
              due = now + delay_us(delay), expires = now + ttl * US, claim = 0,
-             claim_expires = 0, count = 0, id = '', source = '', moved = 0}
+             claim_expires = 0, count = 0, id = '', source = '', moved = 0,
+             token = string.sub(ARGV[9], i * TOKEN_LENGTH + 1, (i + 1) * TOKEN_LENGTH)}
   local seq = seq_name(first + i)
   store(P, seq, m)
-  trail(P, 'posted', now, {'m', nonce .. seq, 'd', int(m.due), 'ttl', ttl,
+  ids[i + 1] = nonce .. seq .. m.token
+  trail(P, 'posted', now, {'m', ids[i + 1], 'd', int(m.due), 'ttl', ttl,
                            'e', int(m.expires)})
   index_unclaimed(P, seq, m, now)
   reply[3 + i] = seq
 end
 if key ~= '' then
-  local ids = {}
-  for i = 3, #reply do
-    ids[#ids + 1] = nonce .. reply[i]
-  end
   keep_key(P, key, ARGV[7] .. ',' .. table.concat(ids, ','), now + tonumber(ARGV[8]) * US,
            now, tonumber(ARGV[3]))
 end

@@ -54,6 +54,7 @@ while moved < limit and work < budget do
     local target = destination ~= '' and destination or m.source
     local count = m.count
     m.id = message_id(nonce, seq, m)
+    m.token = ''  -- the id holds it
     m.claim, m.claim_expires, m.count, m.source, m.moved = 0, 0, 0, '', 0
     if m.due > now then
       m.due = now

@@ -5,7 +5,7 @@
 local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
 local backoff = backoff_of(ARGV[3], ARGV[4])
-local num, claim = find_claim(P, ARGV[2], now, true)
+local num, claim = find_claim(P, nonce_of(P), ARGV[2], now, true)
 if num == nil then
   return 0
 end

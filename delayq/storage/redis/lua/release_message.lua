@@ -10,7 +10,7 @@ local seq, m = locate(P, nonce, ARGV[2])
 if seq == nil or m == nil or m.expires <= now then
   return {-1}
 end
-local refusal = delete_refusal(m, nonce, ARGV[3], now)
+local refusal = delete_refusal(P, m, nonce, ARGV[3], now)
 if refusal ~= 0 then
   return {refusal}
 end
@@ -20,4 +20,4 @@ m.due = now + delay_us(tonumber(ARGV[4]))
 store(P, seq, m)
 index_unclaimed(P, seq, m, now)
 trail(P, 'released', now, {'m', message_id(nonce, seq, m), 'd', int(m.due), 'c', m.count})
-return {0, nonce, now, seq, encode(m, true)}
+return {0, nonce, now, seq, wire_record(P, m)}

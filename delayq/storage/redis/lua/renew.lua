@@ -6,7 +6,7 @@ local P = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
 local ttl, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
 local backoff = backoff_of(ARGV[5], ARGV[6])
-local num, claim = find_claim(P, ARGV[2], now, false)
+local num, claim = find_claim(P, nonce_of(P), ARGV[2], now, false)
 if num == nil then
   return 1
 end
@@ -23,7 +23,7 @@ for _, item in ipairs(holdings(P, num, claim, now)) do
   store(P, seq, m)
   index_claimed(P, seq, m)
 end
-claim[1], claim[2], claim[4] = ttl, grace, expires
-redis.call('HSET', P .. 'cl', num, cmsgpack.pack(claim))
+claim.ttl, claim.grace, claim.expires = ttl, grace, expires
+redis.call('HSET', P .. 'cl', num, encode_claim(claim))
 redis.call('ZADD', P .. 'ce', expires, num)
 return 0

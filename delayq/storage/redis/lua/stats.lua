@@ -38,7 +38,7 @@ local function edge(first)
   end
   if best ~= nil then
     out[#out + 1] = fields[best]
-    out[#out + 1] = encode(decode_at(P, fields[best], fields[best + 1]), true)
+    out[#out + 1] = wire_record(P, decode_at(P, fields[best], fields[best + 1]))
   end
 end
 edge(true)
