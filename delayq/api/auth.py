@@ -16,7 +16,8 @@ before the resource runs:
    ``/metrics``) take a request without a token when their rule lets anyone through
    (by default ``ping:get`` only), so a load balancer can check the service.
 3. With no strategy, the project is the ``X-Project-ID`` header, as sent
-   (``delayq.api.request.project``), and nothing is enforced.
+   (``delayq.api.request.project``; a request to a project's route without it is 400),
+   and nothing is enforced.
 
 The middleware leaves the project in ``req.context.project``. Without a strategy and
 without ``[signed_url] secret_key`` the app has no such middleware at all.
@@ -35,10 +36,9 @@ from keystonemiddleware import auth_token
 from oslo_config import cfg
 from oslo_context import context
 
-from delayq import errors, signed_urls, validation
-from delayq.api import policy
+from delayq import errors, signed_urls
+from delayq.api import policy, request
 from delayq.api.execution import Execution
-from delayq.api.request import PROJECT_HEADER
 from delayq.conf import KEYSTONE, SIGNED_URL_GROUP
 
 LOG = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class Authentication:
 
     def signed_project(self, req: falcon.Request) -> str:
         """The project a pre-signed request acts in; raises SignatureRefused."""
-        project = validation.project_id(req.get_header(PROJECT_HEADER))
+        project = request.header_project(req)
         if not signed_urls.allows(
                 self.secret_key, method=req.method, path=req.path, project=project,
                 signature=req.get_header(signed_urls.SIGNATURE_HEADER) or "",

@@ -41,10 +41,16 @@ class Request(falcon.asgi.Request):
 
 def project(req: falcon.Request) -> str:
     """The project the request acts in: the one authentication settled
-    (``delayq.api.auth``), else the X-Project-ID header as sent."""
+    (``delayq.api.auth``), else the X-Project-ID header (``header_project``)."""
     settled = req.context.project
     if settled is not None:
         return settled
+    return header_project(req)
+
+
+def header_project(req: falcon.Request) -> str:
+    """The X-Project-ID header, as sent; refused (400) when absent or empty, as Zaqar
+    does (``validation.project_id``)."""
     return validation.project_id(req.get_header(PROJECT_HEADER))
 
 
