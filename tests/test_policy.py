@@ -77,19 +77,29 @@ def policy_anonymous() -> dict[str, object]:
 
 def test_the_example_file_splits_producers_and_consumers(rules):
     enforced = rules(EXAMPLE)
-    producer, consumer, member = (credentials("producer"), credentials("consumer"),
-                                  credentials("member"))
+    producer, consumer, reader, member = (credentials("producer"), credentials("consumer"),
+                                          credentials("reader"), credentials("member"))
     assert enforced.allows("messages:create", producer, "p1")
     for name in ("claims:create", "messages:get_all", "messages:delete", "queues:stats"):
         assert not enforced.allows(name, producer, "p1"), name
-    for name in ("claims:create", "claims:update", "claims:delete", "messages:delete"):
+        assert not enforced.allows(name, producer, "p1", with_claim_id=True), name
+    for name in ("claims:create", "claims:update", "claims:delete"):
         assert enforced.allows(name, consumer, "p1"), name
+    # A consumer deletes a message only as part of a claim (claim_id in the request).
+    assert enforced.allows("messages:delete", consumer, "p1", with_claim_id=True)
+    assert not enforced.allows("messages:delete", consumer, "p1")
     for name in ("messages:create", "messages:delete_all", "queues:purge"):
         assert not enforced.allows(name, consumer, "p1"), name
+    for name in ("queues:get_all", "queues:stats", "messages:get_all", "messages:get"):
+        assert enforced.allows(name, reader, "p1"), name
+    for name in ("messages:create", "messages:delete", "claims:create", "queues:purge",
+                 "subscription:create", "subscription:get_all"):
+        assert not enforced.allows(name, reader, "p1", with_claim_id=True), name
     for name in yaml.safe_load(EXAMPLE.read_text()):
-        if name != "project_member":
-            assert enforced.allows(name, member, "p1"), name
-            assert enforced.allows(name, credentials("admin"), "p1"), name
+        if not name.startswith("project_"):
+            for who in (member, credentials("admin")):
+                for named in (False, True):
+                    assert enforced.allows(name, who, "p1", with_claim_id=named), name
 
 
 def test_a_changed_policy_file_takes_effect_without_a_restart(rules, tmp_path):

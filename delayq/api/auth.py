@@ -12,7 +12,8 @@ before the resource runs:
    cache), in a pool thread since a cache miss asks Keystone. The project is the
    token's; an ``X-Project-ID`` the client sends is ignored. No token or a bad one is
    401, Keystone unreachable 503. The policy (``delayq.api.policy``) then allows the
-   request or answers 403. Routes outside any project (``/v2/ping``, ``/v2/health``,
+   request or answers 403; its target says whether the request names a claim
+   (``claim_id``). Routes outside any project (``/v2/ping``, ``/v2/health``,
    ``/metrics``) take a request without a token when their rule lets anyone through
    (by default ``ping:get`` only), so a load balancer can check the service.
 3. With no strategy, the project is the ``X-Project-ID`` header, as sent
@@ -159,7 +160,9 @@ class Authentication:
                 raise errors.Forbidden("The token is not scoped to a project: queues "
                                        "belong to projects.")
             req.context.project = project
-        if rule is not None and not self.rules.allows(rule, credentials, project):
+        if rule is not None and not self.rules.allows(
+                rule, credentials, project,
+                with_claim_id=bool(req.get_param(request.CLAIM_ID_PARAM))):
             raise errors.Forbidden.by_policy(rule)
 
     def signed_project(self, req: falcon.Request) -> str:

@@ -9,8 +9,16 @@ counts, for ``admin`` only.
 
 An operator overrides any rule in the file ``[oslo_policy] policy_file`` names (YAML or
 JSON; read again when it changes); ``etc/policy.yaml.sample`` lists every rule with its
-default. The policy is enforced with ``auth_strategy = keystone``, on the roles of the
-token; without authentication there is no identity to check, and nothing is enforced.
+default. A rule checks the credentials (``role:...``, ``project_id:...``) and the
+request's target (``target``): ``%(project_id)s``, the project acted in, and
+``%(with_claim_id)s``, True when the request names a claim in its ``claim_id`` parameter
+(a message deleted, or handed back, as part of the claim that holds it: the store
+refuses a claim that does not hold the message), so a rule such as
+``role:consumer and True:%(with_claim_id)s`` lets a consumer delete only the messages of
+its claims.
+
+The policy is enforced with ``auth_strategy = keystone``, on the roles of the token;
+without authentication there is no identity to check, and nothing is enforced.
 """
 
 from __future__ import annotations
@@ -64,7 +72,9 @@ _DEFINITIONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
     "messages:update": (UNPROTECTED, "Edit an unclaimed message's body or delay, or hand "
                                      "a claimed one back with a delay (delayq).",
                         (("PATCH", MESSAGE),)),
-    "messages:delete": (UNPROTECTED, "Delete one message.", (("DELETE", MESSAGE),)),
+    "messages:delete": (UNPROTECTED, "Delete one message. The target's with_claim_id is "
+                                     "True when the request names the claim holding the "
+                                     "message (claim_id).", (("DELETE", MESSAGE),)),
     "messages:delete_all": (UNPROTECTED, "Delete messages by id, or pop them.",
                             (("DELETE", MESSAGES),)),
     "claims:create": (UNPROTECTED, "Claim messages.", (("POST", CLAIMS),)),
@@ -94,6 +104,11 @@ RULES: dict[tuple[str, str], str] = {
     for name, (_, _, operations) in _DEFINITIONS.items() for operation in operations}
 
 
+def target(project: str | None, *, with_claim_id: bool = False) -> dict[str, object]:
+    """What a rule may check of the request besides the credentials (module doc)."""
+    return {"project_id": project, "with_claim_id": with_claim_id}
+
+
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule with its default, for ``oslopolicy-sample-generator`` and the
     enforcer."""
@@ -116,13 +131,14 @@ class Policy:
         self.enforcer = policy.Enforcer(conf)
         self.enforcer.register_defaults(list_rules())
 
-    def allows(self, rule: str, credentials: Mapping[str, Any], project: str | None
-               ) -> bool:
+    def allows(self, rule: str, credentials: Mapping[str, Any], project: str | None, *,
+               with_claim_id: bool = False) -> bool:
         """Whether *credentials* (oslo.context's policy values) may act under *rule*
-        on *project*'s resources."""
+        on *project*'s resources, in a request naming a claim or not (``target``)."""
         credentials = {**credentials,
                        "is_admin": self.enforcer.enforce(CONTEXT_IS_ADMIN, {}, credentials)}
-        return self.enforcer.enforce(rule, {"project_id": project}, credentials)
+        return self.enforcer.enforce(
+            rule, target(project, with_claim_id=with_claim_id), credentials)
 
 
 def get_enforcer() -> policy.Enforcer:

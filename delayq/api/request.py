@@ -15,6 +15,8 @@ from delayq.errors import ValidationError
 
 PROJECT_HEADER = "X-Project-ID"
 CLIENT_HEADER = "Client-ID"
+# The query parameter naming the claim a message is deleted or handed back under.
+CLAIM_ID_PARAM = "claim_id"
 
 
 class RequestContext(falcon.Context):
