@@ -275,14 +275,91 @@ def test_a_signature_made_by_zaqar_is_accepted(server, keystone):
     assert [m.body for m in queue.messages(echo=True)] == ["zaqar"]
 
 
-def test_a_share_needs_a_token_and_the_share_rule(server, keystone):
+def test_a_share_needs_a_token(server, keystone):
     name = unique("shared")
     assert_json_error(httpx.post(f"{server.url}/v2/queues/{name}/share", json={},
                                  headers=headers(), timeout=30), 401)
+
+
+def share(server, token: str, name: str, **document: object) -> httpx.Response:
+    return httpx.post(f"{server.url}/v2/queues/{name}/share", json=document,
+                      headers=headers(token), timeout=30)
+
+
+def test_a_share_grants_only_what_its_maker_may_do(server, keystone):
+    """The example policy lets a reader read messages but not post them, nor subscribe:
+    a reader's share of GET is made, one of POST is 403 naming the rule it would
+    bypass; a member, who may do everything, may share everything."""
+    name = unique("shared")
+    reader = keystone.token(keystone.user("rita"))
+    member = keystone.token(keystone.user("alice"))
+    keystone_client(server, keystone, "alice").queue(name, force_create=True).post(
+        [{"body": "for readers"}])
+
+    signed = share(server, reader, name, methods=["GET"], paths=["messages"])
+    assert signed.status_code == 200, signed.text
+    assert signed.json()["methods"] == ["GET"]
+    url = f"{server.url}/v2/queues/{name}/messages"
+    listed = httpx.get(url, params={"echo": "true"}, headers=signed_headers(signed.json()),
+                       timeout=30)
+    assert [m["body"] for m in listed.json()["messages"]] == ["for readers"]
+
+    refused = {
+        "messages:create": {"methods": ["POST"], "paths": ["messages"]},
+        "subscription:create": {"methods": ["POST"], "paths": ["subscriptions"]},
+        "subscription:get_all": {"methods": ["GET"], "paths": ["messages", "subscriptions"]},
+        "messages:delete": {"methods": ["GET", "DELETE"]},
+        "claims:create": {"methods": ["POST"], "paths": ["claims"]},
+    }
+    for rule, document in refused.items():
+        response = assert_json_error(share(server, reader, name, **document), 403)
+        assert rule in response["description"], (rule, response)
+        # A member may share the same.
+        assert share(server, member, name, **document).status_code == 200, rule
+    everything = {"methods": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+                  "paths": ["messages", "subscriptions", "claims"]}
+    assert share(server, member, name, **everything).status_code == 200
+    assert_json_error(share(server, reader, name, **everything), 403)
+
+
+def test_a_producer_or_consumer_shares_its_own_part_only(server, keystone):
+    name = unique("shared")
     pat = keystone.token(keystone.user("pat"))
-    document = assert_json_error(httpx.post(f"{server.url}/v2/queues/{name}/share",
-                                            json={}, headers=headers(pat), timeout=30), 403)
-    assert "queues:share" in document["description"]
+    cody = keystone.token(keystone.user("cody"))
+    assert share(server, pat, name, methods=["POST"]).status_code == 200
+    # A share is GET on messages unless it says otherwise.
+    assert "messages:get_all" in assert_json_error(share(server, pat, name), 403)[
+        "description"]
+    for method in ("POST", "GET", "PATCH", "DELETE"):
+        assert share(server, cody, name, methods=[method], paths=["claims"]
+                     ).status_code == 200, method
+    # A consumer deletes messages of its claims only; a URL's holder could delete any.
+    document = assert_json_error(share(server, cody, name, methods=["DELETE"]), 403)
+    assert "messages:delete" in document["description"]
+
+
+def test_a_share_past_max_expires_is_400(server, keystone):
+    member = keystone.token(keystone.user("alice"))
+    name = unique("shared")
+    too_late = (datetime.now(UTC) + timedelta(days=7, minutes=1)).strftime(
+        "%Y-%m-%dT%H:%M:%S")
+    document = assert_json_error(share(server, member, name, expires=too_late), 400)
+    assert "max_expires" in document["description"]
+
+
+def test_a_signed_url_cannot_make_another(server, keystone):
+    """A URL Zaqar's code signs for the share route itself (any path can be signed with
+    the key) does not let its holder share: sharing takes credentials."""
+    name = unique("shared")
+    alpha = keystone.project_ids["alpha"]
+    expires = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    signed = zaqar_urls.create_signed_url(
+        SECRET_KEY, [f"/v2/queues/{name}/share"], project=alpha, methods=["POST"],
+        expires=expires)
+    response = httpx.post(f"{server.url}/v2/queues/{name}/share", json={},
+                          headers=signed_headers(signed), timeout=30)
+    assert "cannot create pre-signed URLs" in assert_json_error(response, 403)[
+        "description"]
 
 
 def test_a_token_of_no_project_cannot_reach_queues(server, keystone):
@@ -361,6 +438,8 @@ ROLE_TABLE: dict[str, tuple[Operation, tuple[object, object, object, object]]] =
                 (200, DENIED, DENIED, DENIED)),
     "delete a queue": (Operation("queues:delete", "DELETE", QUEUE),
                        (204, DENIED, DENIED, DENIED)),
+    "share reading": (Operation("messages:get_all", "POST", f"{QUEUE}/share", json={}),
+                      (200, DENIED, DENIED, 200)),
     "post messages": (Operation("messages:create", "POST", MESSAGES,
                                 json={"messages": [{"body": "new"}]}),
                       (201, 201, DENIED, DENIED)),

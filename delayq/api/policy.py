@@ -18,7 +18,9 @@ refuses a claim that does not hold the message), so a rule such as
 its claims.
 
 The policy is enforced with ``auth_strategy = keystone``, on the roles of the token;
-without authentication there is no identity to check, and nothing is enforced.
+without authentication there is no identity to check, and nothing is enforced. A
+pre-signed URL's requests are not checked against it: what a share grants is, when the
+share is made (``rules_granted``, ``Policy.allowing_every_request``).
 """
 
 from __future__ import annotations
@@ -109,6 +111,15 @@ def target(project: str | None, *, with_claim_id: bool = False) -> dict[str, obj
     return {"project_id": project, "with_claim_id": with_claim_id}
 
 
+def rules_granted(method: str, template: str) -> list[str]:
+    """The rules of the requests a pre-signed URL for *method* on the route *template*
+    lets through: the routes at *template* and below it (a signed path covers the paths
+    below it), each with the rule the middleware checks for it."""
+    below = template.rstrip("/") + "/"
+    return [name for (verb, route), name in RULES.items()
+            if verb == method and (route == template or route.startswith(below))]
+
+
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule with its default, for ``oslopolicy-sample-generator`` and the
     enforcer."""
@@ -139,6 +150,14 @@ class Policy:
                        "is_admin": self.enforcer.enforce(CONTEXT_IS_ADMIN, {}, credentials)}
         return self.enforcer.enforce(
             rule, target(project, with_claim_id=with_claim_id), credentials)
+
+    def allowing_every_request(self, rule: str, credentials: Mapping[str, Any],
+                               project: str) -> bool:
+        """Whether *credentials* may act under *rule* in *project* whatever else the
+        request's target says (with a claim id and without): what sharing the rule's
+        requests needs, since a pre-signed URL's holder may send either."""
+        return all(self.allows(rule, credentials, project, with_claim_id=named)
+                   for named in (False, True))
 
 
 def get_enforcer() -> policy.Enforcer:

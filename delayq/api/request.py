@@ -4,7 +4,7 @@ bodies."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import falcon
@@ -25,10 +25,12 @@ class RequestContext(falcon.Context):
 
     Stamped here rather than by a ``process_request`` middleware method, which Falcon
     would await as a coroutine of its own on every request. ``project`` is the project
-    authentication settled (``delayq.api.auth``), None when the header names it.
+    authentication settled (``delayq.api.auth``), None when the header names it;
+    ``credentials`` the Keystone token's policy values, None without a token.
     """
 
     project: str | None = None
+    credentials: Mapping[str, Any] | None = None
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
