@@ -87,6 +87,12 @@ signed_url_opts = [
                     "/v2/queues/{name}/share), the same as Zaqar's. Unset, no URL can be "
                     "signed and no signed request is accepted. Every API host of a "
                     "deployment needs the same key."),
+    cfg.IntOpt("max_expires", default=604800, min=60,
+               help="Longest lifetime of a pre-signed URL, in seconds (default 7 days): "
+                    "a share whose expires is further ahead is refused (400), and a "
+                    "signed request whose URL-Expires is further ahead is refused (404), "
+                    "so lowering it also cuts short the URLs already handed out. A share "
+                    "without expires lives a day, or this long if it is shorter."),
 ]
 
 transport_opts = [

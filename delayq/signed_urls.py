@@ -11,7 +11,10 @@ made by either service with the same key is accepted by the other.
 A signed request carries the signed values in headers (``URL-Signature``,
 ``URL-Expires``, ``URL-Methods``, ``URL-Paths``, and the project in ``X-Project-ID``); it
 is allowed when its method is among the signed methods, its path is a signed path or
-below one, the expiry is in the future, and the signature matches the values sent.
+below one, the expiry is in the future and no further than the longest lifetime
+(``[signed_url] max_expires``), and the signature matches the values sent. The lifetime
+bounds a URL when it is used as well as when it is made: a URL signed for longer (by
+Zaqar with the same key, or before the option was lowered) is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ import datetime
 import hashlib
 import hmac
 from dataclasses import dataclass
+
+from oslo_config import cfg
+
+from delayq.conf import SIGNED_URL_GROUP
 
 SIGNATURE_HEADER = "URL-Signature"
 EXPIRES_HEADER = "URL-Expires"
@@ -52,6 +59,20 @@ class SignedUrl:
                 "expires": self.expires, "signature": self.signature}
 
 
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """``[signed_url]``: the key that signs, and the longest lifetime of a URL."""
+
+    secret_key: str | None
+    max_lifetime: datetime.timedelta
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Settings:
+        group = conf[SIGNED_URL_GROUP]
+        return cls(secret_key=group.secret_key or None,
+                   max_lifetime=datetime.timedelta(seconds=group.max_expires))
+
+
 def utcnow() -> datetime.datetime:
     """Now, in UTC, without a time zone (as expiries are compared)."""
     return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
@@ -77,9 +98,12 @@ def parse_expires(value: str) -> datetime.datetime:
 
 
 def sign(key: str | None, paths: list[str], project: str, methods: list[str] | None = None,
-         expires: str | None = None) -> SignedUrl:
+         expires: str | None = None, *,
+         max_lifetime: datetime.timedelta | None = None) -> SignedUrl:
     """Sign *paths* (full request paths) for *methods* in *project* until *expires*
-    (ISO 8601; a day from now when None). Raises SigningError."""
+    (ISO 8601; a day from now when None, or *max_lifetime* from now if that is
+    shorter). An *expires* further than *max_lifetime* from now is refused. Raises
+    SigningError."""
     if not key:
         raise SigningError("Pre-signed URLs are not enabled: [signed_url] secret_key is "
                            "not set.")
@@ -87,9 +111,23 @@ def sign(key: str | None, paths: list[str], project: str, methods: list[str] | N
         raise SigningError("paths must be a non-empty list.")
     methods = sorted(methods or DEFAULT_METHODS)
     paths = sorted(paths)
-    moment = utcnow() + DEFAULT_LIFETIME if expires is None else parse_expires(expires)
-    if moment <= utcnow():
+    now = utcnow()
+    if expires is None:
+        lifetime = DEFAULT_LIFETIME
+        if max_lifetime is not None:
+            lifetime = min(lifetime, max_lifetime)
+        moment = now + lifetime
+    else:
+        moment = parse_expires(expires)
+    if moment <= now:
         raise SigningError("expires is in the past.")
+    if max_lifetime is not None and moment - now > max_lifetime:
+        seconds = int(max_lifetime.total_seconds())
+        latest = (now + max_lifetime).strftime(EXPIRES_FORMAT)
+        raise SigningError(
+            f"expires {moment.strftime(EXPIRES_FORMAT)} is too far ahead: a pre-signed URL "
+            f"lives at most {seconds} seconds ([signed_url] max_expires), so expires may "
+            f"be {latest} at the latest.")
     expires_text = moment.strftime(EXPIRES_FORMAT)
     return SignedUrl(paths=paths, methods=methods, project=project, expires=expires_text,
                      signature=_signature(key, paths, methods, project, expires_text))
@@ -102,10 +140,12 @@ def _signature(key: str, paths: list[str], methods: list[str], project: str,
 
 
 def allows(key: str | None, *, method: str, path: str, project: str, signature: str,
-           expires: str, methods: str, paths: str) -> bool:
+           expires: str, methods: str, paths: str,
+           max_lifetime: datetime.timedelta | None = None) -> bool:
     """Whether the signed headers allow *method* on *path* in *project* now.
 
-    *methods* and *paths* are the comma-separated header values, as sent.
+    *methods* and *paths* are the comma-separated header values, as sent. An expiry
+    further than *max_lifetime* from now does not allow anything.
     """
     if not key:
         return False
@@ -119,7 +159,8 @@ def allows(key: str | None, *, method: str, path: str, project: str, signature: 
         moment = parse_expires(expires)
     except SigningError:
         return False
-    if moment <= utcnow():
+    now = utcnow()
+    if moment <= now or (max_lifetime is not None and moment - now > max_lifetime):
         return False
     expected = _signature(key, sorted(signed_paths), sorted(signed_methods), project,
                           moment.strftime(EXPIRES_FORMAT))

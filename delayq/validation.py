@@ -228,9 +228,15 @@ def idempotency_key(value: str | None) -> str | None:
 
 
 def project_id(value: str | None) -> str:
-    """The project scope; an absent X-Project-ID is the empty project."""
+    """The project scope (the X-Project-ID header): required and not empty, with
+    Zaqar's errors, since a request without it would act in a project nobody named."""
     if value is None:
-        return ""
+        raise ValidationError("The header X-PROJECT-ID was missing",
+                              title="Project-Id Missing")
+    if not value:
+        raise ValidationError("X-PROJECT-ID cannot be an empty string. Specify the right "
+                              "header X-PROJECT-ID and retry.",
+                              title="Empty project header not allowed")
     if len(value) > MAX_PROJECT_ID_LENGTH:
         raise ValidationError(
             f"X-Project-ID must be at most {MAX_PROJECT_ID_LENGTH} characters.")

@@ -31,6 +31,17 @@ def sqlite_conf(directory: Path, **transport: object) -> cfg.ConfigOpts:
 #: The drivers the in-process HTTP tests run on.
 HTTP_DRIVERS = ["sqlite", "redis", "mongodb", "swift"]
 
+#: The project of the in-process clients' requests that name none themselves: without
+#: authentication every request to a project's route names one (X-Project-ID).
+PROJECT = "tests"
+PROJECT_HEADERS = {"X-Project-ID": PROJECT}
+
+
+def project_client(app: object) -> testing.TestClient:
+    """An in-process client of *app* whose requests carry ``PROJECT_HEADERS`` unless
+    they send an X-Project-ID of their own."""
+    return testing.TestClient(app, headers=PROJECT_HEADERS)
+
 
 def http_client(name: str, conf: cfg.ConfigOpts) -> testing.TestClient:
     """An in-process HTTP client of the app on a fresh store of driver *name*.
@@ -72,4 +83,4 @@ def http_client(name: str, conf: cfg.ConfigOpts) -> testing.TestClient:
         conf.set_override("container_prefix", f"t{uuid.uuid4().hex[:12]}", group=group)
         # Tests that want a reaper pass call the driver's reap themselves.
         conf.set_override("reap_interval", 0, group=group)
-    return testing.TestClient(create_app(conf, driver=driver, metrics=metrics))
+    return project_client(create_app(conf, driver=driver, metrics=metrics))

@@ -87,6 +87,7 @@ class Directory:
         User("bob", "bob-secret", "beta", ("member",)),
         User("pat", "pat-secret", "alpha", ("producer",)),
         User("cody", "cody-secret", "alpha", ("consumer",)),
+        User("rita", "rita-secret", "alpha", ("reader",)),
     )
 
 

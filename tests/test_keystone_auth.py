@@ -4,13 +4,16 @@ policy ``etc/policy.producer-consumer.yaml``, driven by python-zaqarclient's key
 signed-url backends and by plain httpx.
 
 Keystone holds two projects, alpha and beta: alice is a member of alpha, bob of beta;
-pat has only the ``producer`` role in alpha, cody only ``consumer``.
+pat has only the ``producer`` role in alpha, cody only ``consumer``, rita only
+``reader``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -55,6 +58,8 @@ def server(keystone, tmp_path_factory):
         "oslo_policy": {"policy_file": EXAMPLE_POLICY},
         "signed_url": {"secret_key": SECRET_KEY},
         "drivers:transport:wsgi": {"workers": 1},
+        # The subscriptions made here are for their rules only: nothing is pushed.
+        "notification": {"push": False},
     }
     with delayq_server(cwd, config=config) as running:
         yield running
@@ -270,14 +275,91 @@ def test_a_signature_made_by_zaqar_is_accepted(server, keystone):
     assert [m.body for m in queue.messages(echo=True)] == ["zaqar"]
 
 
-def test_a_share_needs_a_token_and_the_share_rule(server, keystone):
+def test_a_share_needs_a_token(server, keystone):
     name = unique("shared")
     assert_json_error(httpx.post(f"{server.url}/v2/queues/{name}/share", json={},
                                  headers=headers(), timeout=30), 401)
+
+
+def share(server, token: str, name: str, **document: object) -> httpx.Response:
+    return httpx.post(f"{server.url}/v2/queues/{name}/share", json=document,
+                      headers=headers(token), timeout=30)
+
+
+def test_a_share_grants_only_what_its_maker_may_do(server, keystone):
+    """The example policy lets a reader read messages but not post them, nor subscribe:
+    a reader's share of GET is made, one of POST is 403 naming the rule it would
+    bypass; a member, who may do everything, may share everything."""
+    name = unique("shared")
+    reader = keystone.token(keystone.user("rita"))
+    member = keystone.token(keystone.user("alice"))
+    keystone_client(server, keystone, "alice").queue(name, force_create=True).post(
+        [{"body": "for readers"}])
+
+    signed = share(server, reader, name, methods=["GET"], paths=["messages"])
+    assert signed.status_code == 200, signed.text
+    assert signed.json()["methods"] == ["GET"]
+    url = f"{server.url}/v2/queues/{name}/messages"
+    listed = httpx.get(url, params={"echo": "true"}, headers=signed_headers(signed.json()),
+                       timeout=30)
+    assert [m["body"] for m in listed.json()["messages"]] == ["for readers"]
+
+    refused = {
+        "messages:create": {"methods": ["POST"], "paths": ["messages"]},
+        "subscription:create": {"methods": ["POST"], "paths": ["subscriptions"]},
+        "subscription:get_all": {"methods": ["GET"], "paths": ["messages", "subscriptions"]},
+        "messages:delete": {"methods": ["GET", "DELETE"]},
+        "claims:create": {"methods": ["POST"], "paths": ["claims"]},
+    }
+    for rule, document in refused.items():
+        response = assert_json_error(share(server, reader, name, **document), 403)
+        assert rule in response["description"], (rule, response)
+        # A member may share the same.
+        assert share(server, member, name, **document).status_code == 200, rule
+    everything = {"methods": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
+                  "paths": ["messages", "subscriptions", "claims"]}
+    assert share(server, member, name, **everything).status_code == 200
+    assert_json_error(share(server, reader, name, **everything), 403)
+
+
+def test_a_producer_or_consumer_shares_its_own_part_only(server, keystone):
+    name = unique("shared")
     pat = keystone.token(keystone.user("pat"))
-    document = assert_json_error(httpx.post(f"{server.url}/v2/queues/{name}/share",
-                                            json={}, headers=headers(pat), timeout=30), 403)
-    assert "queues:share" in document["description"]
+    cody = keystone.token(keystone.user("cody"))
+    assert share(server, pat, name, methods=["POST"]).status_code == 200
+    # A share is GET on messages unless it says otherwise.
+    assert "messages:get_all" in assert_json_error(share(server, pat, name), 403)[
+        "description"]
+    for method in ("POST", "GET", "PATCH", "DELETE"):
+        assert share(server, cody, name, methods=[method], paths=["claims"]
+                     ).status_code == 200, method
+    # A consumer deletes messages of its claims only; a URL's holder could delete any.
+    document = assert_json_error(share(server, cody, name, methods=["DELETE"]), 403)
+    assert "messages:delete" in document["description"]
+
+
+def test_a_share_past_max_expires_is_400(server, keystone):
+    member = keystone.token(keystone.user("alice"))
+    name = unique("shared")
+    too_late = (datetime.now(UTC) + timedelta(days=7, minutes=1)).strftime(
+        "%Y-%m-%dT%H:%M:%S")
+    document = assert_json_error(share(server, member, name, expires=too_late), 400)
+    assert "max_expires" in document["description"]
+
+
+def test_a_signed_url_cannot_make_another(server, keystone):
+    """A URL Zaqar's code signs for the share route itself (any path can be signed with
+    the key) does not let its holder share: sharing takes credentials."""
+    name = unique("shared")
+    alpha = keystone.project_ids["alpha"]
+    expires = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    signed = zaqar_urls.create_signed_url(
+        SECRET_KEY, [f"/v2/queues/{name}/share"], project=alpha, methods=["POST"],
+        expires=expires)
+    response = httpx.post(f"{server.url}/v2/queues/{name}/share", json={},
+                          headers=signed_headers(signed), timeout=30)
+    assert "cannot create pre-signed URLs" in assert_json_error(response, 403)[
+        "description"]
 
 
 def test_a_token_of_no_project_cannot_reach_queues(server, keystone):
@@ -304,3 +386,177 @@ def test_keystone_unreachable_is_503_and_a_token_free_ping_still_answers(tmp_pat
     assert set(response.json) == {"title", "description"}
     assert "identity service" in response.json["description"]
     assert client.simulate_get("/v2/ping").status_code == 204
+
+
+# The example policy, role by role: every operation of the API on a queue of alpha,
+# tried by each role on a queue alice (a member) prepared for it.
+
+PATCH_TYPE = "application/openstack-messaging-v2.0-json-patch"
+ROLES = {"member": "alice", "producer": "pat", "consumer": "cody", "reader": "rita"}
+DENIED = "denied"  # 403 by the policy, naming the rule
+
+
+@dataclass(frozen=True)
+class Operation:
+    rule: str
+    method: str
+    path: str
+    needs: str = "queue"  # "queue", "message" (one free message), "claimed" (claimed)
+    json: object = None
+    params: dict[str, str] = field(default_factory=dict)
+    content_type: str | None = None
+
+
+# Paths, with {q} (a queue), {mid} (its message) and {cid} (the claim on it).
+QUEUE = "/v2/queues/{q}"
+MESSAGES = f"{QUEUE}/messages"
+MESSAGE = f"{MESSAGES}/{{mid}}"
+CLAIMS = f"{QUEUE}/claims"
+CLAIM = f"{CLAIMS}/{{cid}}"
+SUBSCRIPTIONS = f"{QUEUE}/subscriptions"
+A_CLAIM_ID = "0123456789abcdef01234567"  # of no claim
+
+# Expected status per role: member, producer, consumer, reader.
+ROLE_TABLE: dict[str, tuple[Operation, tuple[object, object, object, object]]] = {
+    "list queues": (Operation("queues:get_all", "GET", "/v2/queues"),
+                    (200, DENIED, DENIED, 200)),
+    "create a queue": (Operation("queues:create", "PUT", QUEUE, needs="nothing", json={}),
+                       (201, DENIED, DENIED, DENIED)),
+    "read a queue": (Operation("queues:get", "GET", QUEUE),
+                     (200, DENIED, DENIED, 200)),
+    "check a queue exists": (Operation("queues:get", "HEAD", QUEUE),
+                             (204, DENIED, DENIED, 204)),
+    "change a queue": (Operation("queues:update", "PATCH", QUEUE, content_type=PATCH_TYPE,
+                                 json=[{"op": "add", "path": "/metadata/color",
+                                        "value": "red"}]),
+                       (200, DENIED, DENIED, DENIED)),
+    "read stats": (Operation("queues:stats", "GET", f"{QUEUE}/stats"),
+                   (200, DENIED, DENIED, 200)),
+    "purge": (Operation("queues:purge", "POST", f"{QUEUE}/purge", needs="message", json={}),
+              (204, DENIED, DENIED, DENIED)),
+    "redrive": (Operation("queues:redrive", "POST", f"{QUEUE}/redrive", json={}),
+                (200, DENIED, DENIED, DENIED)),
+    "delete a queue": (Operation("queues:delete", "DELETE", QUEUE),
+                       (204, DENIED, DENIED, DENIED)),
+    "share reading": (Operation("messages:get_all", "POST", f"{QUEUE}/share", json={}),
+                      (200, DENIED, DENIED, 200)),
+    "post messages": (Operation("messages:create", "POST", MESSAGES,
+                                json={"messages": [{"body": "new"}]}),
+                      (201, 201, DENIED, DENIED)),
+    "list messages": (Operation("messages:get_all", "GET", MESSAGES, needs="message",
+                                params={"echo": "true"}),
+                      (200, DENIED, DENIED, 200)),
+    "read messages by id": (Operation("messages:get_all", "GET", MESSAGES, needs="message",
+                                      params={"ids": "{mid}"}),
+                            (200, DENIED, DENIED, 200)),
+    "read a message": (Operation("messages:get", "GET", MESSAGE, needs="message"),
+                       (200, DENIED, DENIED, 200)),
+    "edit a message": (Operation("messages:update", "PATCH", MESSAGE, needs="message",
+                                 json={"body": "edited"}, content_type="application/json"),
+                       (200, DENIED, DENIED, DENIED)),
+    # Unclaimed: a consumer may not delete it; with a claim id of no claim holding it,
+    # the policy lets the request through and the store refuses it (400, as in Zaqar).
+    "delete an unclaimed message": (
+        Operation("messages:delete", "DELETE", MESSAGE, needs="message"),
+        (204, DENIED, DENIED, DENIED)),
+    "delete an unclaimed message naming a claim": (
+        Operation("messages:delete", "DELETE", MESSAGE, needs="message",
+                  params={"claim_id": A_CLAIM_ID}),
+        (400, DENIED, 400, DENIED)),
+    # Claimed: with its claim id, the message of a consumer's claim is its to delete;
+    # without, no one may delete it (the store's 403 for a member, the policy's else).
+    "delete a claimed message with its claim id": (
+        Operation("messages:delete", "DELETE", MESSAGE, needs="claimed",
+                  params={"claim_id": "{cid}"}),
+        (204, DENIED, 204, DENIED)),
+    "delete a claimed message without its claim id": (
+        Operation("messages:delete", "DELETE", MESSAGE, needs="claimed"),
+        (403, DENIED, DENIED, DENIED)),
+    "delete messages by id": (Operation("messages:delete_all", "DELETE", MESSAGES,
+                                        needs="message", params={"ids": "{mid}"}),
+                              (204, DENIED, DENIED, DENIED)),
+    "pop": (Operation("messages:delete_all", "DELETE", MESSAGES, needs="message",
+                      params={"pop": "1"}),
+            (200, DENIED, DENIED, DENIED)),
+    "claim": (Operation("claims:create", "POST", CLAIMS, needs="message", json={"ttl": 60}),
+              (201, DENIED, 201, DENIED)),
+    "read a claim": (Operation("claims:get", "GET", CLAIM, needs="claimed"),
+                     (200, DENIED, 200, DENIED)),
+    "renew a claim": (Operation("claims:update", "PATCH", CLAIM, needs="claimed",
+                                json={"ttl": 120}),
+                      (204, DENIED, 204, DENIED)),
+    "release a claim": (Operation("claims:delete", "DELETE", CLAIM, needs="claimed"),
+                        (204, DENIED, 204, DENIED)),
+    "subscribe": (Operation("subscription:create", "POST", SUBSCRIPTIONS,
+                            json={"subscriber": "https://8.8.8.8/delayq-test", "ttl": 600}),
+                  (201, DENIED, DENIED, DENIED)),
+    "list subscriptions": (Operation("subscription:get_all", "GET", SUBSCRIPTIONS),
+                           (200, DENIED, DENIED, DENIED)),
+}
+
+
+def test_the_example_policy_role_by_role(server, keystone):
+    tokens = {role: keystone.token(keystone.user(user)) for role, user in ROLES.items()}
+    owner = tokens["member"]
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        def prepare(needs: str) -> dict[str, str]:
+            """A queue of alpha (and a message, and a claim on it) made by alice."""
+            found = {"q": unique("roles")}
+            if needs == "nothing":
+                return found
+            queue = f"/v2/queues/{found['q']}"
+            assert http.put(queue, json={}, headers=headers(owner)).status_code == 201
+            if needs in ("message", "claimed"):
+                posted = http.post(f"{queue}/messages", json={"messages": [{"body": "m"}]},
+                                   headers=headers(owner))
+                found["mid"] = posted.json()["resources"][0].rsplit("/", 1)[1]
+            if needs == "claimed":
+                claimed = http.post(f"{queue}/claims", json={"ttl": 60},
+                                    headers=headers(owner))
+                found["cid"] = claimed.headers["location"].rsplit("/", 1)[1]
+            return found
+
+        def state(q: str) -> tuple:
+            """What alice sees of the queue: whether it exists, its metadata and counts,
+            its messages and subscriptions."""
+            queue = f"/v2/queues/{q}"
+            if http.head(queue, headers=headers(owner)).status_code == 404:
+                return ()
+            stats = http.get(f"{queue}/stats", headers=headers(owner)).json()["messages"]
+            listed = http.get(f"{queue}/messages", params={"echo": "true",
+                                                           "include_claimed": "true"},
+                              headers=headers(owner)).json()["messages"]
+            subscribed = http.get(f"{queue}/subscriptions", headers=headers(owner)).json()
+            return (http.get(queue, headers=headers(owner)).json(),
+                    {k: stats[k] for k in ("free", "claimed", "delayed", "total")},
+                    sorted((m["id"], json.dumps(m["body"])) for m in listed),
+                    len(subscribed["subscriptions"]))
+
+        seen = {}
+        for name, (operation, expected) in ROLE_TABLE.items():
+            for (role, token), wanted in zip(tokens.items(), expected, strict=True):
+                found = prepare(operation.needs)
+                before = state(found["q"])
+                path = operation.path.format(**found)
+                sent = headers(token)
+                if operation.content_type is not None:
+                    sent["Content-Type"] = operation.content_type
+                response = http.request(
+                    operation.method, path, headers=sent,
+                    params={k: v.format(**found) for k, v in operation.params.items()},
+                    content=None if operation.json is None else json.dumps(operation.json))
+                seen[(name, role)] = response.status_code
+                if wanted == DENIED:
+                    assert response.status_code == 403, (name, role, response.text)
+                    if operation.method != "HEAD":
+                        assert operation.rule in response.json()["description"], (
+                            name, role, response.text)
+                    assert state(found["q"]) == before, (name, role)
+                else:
+                    assert response.status_code == wanted, (name, role, response.text)
+                    if wanted in (400, 403):  # refused by the store: nothing changed
+                        assert state(found["q"]) == before, (name, role)
+    # The consumer's deletes, spelled out: only the message of its claim, by claim id.
+    assert seen[("delete an unclaimed message", "consumer")] == 403
+    assert seen[("delete a claimed message without its claim id", "consumer")] == 403
+    assert seen[("delete a claimed message with its claim id", "consumer")] == 204

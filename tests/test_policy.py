@@ -77,19 +77,53 @@ def policy_anonymous() -> dict[str, object]:
 
 def test_the_example_file_splits_producers_and_consumers(rules):
     enforced = rules(EXAMPLE)
-    producer, consumer, member = (credentials("producer"), credentials("consumer"),
-                                  credentials("member"))
+    producer, consumer, reader, member = (credentials("producer"), credentials("consumer"),
+                                          credentials("reader"), credentials("member"))
     assert enforced.allows("messages:create", producer, "p1")
     for name in ("claims:create", "messages:get_all", "messages:delete", "queues:stats"):
         assert not enforced.allows(name, producer, "p1"), name
-    for name in ("claims:create", "claims:update", "claims:delete", "messages:delete"):
+        assert not enforced.allows(name, producer, "p1", with_claim_id=True), name
+    for name in ("claims:create", "claims:update", "claims:delete"):
         assert enforced.allows(name, consumer, "p1"), name
+    # A consumer deletes a message only as part of a claim (claim_id in the request).
+    assert enforced.allows("messages:delete", consumer, "p1", with_claim_id=True)
+    assert not enforced.allows("messages:delete", consumer, "p1")
+    assert not enforced.allowing_every_request("messages:delete", consumer, "p1")
     for name in ("messages:create", "messages:delete_all", "queues:purge"):
         assert not enforced.allows(name, consumer, "p1"), name
+    for name in ("queues:get_all", "queues:stats", "messages:get_all", "messages:get"):
+        assert enforced.allows(name, reader, "p1"), name
+    for name in ("messages:create", "messages:delete", "claims:create", "queues:purge",
+                 "subscription:create", "subscription:get_all"):
+        assert not enforced.allows(name, reader, "p1", with_claim_id=True), name
     for name in yaml.safe_load(EXAMPLE.read_text()):
-        if name != "project_member":
-            assert enforced.allows(name, member, "p1"), name
-            assert enforced.allows(name, credentials("admin"), "p1"), name
+        if not name.startswith("project_"):
+            for who in (member, credentials("admin")):
+                assert enforced.allowing_every_request(name, who, "p1"), name
+
+
+def test_a_share_grants_the_rules_of_its_routes_and_those_below(tmp_path):
+    """Each (method, path) a share may sign maps to the rules of the routes the signed
+    path covers, the same rules the middleware checks; none is left unmapped."""
+    assert policy.rules_granted("GET", policy.MESSAGES) == ["messages:get_all",
+                                                            "messages:get"]
+    assert sorted(policy.rules_granted("DELETE", policy.MESSAGES)) == [
+        "messages:delete", "messages:delete_all"]
+    assert policy.rules_granted("POST", policy.SUBSCRIPTIONS) == ["subscription:create"]
+    assert policy.rules_granted("PATCH", policy.CLAIMS) == ["claims:update"]
+    assert policy.rules_granted("PUT", policy.MESSAGES) == []
+    # A path that only starts like the signed one is not below it.
+    assert policy.rules_granted("GET", "/v2/queues/{name}/message") == []
+    served = {(method.method, route.path)
+              for route in falcon.inspect.inspect_routes(create_app(sqlite_conf(tmp_path)))
+              for method in route.methods if not method.internal}
+    for path in ("messages", "claims", "subscriptions"):
+        template = f"{policy.QUEUE}/{path}"
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+            covered = {(verb, route) for verb, route in served if verb == method
+                       and (route == template or route.startswith(template + "/"))}
+            assert {policy.RULES[c] for c in covered} == set(
+                policy.rules_granted(method, template)), (method, path)
 
 
 def test_a_changed_policy_file_takes_effect_without_a_restart(rules, tmp_path):

@@ -5,9 +5,9 @@ Project A fills a store: a plain queue with a live claim, a delayed queue, a que
 dead-letter policy and its dead-letter queue holding dead-lettered messages. Other
 projects — one unrelated, ones whose ids are prefixes, suffixes or extensions of A's, A's
 id percent-encoded (the form the Redis and Swift drivers put in key and container names),
-the empty project and ids made of ``%``, ``*``, ``:`` and ``/`` (any X-Project-ID up to
-256 characters is accepted) — then send every request of the API on A's queue names,
-message ids and claim id.
+and ids made of ``%``, ``*``, ``:`` and ``/`` (any X-Project-ID up to 256 characters is
+accepted; a request without one is 400: tests/test_project_header.py) — then send every
+request of the API on A's queue names, message ids and claim id.
 
 "Indistinguishable from absent" is checked literally: each intruder's exact sequence of
 requests is replayed against a second, empty store of the same driver, and every
@@ -49,7 +49,6 @@ INTRUDERS = (
     "xacme/a:1",       # A's id is a suffix of it
     ENCODED_OWNER,     # A's id as the Redis and Swift drivers write it into names
     "ACME/A:1",
-    "",                # no X-Project-ID: the empty project
     "%",
     "*",
     "acme/a:1%00",
@@ -71,7 +70,7 @@ class Plan(NamedTuple):
 # requests per API request, takes one intruder and the two queues holding a claim and
 # dead-lettered messages.
 PLANS = {
-    "sqlite": Plan(("acme/b:1", "")),
+    "sqlite": Plan(("acme/b:1", "%")),
     "redis": Plan((ENCODED_OWNER,)),
     "mongodb": Plan(INTRUDERS),
     "swift": Plan((ENCODED_OWNER,), queues=(JOBS, DEAD), again=False),
@@ -82,10 +81,7 @@ GENERATED_HEADERS = ("location", "content-location")
 
 
 def headers_of(project: str, client_id: str) -> dict[str, str]:
-    headers = {"Client-ID": client_id}
-    if project:
-        headers["X-Project-ID"] = project
-    return headers
+    return {"Client-ID": client_id, "X-Project-ID": project}
 
 
 class Recorder:
@@ -274,7 +270,7 @@ def own_queues(send: Recorder, owner: Owner) -> None:
     send("POST", f"/v2/queues/{DEAD}/redrive")
     send("GET", f"/v2/queues/{WORK}/messages", params={"echo": "true"})
     send("POST", f"/v2/queues/{JOBS}/claims", json={"ttl": 60})
-    send("GET", "/metrics", params={"project": send.headers.get("X-Project-ID", "")})
+    send("GET", "/metrics", params={"project": send.headers["X-Project-ID"]})
 
 
 # The test

@@ -313,6 +313,21 @@ def test_home_document(server, c):
     assert "rel/queues" in c.homedoc()["resources"]
 
 
+def test_a_request_without_a_project_is_400_as_in_zaqar(server, c):
+    name = unique("unnamed")
+    response = httpx.post(f"{server.url}/v2/queues/{name}/messages",
+                          json={"messages": [{"body": 1}]},
+                          headers={"Client-ID": str(uuid.uuid4())}, timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json() == {"title": "Project-Id Missing",
+                               "description": "The header X-PROJECT-ID was missing"}
+    # python-zaqarclient sends its project on every request.
+    queue = c.queue(name, auto_create=False)
+    assert queue.stats["messages"]["total"] == 0
+    queue.post({"body": 1})
+    assert queue.stats["messages"]["total"] == 1
+
+
 def test_queue_listing_exists_and_delete(server):
     project = unique("proj")  # a project of our own: the listing is exactly ours
     c = make_client(server.url, project)

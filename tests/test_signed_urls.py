@@ -123,6 +123,67 @@ def test_a_bad_share_request_is_400(client, body, wanted):
     assert wanted in response.json["description"]
 
 
+def test_expires_past_seven_days_is_400_by_default(client):
+    """``[signed_url] max_expires`` defaults to 604800 seconds."""
+    within = client.simulate_post("/v2/queues/q/share", headers=project_headers(),
+                                  json={"expires": later(days=7, seconds=-5)})
+    assert within.status_code == 200, within.text
+    for expires in (later(days=7, seconds=5), "9999-12-31T23:59:59"):
+        response = client.simulate_post("/v2/queues/q/share", headers=project_headers(),
+                                        json={"expires": expires})
+        assert response.status_code == 400, response.text
+        assert response.json["title"] == "Invalid API request"
+        assert "604800 seconds ([signed_url] max_expires)" in response.json["description"]
+
+
+@pytest.fixture
+def short_client(tmp_path) -> testing.TestClient:
+    """Signed URLs that live at most an hour."""
+    conf = sqlite_conf(tmp_path)
+    conf.set_override("secret_key", KEY, group="signed_url")
+    conf.set_override("max_expires", 3600, group="signed_url")
+    return testing.TestClient(create_app(conf))
+
+
+def test_a_share_lives_no_longer_than_max_expires(short_client):
+    response = short_client.simulate_post("/v2/queues/q/share", headers=project_headers(),
+                                          json={"expires": later(hours=2)})
+    assert response.status_code == 400, response.text
+    assert "at most 3600 seconds" in response.json["description"]
+    # Without expires a share lives a day, or max_expires when that is shorter.
+    signed = short_client.simulate_post("/v2/queues/q/share",
+                                        headers=project_headers()).json
+    expires = datetime.fromisoformat(signed["expires"]).replace(tzinfo=UTC)
+    assert timedelta(minutes=59) < expires - datetime.now(UTC) <= timedelta(hours=1)
+    assert short_client.simulate_get("/v2/queues/q/messages",
+                                     headers=signed_headers(signed)).status_code == 200
+
+
+def test_a_signed_url_that_expires_past_max_expires_is_refused_when_used(short_client):
+    """A URL signed with the same key for longer (by Zaqar, or before the option was
+    lowered) is refused: the bound holds when a URL is used, too."""
+    def zaqar_signed(**delta: float) -> dict:
+        return zaqar_urls.create_signed_url(KEY, ["/v2/queues/q/messages"], project="p1",
+                                            methods=["GET"], expires=later(**delta))
+
+    within = short_client.simulate_get("/v2/queues/q/messages",
+                                       headers=signed_headers(zaqar_signed(minutes=50)))
+    assert within.status_code == 200, within.text
+    beyond = short_client.simulate_get("/v2/queues/q/messages",
+                                       headers=signed_headers(zaqar_signed(days=30)))
+    assert beyond.status_code == 404, beyond.text
+    assert "max_expires" in beyond.json["description"]
+
+
+def test_without_authentication_a_share_may_grant_any_method(client):
+    """No policy, no identity: whoever may reach the port may do anything, and share it."""
+    response = client.simulate_post(
+        "/v2/queues/q/share", headers=project_headers(),
+        json={"paths": ["messages", "subscriptions", "claims"],
+              "methods": ["GET", "POST", "PATCH", "DELETE"]})
+    assert response.status_code == 200, response.text
+
+
 def test_without_a_secret_key_share_is_400_and_nothing_is_signed(tmp_path):
     client = testing.TestClient(create_app(sqlite_conf(tmp_path)))
     response = client.simulate_post("/v2/queues/q/share", headers=project_headers())

@@ -7,14 +7,14 @@ import falcon.asgi
 import falcon.media
 from oslo_config import cfg
 
-from delayq import jsontext
+from delayq import jsontext, signed_urls
 from delayq.api import auth, claims, errors, home, messages, queues, share, subscriptions
 from delayq.api import metrics as metrics_api
 from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
 from delayq.api.request import Request
 from delayq.broker import Broker
-from delayq.conf import NOTIFICATION_GROUP, SIGNED_URL_GROUP, WSGI_GROUP
+from delayq.conf import NOTIFICATION_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
 from delayq.push.pusher import Pusher, PushSettings
 from delayq.storage.base import Driver
@@ -98,7 +98,9 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     app.add_route("/v2/queues/{name}/subscriptions/{subscription_id}",
                   subscriptions.SubscriptionResource(**on_subscriptions))
     app.add_route("/v2/queues/{name}/share",
-                  share.QueueShareResource(conf[SIGNED_URL_GROUP].secret_key))
+                  share.QueueShareResource(
+                      signed_urls.Settings.from_conf(conf),
+                      rules=authentication.rules if authentication is not None else None))
     app.add_route("/v2", home.HomeResource())
     app.add_route("/v2/ping", home.PingResource(broker=broker, execute=execute))
     app.add_route("/v2/health", home.HealthResource(broker=broker, execute=execute,

@@ -6,20 +6,24 @@ before the resource runs:
 1. A request carrying ``URL-Signature`` is a pre-signed URL (``delayq.signed_urls``): the
    signature alone allows it, in the project of its ``X-Project-ID`` (which the
    signature covers), whatever the strategy; a signature that does not allow it is 404,
-   as in Zaqar. The policy is not consulted: creating the URL was (``queues:share``).
+   as in Zaqar. The policy is not consulted: creating the URL was (``queues:share``, and
+   every rule of the requests it grants: ``delayq.api.share``).
 2. With ``auth_strategy = keystone``, the ``X-Auth-Token`` is validated by
    keystonemiddleware's auth_token (its ``[keystone_authtoken]`` options and token
    cache), in a pool thread since a cache miss asks Keystone. The project is the
    token's; an ``X-Project-ID`` the client sends is ignored. No token or a bad one is
    401, Keystone unreachable 503. The policy (``delayq.api.policy``) then allows the
-   request or answers 403. Routes outside any project (``/v2/ping``, ``/v2/health``,
+   request or answers 403; its target says whether the request names a claim
+   (``claim_id``). Routes outside any project (``/v2/ping``, ``/v2/health``,
    ``/metrics``) take a request without a token when their rule lets anyone through
    (by default ``ping:get`` only), so a load balancer can check the service.
 3. With no strategy, the project is the ``X-Project-ID`` header, as sent
-   (``delayq.api.request.project``), and nothing is enforced.
+   (``delayq.api.request.project``; a request to a project's route without it is 400),
+   and nothing is enforced.
 
-The middleware leaves the project in ``req.context.project``. Without a strategy and
-without ``[signed_url] secret_key`` the app has no such middleware at all.
+The middleware leaves the project in ``req.context.project``, and the token's
+credentials in ``req.context.credentials`` (for the share's own checks). Without a
+strategy and without ``[signed_url] secret_key`` the app has no such middleware at all.
 """
 
 from __future__ import annotations
@@ -35,11 +39,10 @@ from keystonemiddleware import auth_token
 from oslo_config import cfg
 from oslo_context import context
 
-from delayq import errors, signed_urls, validation
-from delayq.api import policy
+from delayq import errors, signed_urls
+from delayq.api import policy, request
 from delayq.api.execution import Execution
-from delayq.api.request import PROJECT_HEADER
-from delayq.conf import KEYSTONE, SIGNED_URL_GROUP
+from delayq.conf import KEYSTONE
 
 LOG = logging.getLogger(__name__)
 
@@ -57,10 +60,10 @@ def from_conf(conf: cfg.ConfigOpts, execute: Execution) -> Authentication | None
     """The middleware *conf* asks for; None when it asks for neither a strategy nor
     signed URLs."""
     keystone = conf.auth_strategy == KEYSTONE
-    secret_key = conf[SIGNED_URL_GROUP].secret_key
-    if not keystone and not secret_key:
+    signing = signed_urls.Settings.from_conf(conf)
+    if not keystone and not signing.secret_key:
         return None
-    return Authentication(execute, secret_key=secret_key,
+    return Authentication(execute, signing=signing,
                           tokens=KeystoneTokens(conf) if keystone else None,
                           rules=policy.Policy(conf) if keystone else None)
 
@@ -130,10 +133,10 @@ def _environ(token: str | None, service_token: str | None) -> dict[str, Any]:
 class Authentication:
     """Middleware: settles the request's project and checks the policy (module doc)."""
 
-    def __init__(self, execute: Execution, *, secret_key: str | None,
+    def __init__(self, execute: Execution, *, signing: signed_urls.Settings,
                  tokens: KeystoneTokens | None, rules: policy.Policy | None) -> None:
         self.execute = execute
-        self.secret_key = secret_key
+        self.signing = signing
         self.tokens = tokens
         self.rules = rules
 
@@ -159,14 +162,18 @@ class Authentication:
                 raise errors.Forbidden("The token is not scoped to a project: queues "
                                        "belong to projects.")
             req.context.project = project
-        if rule is not None and not self.rules.allows(rule, credentials, project):
+        req.context.credentials = credentials
+        if rule is not None and not self.rules.allows(
+                rule, credentials, project,
+                with_claim_id=bool(req.get_param(request.CLAIM_ID_PARAM))):
             raise errors.Forbidden.by_policy(rule)
 
     def signed_project(self, req: falcon.Request) -> str:
         """The project a pre-signed request acts in; raises SignatureRefused."""
-        project = validation.project_id(req.get_header(PROJECT_HEADER))
+        project = request.header_project(req)
         if not signed_urls.allows(
-                self.secret_key, method=req.method, path=req.path, project=project,
+                self.signing.secret_key, max_lifetime=self.signing.max_lifetime,
+                method=req.method, path=req.path, project=project,
                 signature=req.get_header(signed_urls.SIGNATURE_HEADER) or "",
                 expires=req.get_header(signed_urls.EXPIRES_HEADER) or "",
                 methods=req.get_header(signed_urls.METHODS_HEADER) or "",
@@ -174,5 +181,6 @@ class Authentication:
             raise errors.SignatureRefused(
                 "The pre-signed URL does not allow this request: the method, path or "
                 "project differs from what was signed, the signature does not match, or "
-                "it has expired.")
+                "it has expired (or expires further ahead than [signed_url] max_expires "
+                "allows).")
         return project

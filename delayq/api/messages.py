@@ -148,7 +148,7 @@ class MessageResource(_MessageResource):
         limits = self.limits
         document = await request.json_body(
             req, limits.max_messages_post_size + EDIT_OVERHEAD, "message edit")
-        claim_id = req.get_param("claim_id") or None
+        claim_id = req.get_param(request.CLAIM_ID_PARAM) or None
         if claim_id is None:
             message = await self.execute(self.broker.edit_message, project, name,
                                          message_id, validation.message_edit(document, limits))
@@ -165,7 +165,7 @@ class MessageResource(_MessageResource):
         project = request.project(req)
         request.client(req, self.limits)
         validation.queue_name(name)
-        claim_id = req.get_param("claim_id") or None
+        claim_id = req.get_param(request.CLAIM_ID_PARAM) or None
         validation.single_delete(claim_id, self.limits)
         await self.execute(self.broker.delete_message, project, name, message_id, claim_id)
         resp.status = falcon.HTTP_204

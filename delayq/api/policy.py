@@ -9,8 +9,18 @@ counts, for ``admin`` only.
 
 An operator overrides any rule in the file ``[oslo_policy] policy_file`` names (YAML or
 JSON; read again when it changes); ``etc/policy.yaml.sample`` lists every rule with its
-default. The policy is enforced with ``auth_strategy = keystone``, on the roles of the
-token; without authentication there is no identity to check, and nothing is enforced.
+default. A rule checks the credentials (``role:...``, ``project_id:...``) and the
+request's target (``target``): ``%(project_id)s``, the project acted in, and
+``%(with_claim_id)s``, True when the request names a claim in its ``claim_id`` parameter
+(a message deleted, or handed back, as part of the claim that holds it: the store
+refuses a claim that does not hold the message), so a rule such as
+``role:consumer and True:%(with_claim_id)s`` lets a consumer delete only the messages of
+its claims.
+
+The policy is enforced with ``auth_strategy = keystone``, on the roles of the token;
+without authentication there is no identity to check, and nothing is enforced. A
+pre-signed URL's requests are not checked against it: what a share grants is, when the
+share is made (``rules_granted``, ``Policy.allowing_every_request``).
 """
 
 from __future__ import annotations
@@ -64,7 +74,9 @@ _DEFINITIONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
     "messages:update": (UNPROTECTED, "Edit an unclaimed message's body or delay, or hand "
                                      "a claimed one back with a delay (delayq).",
                         (("PATCH", MESSAGE),)),
-    "messages:delete": (UNPROTECTED, "Delete one message.", (("DELETE", MESSAGE),)),
+    "messages:delete": (UNPROTECTED, "Delete one message. The target's with_claim_id is "
+                                     "True when the request names the claim holding the "
+                                     "message (claim_id).", (("DELETE", MESSAGE),)),
     "messages:delete_all": (UNPROTECTED, "Delete messages by id, or pop them.",
                             (("DELETE", MESSAGES),)),
     "claims:create": (UNPROTECTED, "Claim messages.", (("POST", CLAIMS),)),
@@ -94,6 +106,20 @@ RULES: dict[tuple[str, str], str] = {
     for name, (_, _, operations) in _DEFINITIONS.items() for operation in operations}
 
 
+def target(project: str | None, *, with_claim_id: bool = False) -> dict[str, object]:
+    """What a rule may check of the request besides the credentials (module doc)."""
+    return {"project_id": project, "with_claim_id": with_claim_id}
+
+
+def rules_granted(method: str, template: str) -> list[str]:
+    """The rules of the requests a pre-signed URL for *method* on the route *template*
+    lets through: the routes at *template* and below it (a signed path covers the paths
+    below it), each with the rule the middleware checks for it."""
+    below = template.rstrip("/") + "/"
+    return [name for (verb, route), name in RULES.items()
+            if verb == method and (route == template or route.startswith(below))]
+
+
 def list_rules() -> list[policy.RuleDefault]:
     """Every rule with its default, for ``oslopolicy-sample-generator`` and the
     enforcer."""
@@ -116,13 +142,22 @@ class Policy:
         self.enforcer = policy.Enforcer(conf)
         self.enforcer.register_defaults(list_rules())
 
-    def allows(self, rule: str, credentials: Mapping[str, Any], project: str | None
-               ) -> bool:
+    def allows(self, rule: str, credentials: Mapping[str, Any], project: str | None, *,
+               with_claim_id: bool = False) -> bool:
         """Whether *credentials* (oslo.context's policy values) may act under *rule*
-        on *project*'s resources."""
+        on *project*'s resources, in a request naming a claim or not (``target``)."""
         credentials = {**credentials,
                        "is_admin": self.enforcer.enforce(CONTEXT_IS_ADMIN, {}, credentials)}
-        return self.enforcer.enforce(rule, {"project_id": project}, credentials)
+        return self.enforcer.enforce(
+            rule, target(project, with_claim_id=with_claim_id), credentials)
+
+    def allowing_every_request(self, rule: str, credentials: Mapping[str, Any],
+                               project: str) -> bool:
+        """Whether *credentials* may act under *rule* in *project* whatever else the
+        request's target says (with a claim id and without): what sharing the rule's
+        requests needs, since a pre-signed URL's holder may send either."""
+        return all(self.allows(rule, credentials, project, with_claim_id=named)
+                   for named in (False, True))
 
 
 def get_enforcer() -> policy.Enforcer:

@@ -4,7 +4,7 @@ bodies."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import falcon
@@ -15,6 +15,8 @@ from delayq.errors import ValidationError
 
 PROJECT_HEADER = "X-Project-ID"
 CLIENT_HEADER = "Client-ID"
+# The query parameter naming the claim a message is deleted or handed back under.
+CLAIM_ID_PARAM = "claim_id"
 
 
 class RequestContext(falcon.Context):
@@ -23,10 +25,12 @@ class RequestContext(falcon.Context):
 
     Stamped here rather than by a ``process_request`` middleware method, which Falcon
     would await as a coroutine of its own on every request. ``project`` is the project
-    authentication settled (``delayq.api.auth``), None when the header names it.
+    authentication settled (``delayq.api.auth``), None when the header names it;
+    ``credentials`` the Keystone token's policy values, None without a token.
     """
 
     project: str | None = None
+    credentials: Mapping[str, Any] | None = None
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
@@ -41,10 +45,16 @@ class Request(falcon.asgi.Request):
 
 def project(req: falcon.Request) -> str:
     """The project the request acts in: the one authentication settled
-    (``delayq.api.auth``), else the X-Project-ID header as sent."""
+    (``delayq.api.auth``), else the X-Project-ID header (``header_project``)."""
     settled = req.context.project
     if settled is not None:
         return settled
+    return header_project(req)
+
+
+def header_project(req: falcon.Request) -> str:
+    """The X-Project-ID header, as sent; refused (400) when absent or empty, as Zaqar
+    does (``validation.project_id``)."""
     return validation.project_id(req.get_header(PROJECT_HEADER))
 
 
