@@ -39,12 +39,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import errno
 import http.client
 import json
 import os
 import resource
-import selectors
 import shutil
 import signal
 import socket
@@ -59,6 +57,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
+# The attacker, a process of its own: its loop shares no interpreter lock with the
+# clients it is measured against. The test suite runs the same program.
+ATTACKER = HERE.parent / "tests" / "idle_attack.py"
 # delayq's default [drivers:transport:wsgi] max_connections.
 DEFAULT_MAX_CONNECTIONS = 1000
 PAUSE = 0.01
@@ -108,51 +109,6 @@ def stop_server(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-# The attacker, run as a process of its own (``--attack PORT``): its loop then shares no
-# interpreter lock with the clients it is measured against.
-
-
-def attack(port: int, connections: int, seconds: float) -> dict[str, int]:
-    """Hold *connections* silent connections for *seconds*, re-opening each one the
-    server closes; print ``ready`` once all are open. The connections opened and seen
-    closed by the server."""
-    selector = selectors.DefaultSelector()
-    counts = {"opened": 0, "closed_by_server": 0}
-
-    def open_one(blocking: bool) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if blocking:
-            sock.connect((HOST, port))
-            sock.setblocking(False)
-        else:
-            sock.setblocking(False)
-            if sock.connect_ex((HOST, port)) not in (0, errno.EINPROGRESS):
-                sock.close()
-                return
-        selector.register(sock, selectors.EVENT_READ)
-        counts["opened"] += 1
-
-    for _ in range(connections):
-        open_one(blocking=True)
-    print("ready", flush=True)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for key, _ in selector.select(timeout=0.05):
-            try:
-                data = key.fileobj.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                selector.unregister(key.fileobj)
-                key.fileobj.close()
-                counts["closed_by_server"] += 1
-        for _ in range(connections - len(selector.get_map())):
-            open_one(blocking=False)
-    for key in list(selector.get_map().values()):
-        key.fileobj.close()
-    return counts
 
 
 # The well-behaved clients
@@ -224,7 +180,7 @@ def measure(tree: Path, args: argparse.Namespace) -> dict:
         try:
             without = run_clients(port, args.seconds)
             attacker = subprocess.Popen(
-                [sys.executable, __file__, "--attack", str(port), "--connections",
+                [sys.executable, str(ATTACKER), "--port", str(port), "--connections",
                  str(args.connections), "--seconds", str(args.seconds)],
                 stdout=subprocess.PIPE, text=True)
             try:
@@ -268,12 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="length of each phase (default: 10)")
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
-    parser.add_argument("--attack", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.attack is not None:
-        json.dump(attack(args.attack, args.connections, args.seconds), sys.stdout)
-        print(flush=True)
-        return
     cap = args.max_connections or DEFAULT_MAX_CONNECTIONS
     if args.connections is None:
         args.connections = args.workers * cap * 3 // 2
