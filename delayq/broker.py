@@ -68,25 +68,12 @@ class Broker:
     def create_queue(self, project: str, name: str, metadata: Any) -> Steps[bool]:
         """Create a queue; False when it exists (its metadata is then left alone).
 
-        A queue that does not exist yet counts against ``max_queues_per_project``.
+        A queue that does not exist yet counts against ``max_queues_per_project``,
+        checked by the driver in the creation's own atomic step.
         """
         checked = validation.queue_metadata(metadata, self.limits, name)
-        if (self.quotas.max_queues_per_project
-                and (yield from self.driver.get_queue.steps(project, name)) is None):
-            yield from self._check_queue_quota(project)
-        return (yield from self.driver.create_queue.steps(project, name, checked))
-
-    def _check_queue_quota(self, project: str) -> Steps[None]:
-        """Refuse (QuotaExceeded) a queue more when *project* has
-        ``max_queues_per_project`` queues or more.
-
-        Read before the creation, not in the same atomic step: requests creating
-        different queues of a project at the same time may each see room for one more.
-        """
-        limit = self.quotas.max_queues_per_project
-        held = yield from self.driver.count_queues.steps(project)
-        if held >= limit:
-            raise errors.QuotaExceeded.queues(held, limit)
+        return (yield from self.driver.create_queue.steps(
+            project, name, checked, queue_quota=self.quotas.max_queues_per_project))
 
     @operation
     def queue_metadata(self, project: str, name: str) -> Steps[dict[str, Any]]:
@@ -186,9 +173,9 @@ class Broker:
         (MetadataChanged) when the stored metadata differs, and the post is decided
         again, at most ``METADATA_ATTEMPTS`` times in all.
 
-        Quotas: a post that would create its queue counts against
-        ``max_queues_per_project``; ``max_messages_per_queue`` goes to the driver, which
-        checks it in the post's own step. With both 0 a post reads nothing more.
+        Quotas: both go to the driver, which checks them in the post's own atomic step:
+        a post that would create its queue counts against ``max_queues_per_project``,
+        and ``max_messages_per_queue`` bounds the queue's live messages.
 
         With *key* (``delayq.idempotency``), the driver's step stores the messages and
         the key together, or nothing when it keeps the key already: the post is then
@@ -198,10 +185,9 @@ class Broker:
         """
         delays = yield from self._own_delays(messages)
         message_quota = self.quotas.max_messages_per_queue
+        queue_quota = self.quotas.max_queues_per_project
         for attempt in range(METADATA_ATTEMPTS):
             stored, token = yield from self.driver.queue_for_write.steps(project, queue)
-            if stored is None and self.quotas.max_queues_per_project:
-                yield from self._check_queue_quota(project)
             metadata = self.with_reserved_defaults(stored or {})
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
@@ -213,7 +199,7 @@ class Broker:
             try:
                 ids = yield from self.driver.post_messages.steps(
                     project, queue, client_id, resolved, metadata_token=token,
-                    message_quota=message_quota, key=key)
+                    message_quota=message_quota, queue_quota=queue_quota, key=key)
                 break
             except errors.MetadataChanged:
                 if attempt == LAST_ATTEMPT:
@@ -267,17 +253,16 @@ class Broker:
         """Send dead-lettered messages of *queue* back (``Driver.redrive``).
 
         A *destination* that does not exist counts against ``max_queues_per_project``
-        (refused, nothing moves). Without one, each message goes back to its source
-        queue, re-created if it was deleted since, whatever the quota: like a
-        dead-letter move, it returns messages to a queue of their own, and which queues
-        those are is known only inside the driver's moves.
+        (refused, nothing moves; the driver checks it as it creates the destination).
+        Without one, each message goes back to its source queue, re-created if it was
+        deleted since, whatever the quota: like a dead-letter move, it returns messages
+        to a queue of their own, and which queues those are is known only inside the
+        driver's moves.
         """
         validation.redrive(queue, destination, limit)
-        if (destination is not None and self.quotas.max_queues_per_project
-                and (yield from self.driver.get_queue.steps(project, destination)) is None):
-            yield from self._check_queue_quota(project)
-        return (yield from self.driver.redrive.steps(project, queue, destination=destination,
-                                                     limit=limit))
+        return (yield from self.driver.redrive.steps(
+            project, queue, destination=destination, limit=limit,
+            queue_quota=self.quotas.max_queues_per_project))
 
     @operation
     def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
@@ -426,9 +411,8 @@ class Broker:
         (counted against ``max_queues_per_project``), as Zaqar does; its id. Raises
         SubscriptionExists when the queue has a live one for *subscriber*."""
         if (yield from self.driver.get_queue.steps(project, queue)) is None:
-            if self.quotas.max_queues_per_project:
-                yield from self._check_queue_quota(project)
-            yield from self.driver.create_queue.steps(project, queue, {})
+            yield from self.driver.create_queue.steps(
+                project, queue, {}, queue_quota=self.quotas.max_queues_per_project)
         created = yield from self.driver.create_subscription.steps(
             project, queue, subscriber, ttl, options)
         if created is None:

@@ -106,8 +106,15 @@ class Driver(abc.ABC):
     # Queues
 
     @abc.abstractmethod
-    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
-        """Create the queue; False (and metadata untouched) when it exists already."""
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any], *,
+                     queue_quota: int = 0) -> bool:
+        """Create the queue; False (and metadata untouched) when it exists already.
+
+        *queue_quota*, above 0, is the most queues the project may have: creating one
+        more raises ``QuotaExceeded.queues`` and stores nothing. The count and the
+        creation are one atomic step (a transaction, a script, a conditional write), so
+        that no concurrency takes a project past it. 0 costs nothing.
+        """
 
     @abc.abstractmethod
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
@@ -166,7 +173,8 @@ class Driver(abc.ABC):
     @abc.abstractmethod
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
+                      message_quota: int = 0, queue_quota: int = 0,
+                      key: PostKey | None = None) -> list[str]:
         """Store *messages* in order, creating the queue if needed; their ids.
 
         *key* (``delayq.idempotency``): when the queue keeps ``key.key`` (stored by a post
@@ -179,10 +187,9 @@ class Driver(abc.ABC):
         *metadata_token*: see ``queue_for_write``. *message_quota*, above 0, is the most
         live messages (free, delayed and claimed; not expired ones) the queue may hold
         with these: a post that would pass it raises ``QuotaExceeded.messages``, having
-        stored nothing (the queue included). A driver checks it inside the post's
-        atomic step when its backend has one, else against ``queue_counts`` right
-        before the write (concurrent posts may then together pass it); 0 costs
-        nothing."""
+        stored nothing (the queue included). *queue_quota*: as ``create_queue``'s, for
+        a post that creates its queue. Both are checked in the post's atomic step:
+        no concurrency passes them. 0 costs nothing."""
 
     @abc.abstractmethod
     def list_messages(self, project: str, queue: str, *, marker: str | None, limit: int,
@@ -234,10 +241,11 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def redrive(self, project: str, queue: str, *, destination: str | None,
-                limit: int) -> int:
+                limit: int, queue_quota: int = 0) -> int:
         """Move up to *limit* messages of *queue* that no live claim holds, oldest
         availability first, each in one atomic step, to the queue it was dead-lettered
-        from, or to *destination* when given (created when missing). Without
+        from, or to *destination* when given (created when missing, under
+        *queue_quota* as ``create_queue`` does: refused, nothing moves). Without
         *destination*, a message that was never dead-lettered stays. Expired messages
         are not moved.
 

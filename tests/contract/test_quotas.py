@@ -27,9 +27,9 @@ def held(driver, queue: str) -> int:
     return driver.queue_stats(PROJECT, queue).total
 
 
-def all_ids(broker: Broker, queue: str) -> set[str]:
+def all_ids(broker: Broker, queue: str, limit: int = 20) -> set[str]:
     messages, _ = broker.list_messages(PROJECT, queue, client_id="lister", marker=None,
-                                       limit=20, echo=True, include_claimed=True,
+                                       limit=limit, echo=True, include_claimed=True,
                                        include_delayed=True)
     return {m.id for m in messages}
 
@@ -175,14 +175,122 @@ def test_a_redrive_to_a_missing_destination_at_the_queue_quota_moves_nothing(dri
     assert held(driver, "q") == 1
 
 
-# Drivers that count and post in one atomic step; the others count just before the post.
-ATOMIC = {"sqlite", "redis"}
+# A burst: this many requests, each in its own thread, released at once by a barrier.
+BURST = 200
 
 
-def test_concurrent_posts_pass_the_quota_only_where_the_post_is_not_atomic(spec, driver):
-    """Threads post one message at a time until refused: on SQLite and Redis the queue
-    ends exactly at the quota; on MongoDB and Swift, whose posts count the queue before
-    they write, by at most one message per other thread posting at the same time."""
+def burst(work, count: int = BURST) -> list[object]:
+    """Run ``work(i)`` for i in range(count), each in its own thread, all released
+    together; what each returned, or the exception it raised."""
+    barrier = threading.Barrier(count)
+    outcomes: list[object] = [None] * count
+
+    def run(slot: int) -> None:
+        barrier.wait(timeout=120)
+        try:
+            outcomes[slot] = work(slot)
+        except BaseException as exc:  # noqa: BLE001 - reported, and asserted on
+            outcomes[slot] = exc
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+        assert not worker.is_alive(), "a request of the burst still runs after 300 s"
+    unexpected = [o for o in outcomes
+                  if isinstance(o, BaseException) and not isinstance(o, QuotaExceeded)]
+    assert unexpected == []
+    return outcomes
+
+
+def refused(outcomes: list[object]) -> int:
+    return sum(isinstance(o, QuotaExceeded) for o in outcomes)
+
+
+def test_a_burst_of_queue_creations_creates_exactly_the_quota(driver):
+    broker = quota_broker(driver, max_queues_per_project=3)
+    outcomes = burst(lambda i: broker.create_queue(PROJECT, f"q{i}", {}))
+    assert outcomes.count(True) == 3
+    assert refused(outcomes) == BURST - 3
+    assert broker.count_queues(PROJECT) == 3
+    created = {f"q{i}" for i, o in enumerate(outcomes) if o is True}
+    assert {name for name, _ in broker.list_queues(PROJECT, None, 100)} == created
+
+
+def test_a_burst_of_every_kind_of_queue_creation_creates_exactly_the_quota(driver, clock):
+    """Creates, posts, subscriptions and redrives that each would make a queue."""
+    broker = quota_broker(driver, max_queues_per_project=5)
+    create(broker, "q", _max_claim_count=1, _dead_letter_queue="dlq")
+    post(broker, "q", *range(10))
+    claim(broker, "q", limit=10, ttl=60)
+    clock.advance(61)
+    assert claim(broker, "q") is None  # all moved to dlq: 2 queues held, 3 to go
+
+    def work(i: int) -> object:
+        name = f"new{i}"
+        match i % 4:
+            case 0:
+                return broker.create_queue(PROJECT, name, {})
+            case 1:
+                return post(broker, name, "x")
+            case 2:
+                return broker.create_subscription(PROJECT, name, "http://example.org/hook",
+                                                  3600, {})
+            case _:
+                return broker.redrive(PROJECT, "dlq", destination=name, limit=1)
+
+    outcomes = burst(work)
+    assert refused(outcomes) == BURST - 3
+    assert broker.count_queues(PROJECT) == 5
+    names = {name for name, _ in broker.list_queues(PROJECT, None, 100)}
+    made = {f"new{i}" for i, o in enumerate(outcomes) if not isinstance(o, QuotaExceeded)}
+    assert names == {"q", "dlq"} | made
+
+
+def test_a_refused_creation_leaves_room_for_the_next(driver):
+    broker = quota_broker(driver, max_queues_per_project=2)
+    burst(lambda i: broker.create_queue(PROJECT, f"q{i}", {}), count=50)
+    kept = [name for name, _ in broker.list_queues(PROJECT, None, 10)]
+    broker.delete_queue(PROJECT, kept[0])
+    outcomes = burst(lambda i: post(broker, f"p{i}", "x"), count=50)
+    assert refused(outcomes) == 49
+    assert broker.count_queues(PROJECT) == 2
+
+
+def test_creating_a_queue_that_exists_is_never_refused(driver):
+    broker = quota_broker(driver, max_queues_per_project=1)
+    create(broker, "q")
+    outcomes = burst(lambda i: post(broker, "q", i) if i % 2 else
+                     broker.create_queue(PROJECT, "q", {}), count=50)
+    assert refused(outcomes) == 0
+    assert held(driver, "q") == 25
+
+
+def test_a_burst_of_posts_stores_exactly_the_quota(driver):
+    broker = quota_broker(driver, max_messages_per_queue=40)
+    create(broker, "q")
+    outcomes = burst(lambda i: post(broker, "q", i))
+    stored = [o for o in outcomes if isinstance(o, list)]
+    assert len(stored) == 40
+    assert refused(outcomes) == BURST - 40
+    assert held(driver, "q") == 40
+    assert all_ids(broker, "q", limit=100) == {i for ids in stored for i in ids}
+
+
+def test_a_burst_of_posts_of_several_messages_never_passes_the_quota(driver):
+    """Posts of 3: the queue may end below the quota, never above, and each post is
+    stored whole or not at all."""
+    broker = quota_broker(driver, max_messages_per_queue=40)
+    outcomes = burst(lambda i: post(broker, "q", i, i, i), count=100)
+    stored = [o for o in outcomes if isinstance(o, list)]
+    assert len(stored) == 13  # 13 * 3 = 39: one more would make 42
+    assert held(driver, "q") == 39
+
+
+def test_concurrent_posts_end_exactly_at_the_quota(driver):
+    """Threads post one message at a time until refused: the queue ends exactly at
+    the quota."""
     broker = quota_broker(driver, max_messages_per_queue=40)
     threads = 4
     barrier = threading.Barrier(threads)
@@ -206,8 +314,4 @@ def test_concurrent_posts_pass_the_quota_only_where_the_post_is_not_atomic(spec,
         worker.join(timeout=120)
         assert not worker.is_alive(), "a poster still runs after 120 s"
     assert failures == []
-    total = held(driver, "q")
-    if spec.name in ATOMIC:
-        assert total == 40
-    else:
-        assert 40 <= total <= 40 + threads - 1
+    assert held(driver, "q") == 40

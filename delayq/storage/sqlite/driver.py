@@ -226,9 +226,24 @@ class Driver(base.Driver):
         return queue_id, row
 
     def _ensure_queue(self, db: sqlite3.Connection, project: str, name: str,
-                      now: float) -> int:
+                      now: float, quota: int = 0) -> int:
+        """The queue's id, the queue created (empty metadata) when missing, refused past
+        *quota* (``_refuse_queue_past``)."""
+        queue_id = self._queue_id(db, project, name)
+        if queue_id is not None:
+            return queue_id
+        self._refuse_queue_past(db, project, quota)
         db.execute(sql.QUEUE_INSERT, (project, name, "{}", now))
         return self._queue_id(db, project, name)
+
+    @staticmethod
+    def _refuse_queue_past(db: sqlite3.Connection, project: str, quota: int) -> None:
+        """Raise QuotaExceeded when *project* holds *quota* queues (0: no limit). Called
+        in the creating transaction, which holds the write lock: exact."""
+        if quota:
+            held = db.execute(sql.QUEUE_COUNT, (project,)).fetchone()[0]
+            if held >= quota:
+                raise errors.QuotaExceeded.queues(held, quota)
 
     @staticmethod
     def _message(row: tuple, as_of: float) -> Message:
@@ -242,8 +257,11 @@ class Driver(base.Driver):
     # Queues
 
     @operation
-    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any], *,
+                     queue_quota: int = 0) -> bool:
         with self._write() as db:
+            if queue_quota and self._queue_id(db, project, name) is None:
+                self._refuse_queue_past(db, project, queue_quota)
             cursor = db.execute(sql.QUEUE_INSERT,
                                 (project, name, json.dumps(metadata), self.now()))
             return cursor.rowcount == 1
@@ -325,8 +343,10 @@ class Driver(base.Driver):
     @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
-        """A key is looked up, and kept, in the post's transaction."""
+                      message_quota: int = 0, queue_quota: int = 0,
+                      key: PostKey | None = None) -> list[str]:
+        """A key is looked up, and kept, in the post's transaction; so are the quotas
+        checked."""
         ids = [uuid.uuid4().hex for _ in messages]
         with self._write() as db:
             now = self.now()
@@ -335,7 +355,7 @@ class Driver(base.Driver):
             if message_quota:
                 self._check_message_quota(db, project, queue, len(messages), message_quota,
                                           now)
-            queue_id = self._ensure_queue(db, project, queue, now)
+            queue_id = self._ensure_queue(db, project, queue, now, queue_quota)
             db.executemany(sql.MESSAGE_INSERT, [
                 (id_, queue_id, jsontext.dumps(m.body), m.ttl, now, now + m.ttl,
                  now + m.delay, now + m.delay, client_id)
@@ -474,7 +494,7 @@ class Driver(base.Driver):
 
     @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
-                limit: int) -> int:
+                limit: int, queue_quota: int = 0) -> int:
         with self._write() as db:
             now = self.now()
             queue_id = self._queue_id(db, project, queue)
@@ -488,7 +508,9 @@ class Driver(base.Driver):
             for row in rows:
                 target = destination or row[SOURCE]
                 if target not in targets:
-                    targets[target] = self._ensure_queue(db, project, target, now)
+                    # A source queue comes back whatever the quota (Broker.redrive).
+                    targets[target] = self._ensure_queue(
+                        db, project, target, now, queue_quota if destination else 0)
                 db.execute(sql.MESSAGE_REDRIVE,
                            {"target": targets[target], "now": now, "seq": row[SEQ]})
                 trail.append(event_row(
