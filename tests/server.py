@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,11 +21,23 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 
 
+# Ports test servers listen on: below Linux's ephemeral range (32768-60999), from which
+# the kernel picks every client connection's local port. A port from that range may be
+# taken by one of the thousands of client connections a test opens (the idle-socket
+# attack) between the moment it is found free and the moment a server binds it; Swift's
+# servers then retry binding for 30 s and the test times out. The Redis servers take
+# 20000-29999 (tests/redis_servers.py).
+SERVER_PORTS = range(10000, 20000)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1, outside the ephemeral range, that is free right now."""
+    rng = random.SystemRandom()
+    for _ in range(1000):
+        port = rng.choice(SERVER_PORTS)
+        if port_is_free(port):
+            return port
+    raise RuntimeError(f"no free port in {SERVER_PORTS}")
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
