@@ -1,5 +1,6 @@
 """Child-process work for the Redis crash tests: a driver that dies between the steps of
-a cross-slot dead-letter move, or of a subscription write.
+a cross-slot dead-letter move, of a subscription write, or of a queue creation under
+the queue quota.
 
 The subclasses change nothing but *when the process dies*: each kills itself with
 SIGKILL at one boundary of the steps, as a crash would.
@@ -12,6 +13,7 @@ import signal
 
 from delayq.broker import Broker
 from delayq.storage.redis.driver import Driver
+from delayq.storage.redis.quotas import Catalogue, Hold
 from delayq.storage.redis.subscriptions import Subscriptions
 from delayq.validation import Limits
 
@@ -76,3 +78,33 @@ def subscribe_and_die(uri: str, namespace: str, project: str, queue: str, ttl: i
     driver = DiesBeforeIndexSettle(uri, namespace=namespace, clock=lambda: now)
     driver.create_subscription(project, queue, "http://127.0.0.1:9/hook", ttl, {})
     raise SystemExit("the subscription finished without reaching the crash point")
+
+
+class CatalogueDying(Catalogue):
+    """Dies once a creation holds its name (*point* "after-hold"), or once its write is
+    done, before the hold is settled ("before-settle")."""
+
+    point = ""
+
+    def reserve(self, project: str, name: str, quota: int):
+        hold = yield from super().reserve(project, name, quota)
+        if self.point == "after-hold":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return hold
+
+    def settle(self, hold: Hold, exists: bool):
+        if self.point == "before-settle":
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield from super().settle(hold, exists)
+
+
+def create_and_die(point: str, uri: str, namespace: str, project: str, queue: str,
+                   quota: int, now: float) -> None:
+    """Create *queue* under the queue *quota* with a driver that dies at *point* of the
+    creation, at time *now* (a fake clock's)."""
+    driver = Driver(uri, namespace=namespace, clock=lambda: now)
+    driver._catalogue = CatalogueDying(driver.keys, lambda: driver._scripts,
+                                       driver._now_arg)
+    driver._catalogue.point = point
+    driver.create_queue(project, queue, {}, queue_quota=quota)
+    raise SystemExit("the creation finished without reaching the crash point")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import unquote
 
 import redis
@@ -73,8 +74,12 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
         single.close()
     if db:
         raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
+    # At max_connections a request waits for a free connection (as long as for a reply)
+    # rather than failing at once: a burst of requests beyond the cap is served, slower.
+    pool = functools.partial(redis.BlockingConnectionPool, timeout=socket_timeout)
     cluster = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],
-                           max_connections=max_connections, **common)
+                           max_connections=max_connections, connection_pool_class=pool,
+                           **common)
     return cluster, True
 
 

@@ -57,9 +57,11 @@ from delayq.storage.redis.layout import (
     new_tokens,
 )
 from delayq.storage.redis.options import GROUP
+from delayq.storage.redis.quotas import Catalogue, Creation
 from delayq.storage.redis.scripts import (
     KEY_TAKEN,
     METADATA_CHANGED,
+    QUEUE_MISSING,
     QUOTA_EXCEEDED,
     Scripts,
     backoff_args,
@@ -111,6 +113,7 @@ class Driver(base.Driver):
         # call), so the script reads the server's clock.
         self._now_arg: Callable[[], str] = str if clock is None else self._clock_arg
         self._subscriptions = Subscriptions(self.keys, lambda: self._scripts, self._now_arg)
+        self._catalogue = Catalogue(self.keys, lambda: self._scripts, self._now_arg)
         # Queue key → the metadata last read for a write, decoded and raw; posts and
         # claims check the raw text in their script (queue_for_write), so a stale entry
         # costs a retry, never a rule.
@@ -222,26 +225,41 @@ class Driver(base.Driver):
             self._link[0].close()
             self._link = None
 
-    # The project catalogue (one slot per project) lists its queues for GET /v2/queues.
+    # The project catalogue (one slot per project) lists its queues for GET /v2/queues
+    # and counts them for the queue quota (quotas.py).
 
     def _list_queue(self, project: str, name: str) -> Steps[None]:
-        """Add a queue to its project's catalogue, then mark it listed."""
-        scripts = self._scripts
-        yield scripts.commands.call("ZADD", self.keys.catalogue(project), 0, name)
-        yield scripts.commands.call("SADD", self.keys.projects(), project)
-        yield scripts.queue_update.call([self.keys.queue(project, name)], ["listed", "1"])
+        """Add an existing queue to its project's catalogue, then mark it listed."""
+        yield from self._catalogue.list(project, name)
+        yield self._scripts.queue_update.call([self.keys.queue(project, name)],
+                                              ["listed", "1"])
+
+    def _create(self, project: str, name: str, metadata: str, quota: int) -> Steps[bool]:
+        """Make the queue unless it exists, under the queue *quota* (0: none); True
+        when this call made it."""
+        key = self.keys.queue(project, name)
+        creation = Creation(self._catalogue, project, name, quota)
+        while True:
+            created, listed, exists = yield self._scripts.queue_create.call(
+                [key], [metadata, new_nonce(), self._now_arg(), creation.fence])
+            if exists:
+                break
+            yield from creation.missing()
+        yield from creation.done(True)
+        if not (quota and listed):
+            # Always without a quota: this also repairs a queue a crashed delete left out
+            # of the listing.
+            yield from self._list_queue(project, name)
+        return bool(created)
 
     # Queues
 
     @operation
-    def create_queue(self, project: str, name: str, metadata: dict[str, Any]
-                     ) -> Steps[bool]:
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any], *,
+                     queue_quota: int = 0) -> Steps[bool]:
         with unavailable:
-            created, _listed = yield self._scripts.queue_create.call(
-                [self.keys.queue(project, name)], [json.dumps(metadata), new_nonce()])
-            # Always: this also repairs a queue a crashed delete left out of the listing.
-            yield from self._list_queue(project, name)
-        return bool(created)
+            return (yield from self._create(project, name, json.dumps(metadata),
+                                            queue_quota))
 
     @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
@@ -288,7 +306,7 @@ class Driver(base.Driver):
         with unavailable:
             # Unlist first: a post racing the delete then either lands before the drop
             # (and goes with it) or re-creates and re-lists the queue.
-            self._client.zrem(self.keys.catalogue(project), name)
+            yield from self._catalogue.unlist(project, name)
             yield from self._drop(project, name, "delete")
 
     @operation
@@ -353,16 +371,19 @@ class Driver(base.Driver):
     @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0, key: PostKey | None = None
-                      ) -> Steps[list[str]]:
+                      message_quota: int = 0, queue_quota: int = 0,
+                      key: PostKey | None = None) -> Steps[list[str]]:
         """The message quota is checked in the post script, exactly: a queue's sorted
         sets hold each of its messages once, and the script reaps the expired ones
         before it refuses (``_quota_refusal``). So is the idempotency key: looked up,
-        and kept with the messages, by the same script call."""
+        and kept with the messages, by the same script call. A post that would make its
+        queue under the queue quota holds the name first (quotas.py): the script, told
+        the hold's fence, makes the queue only while the hold lasts."""
         client = client_bytes(client_id)
         state = self.keys.queue(project, queue)
+        creation = Creation(self._catalogue, project, queue, queue_quota)
         args: list[Any] = [self._now_arg(), new_nonce(), WRITE_REAP_BUDGET,
-                           metadata_token or "", message_quota]
+                           metadata_token or "", message_quota, creation.fence]
         args += NO_KEY if key is None else [key.key, key.digest, key.window]
         tokens = new_tokens(len(messages))
         args.append(tokens)
@@ -372,18 +393,26 @@ class Driver(base.Driver):
             args += [body, client, m.ttl, m.delay]
         with unavailable:
             reply = yield self._scripts.post.call([state], args)
-            while True:
-                if reply[0] == KEY_TAKEN:
-                    digest, _, ids = reply[1].decode().partition(",")
-                    raise KeyTaken(StoredKey(digest, idempotency.decode_ids(ids)))
-                if reply[0] == METADATA_CHANGED:
-                    raise self._metadata_changed(state)
-                if not (message_quota and reply[0] == QUOTA_EXCEEDED):
-                    break
-                self._quota_refusal(queue, reply, len(messages), message_quota)
-                # Expired messages not reaped yet were counted: reap more, then again.
-                args[2] = READ_REAP_BUDGET
-                reply = yield self._scripts.post.call([state], args)
+            try:
+                while True:
+                    if reply[0] == KEY_TAKEN:
+                        digest, _, ids = reply[1].decode().partition(",")
+                        raise KeyTaken(StoredKey(digest, idempotency.decode_ids(ids)))
+                    if reply[0] == METADATA_CHANGED:
+                        raise self._metadata_changed(state)
+                    if reply[0] == QUEUE_MISSING:
+                        args[5] = yield from creation.missing()
+                    elif message_quota and reply[0] == QUOTA_EXCEEDED:
+                        self._quota_refusal(queue, reply, len(messages), message_quota)
+                        # Expired messages not reaped yet were counted: reap more.
+                        args[2] = READ_REAP_BUDGET
+                    else:
+                        break
+                    reply = yield self._scripts.post.call([state], args)
+            except (KeyTaken, errors.MetadataChanged, errors.QuotaExceeded):
+                yield from creation.done(False)  # refused: the post made no queue
+                raise
+            yield from creation.done(True)
             if not reply[1]:  # the queue is not in its project's catalogue yet
                 yield from self._list_queue(project, queue)
         nonce = reply[0]
@@ -482,8 +511,11 @@ class Driver(base.Driver):
 
     @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
-                limit: int) -> Steps[int]:
+                limit: int, queue_quota: int = 0) -> Steps[int]:
         with unavailable:
+            if destination and queue_quota:
+                yield from self._make_destination(project, queue, destination,
+                                                  queue_quota)
             moved, outbox = yield self._scripts.redrive.call(
                 [self.keys.queue(project, queue)],
                 [self._now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
@@ -491,6 +523,17 @@ class Driver(base.Driver):
             if outbox:
                 yield from self._settle(project, queue)
         return moved
+
+    def _make_destination(self, project: str, queue: str, destination: str,
+                          quota: int) -> Steps[None]:
+        """Make a redrive's missing *destination* under the queue *quota* before any
+        message moves, since a message that has left its queue is moved whatever comes;
+        made (empty) even if none then moves, unless the source *queue* is missing."""
+        commands = self._scripts.commands
+        if (yield commands.call("HEXISTS", self.keys.queue(project, destination), "meta")):
+            return
+        if (yield commands.call("HEXISTS", self.keys.queue(project, queue), "meta")):
+            yield from self._create(project, destination, "{}", quota)
 
     # Claims
 

@@ -8,7 +8,8 @@ scripts store:
   queue extends its prefix ``NS:{PROJECT/QUEUE}:``, among them ``o`` (the outbox of moves
   waiting to reach another cluster slot) and ``ev`` (the event trail, a stream that
   outlives the queue). The hash tag ``{PROJECT/QUEUE}`` keeps a queue in one slot.
-- ``NS:{PROJECT}:queues`` — a project's catalogue, a sorted set of its queue names.
+- ``NS:{PROJECT}:queues`` — a project's catalogue, a sorted set of its queue names, with
+  siblings extending its prefix for the queue quota (``lua/catalogue_reserve.lua``).
 - ``NS:projects`` — the set of projects with a catalogue, for the reaper and audits.
 - ``NS:reaper`` — the reaper's lease.
 - ``NS:{!subscribed}:q`` — the subscribed-queues index (``Keys.subscribed``), a sorted

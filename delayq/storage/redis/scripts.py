@@ -29,6 +29,7 @@ NAMES = (
     "queue_drop", "move_in", "reap", "redrive", "available_in", "edit",
     "subscription_create", "subscription_get", "subscription_list", "subscription_update",
     "subscription_delete", "subscribed", "subscribed_reserve", "subscribed_settle",
+    "catalogue_reserve", "catalogue_settle", "catalogue_unlist",
 )
 
 
@@ -45,6 +46,9 @@ METADATA_CHANGED = b"metadata-changed"
 # message quota; then the messages it holds and whether no expired one is left among
 # them (post.lua).
 QUOTA_EXCEEDED = b"quota-exceeded"
+# The only element of a post's reply when the queue does not exist and the post's fence
+# forbids making it (post.lua): the queue quota needs a hold first (quotas.py).
+QUEUE_MISSING = b"queue-missing"
 # The two arguments of a claim, renewal or release without a retry policy.
 NO_BACKOFF = ("", "")
 
@@ -180,6 +184,7 @@ class Scripts:
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
                   f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
+                  f"local QUEUE_MISSING = '{QUEUE_MISSING.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
         self._wire = wire
         self.commands = Commands(client, wire)
