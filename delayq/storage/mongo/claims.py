@@ -36,8 +36,9 @@ from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo import tallies
 
 # Reserve count sequence numbers of a queue, creating it if needed: (project, queue,
-# count, now) -> the first.
-Allocate = Callable[[str, str, int, int], int]
+# count, now, queue_quota=...) -> the first; a creation refused past queue_quota (0:
+# none) raises QuotaExceeded.
+Allocate = Callable[..., int]
 # Delete each of the documents that has expired at now: (docs, now) -> those deleted.
 ReapEach = Callable[[list[dict[str, Any]], int], list[dict[str, Any]]]
 
@@ -127,17 +128,19 @@ class Claimer:
         return took
 
     def redrive(self, project: str, queue: str, docs: list[dict[str, Any]],
-                destination: str | None, now: int) -> list[Move]:
+                destination: str | None, now: int, queue_quota: int = 0) -> list[Move]:
         """Move the message documents *docs* of *queue* to *destination*, or each back to
         the queue it was dead-lettered from; the moves that applied.
 
         Each target queue is created (and positions reserved in it) first, as for a
-        dead-letter move.
+        dead-letter move; *destination* only under *queue_quota*, and refused there
+        (QuotaExceeded) before anything moves.
         """
         moves = []
         for target in sorted({destination or doc[lay.SOURCE] for doc in docs}):
             group = [doc for doc in docs if (destination or doc[lay.SOURCE]) == target]
-            first = self._allocate(project, target, len(group), now)
+            first = self._allocate(project, target, len(group), now,
+                                   queue_quota=queue_quota if destination else 0)
             moves += [Move(doc, target, position, doc[lay.TTL], lay.ms(doc[lay.EXPIRES]))
                       for position, doc in enumerate(group, start=first)]
         if not moves:

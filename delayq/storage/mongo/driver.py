@@ -25,8 +25,9 @@ definitions), ``claims.py`` (a claim's bulk write and what it won), ``holds.py``
 claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
-``indexes.py`` (creating the indexes) and ``client.py`` (the pymongo client, and which
-failures are a 503).
+``indexes.py`` (creating the indexes), ``keys.py`` (idempotent posts), ``quotas.py`` (the
+quotas, each checked in the transaction of the write it admits) and ``client.py`` (the
+pymongo client, and which failures are a 503).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes, backend_call
 from delayq.storage.mongo.keys import PostKeys
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.mongo.quotas import Quotas
 from delayq.storage.mongo.subscriptions import Subscriptions
 from delayq.storage.mongo.trail import Trail
 from delayq.subscription import Subscription, SubscriptionChange
@@ -120,7 +122,8 @@ class Driver(base.Driver):
         self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
         self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
         self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
-        self._keys = PostKeys(client, db[lay.POST_KEYS], self._messages, self._allocate)
+        self._keys = PostKeys(client, db[lay.POST_KEYS], self._messages)
+        self._quotas = Quotas(client, db[lay.PROJECTS], self._queues, self._messages)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
             with unavailable:
@@ -186,14 +189,23 @@ class Driver(base.Driver):
 
     @operation
     @backend_call
-    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any], *,
+                     queue_quota: int = 0) -> bool:
+        """Under *queue_quota*, in a transaction that counts the project's queues
+        (``quotas.py``)."""
+        doc = {lay.PROJECT: project, lay.QUEUE: name, lay.METADATA: lay.encode_json(metadata),
+               lay.SEQ: 0, lay.CREATED: lay.date(self._now_ms())}
+
+        def create(session: ClientSession | None = None) -> bool:
+            if queue_quota and self._quotas.admit_queue(project, name, queue_quota, session):
+                return False
+            self._queues.insert_one(doc, session=session)
+            return True
+
         try:
-            self._queues.insert_one({
-                lay.PROJECT: project, lay.QUEUE: name, lay.METADATA: lay.encode_json(metadata),
-                lay.SEQ: 0, lay.CREATED: lay.date(self._now_ms())})
+            return self._quotas.run(create) if queue_quota else create()
         except pymongo.errors.DuplicateKeyError:
             return False
-        return True
 
     @operation
     @backend_call
@@ -283,19 +295,36 @@ class Driver(base.Driver):
         return self._tallies.read(project, name, self._now_ms())
 
     def _allocate(self, project: str, queue: str, count: int, now: int,
-                  session: ClientSession | None = None) -> int:
+                  session: ClientSession | None = None, queue_quota: int = 0) -> int:
         """Reserve *count* sequence numbers of the queue, creating it if needed; the first
         (within *session*'s transaction, when given).
 
+        Creating it is refused past *queue_quota* (``Quotas.admit_queue``): in
+        *session*'s transaction, or else in one of its own, taken only when the queue
+        is missing.
+
         Two first posts to a new queue may both try to insert it; MongoDB retries such an
-        upsert itself, and so does this for servers that don't.
+        upsert itself, and so does this for servers that don't (outside a transaction:
+        an error ends one; ``Quotas.run`` runs it again).
         """
+        where = {lay.PROJECT: project, lay.QUEUE: queue}
+        if queue_quota and session is None:
+            doc = self._queues.find_one_and_update(
+                where, {"$inc": {lay.SEQ: count}}, {lay.SEQ: 1},
+                return_document=ReturnDocument.AFTER)
+            if doc is not None:
+                return doc[lay.SEQ] - count + 1
+            return self._quotas.run(lambda session: self._allocate(
+                project, queue, count, now, session, queue_quota))
+        if queue_quota:
+            self._quotas.admit_queue(project, queue, queue_quota, session)
         update = {"$inc": {lay.SEQ: count},
                   "$setOnInsert": {lay.METADATA: "{}", lay.CREATED: lay.date(now)}}
-        for attempt in (1, 2):
+        # In a transaction an error ends it: no second attempt there.
+        for attempt in (1, 2) if session is None else (2,):
             try:
                 doc = self._queues.find_one_and_update(
-                    {lay.PROJECT: project, lay.QUEUE: queue}, update, {lay.SEQ: 1}, upsert=True,
+                    where, update, {lay.SEQ: 1}, upsert=True,
                     return_document=ReturnDocument.AFTER, session=session)
                 return doc[lay.SEQ] - count + 1
             except pymongo.errors.DuplicateKeyError:
@@ -309,28 +338,44 @@ class Driver(base.Driver):
     @backend_call
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
-        """With a key, one transaction stores the key and the messages (``keys.py``)."""
+                      message_quota: int = 0, queue_quota: int = 0,
+                      key: PostKey | None = None) -> list[str]:
+        """With a key, one transaction stores the key and the messages (``keys.py``);
+        with a message quota, one transaction counts the queue and stores them
+        (``quotas.py``); both checked there, as is the queue quota, in that order."""
         now = self._now_ms()
         if key is not None:
             kept = self._keys.kept(project, queue, key.key, now)
             if kept is not None:
                 raise KeyTaken(kept)
-        if message_quota:
-            self._check_message_quota(project, queue, len(messages), message_quota, now)
 
         def make(first: int) -> list[dict[str, Any]]:
             return [lay.new_message(project, queue, first + i, m.body, m.ttl, m.delay,
                                     client_id, now)
                     for i, m in enumerate(messages)]
 
+        def reserve(session: ClientSession) -> int:
+            """The first sequence number, in *session*'s transaction, past the quotas."""
+            if message_quota:
+                self._quotas.admit_messages(project, queue, len(messages), message_quota,
+                                            now, session)
+            return self._allocate(project, queue, len(messages), now, session, queue_quota)
+
+        def insert(session: ClientSession) -> list[dict[str, Any]]:
+            docs = make(reserve(session))
+            self._messages.insert_many(docs, ordered=True, session=session)
+            return docs
+
         changes = tallies.Changes()
         if key is not None:
-            docs = self._keys.post(project, queue, key, len(messages), now, make)
+            docs = self._keys.post(project, queue, key, now, reserve, make)
             if isinstance(docs, StoredKey):
                 raise KeyTaken(docs)
             return self._posted(project, queue, now, docs, changes)
-        docs = make(self._allocate(project, queue, len(messages), now))
+        if message_quota:
+            return self._posted(project, queue, now, self._quotas.run(insert), changes)
+        # The queue quota alone needs a transaction only to create the queue.
+        docs = make(self._allocate(project, queue, len(messages), now, queue_quota=queue_quota))
         try:
             self._messages.insert_many(docs, ordered=True)
         except pymongo.errors.BulkWriteError as exc:
@@ -353,21 +398,6 @@ class Driver(base.Driver):
                               expires=lay.ms(doc[lay.EXPIRES]))
             for doc in docs])
         return [str(doc[lay.ID]) for doc in docs]
-
-    def _check_message_quota(self, project: str, queue: str, posted: int, quota: int,
-                             now: int) -> None:
-        """Refuse a post of *posted* messages that would take the queue past *quota*
-        live messages, counted from the tallies (one read) just before the post writes.
-
-        Not in one atomic step with the write (MongoDB has none across documents short
-        of a transaction): posts running at the same time each count the queue before
-        the others' tallies are written, so together they may pass the quota by up to
-        the messages of all of them but one; and a tally change lost to a failure
-        (``tallies.py``) miscounts its messages until they would have expired.
-        """
-        held = self._tallies.read(project, queue, now)
-        if held.total + posted > quota:
-            raise errors.QuotaExceeded.messages(queue, held.total, posted, quota)
 
     @operation
     @backend_call
@@ -532,7 +562,7 @@ class Driver(base.Driver):
     @operation
     @backend_call
     def redrive(self, project: str, queue: str, *, destination: str | None,
-                limit: int) -> int:
+                limit: int, queue_quota: int = 0) -> int:
         now = self._now_ms()
         where: dict[str, Any] = {
             lay.PROJECT: project, lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)},
@@ -541,7 +571,7 @@ class Driver(base.Driver):
             where[lay.SOURCE] = {"$exists": True}
         docs = list(self._messages.find(where).sort(lay.CLAIMABLE_ORDER).limit(limit)
                     .hint(lay.CLAIMABLE_INDEX))
-        moves = self._claimer.redrive(project, queue, docs, destination, now)
+        moves = self._claimer.redrive(project, queue, docs, destination, now, queue_quota)
         if not moves:
             return 0
         changes = tallies.Changes()

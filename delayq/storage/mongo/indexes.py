@@ -13,6 +13,7 @@ the worker works on with the old TTL and logs how to change it by hand.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -56,6 +57,7 @@ class Indexes:
                 for name, indexes in lay.indexes(self._expired_retention).items():
                     if name != lay.EVENTS or self._trail_enabled:
                         self._create(name, indexes)
+                self._create_collection(lay.PROJECTS)
                 self._created = True
         finally:
             self._lock.release()
@@ -63,6 +65,15 @@ class Indexes:
     def missing(self) -> None:
         """A query named an index that is not there: the next request creates them."""
         self._created = False
+
+    def _create_collection(self, name: str) -> None:
+        """Create collection *name* (which has no index) unless it exists: only
+        transactions write to it, and a transaction may not create a collection on
+        servers before 4.4, nor in a write across shards."""
+        if name in self._db.list_collection_names(filter={"name": name}):
+            return
+        with contextlib.suppress(pymongo.errors.CollectionInvalid):  # made meanwhile
+            self._db.create_collection(name)
 
     def _create(self, name: str, indexes: list[pymongo.IndexModel]) -> None:
         """Create *indexes* of collection *name*, changing the TTL of the messages'

@@ -20,24 +20,27 @@ import pymongo.errors
 from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
+from pymongo.read_concern import ReadConcern
 
 from delayq.idempotency import PostKey, StoredKey
 from delayq.storage.mongo import layout as lay
 
 # The first sequence number of a post → its message documents.
 MakeMessages = Callable[[int], list[dict[str, Any]]]
+# Reserve a post's sequence numbers in the session's transaction (creating the queue,
+# checking the quotas: ``quotas.py``) → the first.
+Reserve = Callable[[ClientSession], int]
 
 
 class PostKeys:
     """The keys of every queue; *messages* is the messages collection a keyed post
-    inserts into, *allocate* reserves a queue's sequence numbers (within a session)."""
+    inserts into."""
 
-    def __init__(self, client: MongoClient, collection: Collection, messages: Collection,
-                 allocate: Callable[..., int]) -> None:
+    def __init__(self, client: MongoClient, collection: Collection, messages: Collection
+                 ) -> None:
         self._client = client
         self._collection = collection
         self._messages = messages
-        self._allocate = allocate
 
     @staticmethod
     def _named(project: str, queue: str, key: str) -> dict[str, Any]:
@@ -49,10 +52,11 @@ class PostKeys:
             {**self._named(project, queue, key), lay.FORGET_AT: {"$gt": lay.date(now)}})
         return None if doc is None else StoredKey(doc[lay.POST_DIGEST], doc[lay.POST_IDS])
 
-    def post(self, project: str, queue: str, key: PostKey, count: int, now: int,
+    def post(self, project: str, queue: str, key: PostKey, now: int, reserve: Reserve,
              make: MakeMessages) -> list[dict[str, Any]] | StoredKey:
-        """Store *key* and the *count* messages *make* gives, in one transaction; their
-        documents. What is kept instead when a post under the same key committed first.
+        """Store *key* and the messages *make* gives from the first sequence number
+        *reserve* gives, in one transaction; their documents. What is kept instead when
+        a post under the same key committed first.
         """
         named = self._named(project, queue, key.key)
 
@@ -61,8 +65,7 @@ class PostKeys:
             # a minute): it gives way.
             self._collection.delete_one({**named, lay.FORGET_AT: {"$lte": lay.date(now)}},
                                         session=session)
-            first = self._allocate(project, queue, count, now, session=session)
-            docs = make(first)
+            docs = make(reserve(session))
             self._collection.insert_one({
                 **named, lay.POST_DIGEST: key.digest,
                 lay.POST_IDS: [str(doc[lay.ID]) for doc in docs],
@@ -72,8 +75,10 @@ class PostKeys:
 
         try:
             with self._client.start_session() as session:
+                # One snapshot for every read, as the quotas' checks need (``quotas.py``).
                 return session.with_transaction(
-                    write, write_concern=self._messages.write_concern)
+                    write, read_concern=ReadConcern("snapshot"),
+                    write_concern=self._messages.write_concern)
         except pymongo.errors.DuplicateKeyError:
             kept = self.kept(project, queue, key.key, now)
             if kept is None:  # committed, then its window ended at once: not for us

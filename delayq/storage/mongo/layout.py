@@ -66,6 +66,11 @@ These collections hold everything, for every project:
     job, named by ``_id``; ``e`` is when the holder's lease ends and ``h`` who holds it
     (host and process id, for operators). Only the background reaper's lease for now.
 
+``projects``
+    One document per project that created a queue under ``max_queues_per_project``,
+    named by ``_id`` (the project): ``v`` counts those creations. Each writes it in its
+    transaction so that concurrent ones conflict (``quotas.py``); nothing reads it.
+
 ``e`` (expiry) carries a TTL index in ``messages``, ``claims`` and ``subscriptions``;
 queries never rely on it and compare ``e`` with the current time. In ``claims`` and
 ``subscriptions`` it removes a document when it expires (its TTL monitor runs once a
@@ -100,6 +105,7 @@ TALLIES = "tallies"
 LOCKS = "locks"
 SUBSCRIPTIONS = "subscriptions"
 POST_KEYS = "post_keys"
+PROJECTS = "projects"
 
 # Fields (short: they are repeated in every document)
 ID = "_id"
@@ -131,6 +137,7 @@ OPTIONS = "o"
 POST_KEY = "ik"  # post_keys: the idempotency key (with PROJECT and QUEUE)
 POST_DIGEST = "dg"
 POST_IDS = "ids"
+VERSION = "v"  # projects: creations under the queue quota (written so as to conflict)
 # The locks document of the background reaper's lease (delayq.storage.reaper).
 REAPER_LEASE = "reaper"
 # What a message's tally instants depend on (``tallies.marks``).
