@@ -5,8 +5,8 @@ before they can be trusted (bids, 404 rechecks, the proxy's clock) are ``objects
 claims, moves, redrives, edits and expiries are won by bidding for generation markers
 (``markers.py``), and what a claim's holder does then is ``claims.py``'s; the event trail
 is ``trail.py``'s, the tallies behind ``queue_counts`` ``tallies.py``'s, the reaper's
-passes ``expiry.py``'s, subscriptions ``subscriptions.py``'s. This module answers the
-storage interface with them.
+passes ``expiry.py``'s, subscriptions ``subscriptions.py``'s, the leases that make the
+quotas exact ``quotas.py``'s. This module answers the storage interface with them.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from delayq.storage.swift.objects import (
     unavailable,
 )
 from delayq.storage.swift.options import GROUP
+from delayq.storage.swift.quotas import Lease, Quotas
 from delayq.storage.swift.subscriptions import Subscriptions
 from delayq.storage.swift.tallies import Tallies
 from delayq.storage.swift.trail import Trail
@@ -95,8 +96,9 @@ class Driver(base.Driver):
         self._subscriptions = Subscriptions(self._objects)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
                               self._stop)
-        self._keys = PostKeys(self._objects, self._tallies, self._trail, self._ensure_queue,
-                              self._new_id, self._now_us)
+        self._keys = PostKeys(self._objects, self._tallies, self._trail, self._new_id,
+                              self._now_us)
+        self._quotas = Quotas(self._objects, self._now_us)
         self._last_id_us = 0
         self._lock = threading.Lock()  # guards _last_id_us
         clock_object = lay.clock_object(secrets.token_hex(8))
@@ -189,8 +191,21 @@ class Driver(base.Driver):
 
     # Queues
 
-    def _ensure_queue(self, project: str, queue: str, metadata: dict[str, Any]) -> bool:
+    def _ensure_queue(self, project: str, queue: str, metadata: dict[str, Any],
+                      quota: int = 0) -> bool:
         """Create the queue's container and metadata; False if the queue existed.
+
+        *quota*, above 0, is the project's queue quota: a queue to create past it is
+        refused (``quotas.Quotas.create_queue``). 0 (dead-letter moves, redrives back to
+        source queues) creates whatever the count.
+        """
+        if quota:
+            return self._quotas.create_queue(
+                project, queue, quota, lambda: self._make_queue(project, queue, metadata))
+        return self._make_queue(project, queue, metadata)
+
+    def _make_queue(self, project: str, queue: str, metadata: dict[str, Any]) -> bool:
+        """``_ensure_queue`` once decided.
 
         With the trail on, the queue's events container too, so that writing events is
         one PUT from the first request on.
@@ -205,9 +220,10 @@ class Driver(base.Driver):
         return objects.create(container, lay.META, lay.encode(metadata), {})
 
     @operation
-    def create_queue(self, project: str, name: str, metadata: dict[str, Any]) -> bool:
+    def create_queue(self, project: str, name: str, metadata: dict[str, Any], *,
+                     queue_quota: int = 0) -> bool:
         with unavailable:
-            return self._ensure_queue(project, name, metadata)
+            return self._ensure_queue(project, name, metadata, queue_quota)
 
     @operation
     def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
@@ -292,14 +308,8 @@ class Driver(base.Driver):
         with unavailable:
             now = self._now_us()
             free = claimed = delayed = 0
-            seen = set()
-            for entry_name in self._objects.names(container, lay.INDEX_PREFIX):
-                entry = Entry.parse(entry_name)
-                # A message may briefly have two entries (a claim moves its entry by
-                # writing the new one first): count it once.
-                if entry is None or entry.expires <= now or entry.message_id in seen:
-                    continue
-                seen.add(entry.message_id)
+            live = lay.live_entries(self._objects.names(container, lay.INDEX_PREFIX), now)
+            for entry in live:
                 if entry.available <= now:
                     free += 1
                 elif entry.is_claimed(now):
@@ -307,8 +317,8 @@ class Driver(base.Driver):
                 else:
                     delayed += 1
             oldest = newest = None
-            if seen:
-                ids = sorted(seen)
+            if live:
+                ids = sorted(entry.message_id for entry in live)
                 oldest = self._first_live(project, name, ids, now)
                 newest = self._first_live(project, name, reversed(ids), now)
         return QueueStats(free=free, claimed=claimed, delayed=delayed, oldest=oldest,
@@ -327,57 +337,78 @@ class Driver(base.Driver):
     @operation
     def post_messages(self, project: str, queue: str, client_id: str,
                       messages: list[NewMessage], *, metadata_token: Any = None,
-                      message_quota: int = 0, key: PostKey | None = None) -> list[str]:
-        """With a key, its key object decides the post and holds it whole (``keys.py``)."""
-        container = self._objects.container(project, queue)
+                      message_quota: int = 0, queue_quota: int = 0,
+                      key: PostKey | None = None) -> list[str]:
+        """With a key, its key object decides the post and holds it whole (``keys.py``).
+        With a message quota, the post is counted and written under the queue's post
+        lease (``quotas.py``); a queue it creates, under the project's creation lease."""
         with unavailable:
-            now = self._now_us()
             if key is not None:
-                kept = self._keys.kept(project, queue, key.key, now)
+                kept = self._keys.kept(project, queue, key.key, self._now_us())
                 if kept is not None:
                     raise KeyTaken(kept)
             if message_quota:
-                self._tallies.check_quota(project, queue, len(messages), message_quota)
-            if key is not None:
-                posted = self._keys.post(project, queue, client_id, messages, key, now)
-                if isinstance(posted, StoredKey):
-                    raise KeyTaken(posted)
-                return posted
-            records = [(self._new_id(now), m,
-                        Record(ttl=m.ttl, created=now, due=now + round(m.delay * US),
-                               client=client_id, expires=now + m.ttl * US))
-                       for i, m in enumerate(messages)]
+                return self._quotas.post(
+                    project, queue, len(messages), message_quota,
+                    lambda lease: self._post(project, queue, client_id, messages, key,
+                                             queue_quota, lease))
+            return self._post(project, queue, client_id, messages, key, queue_quota)
 
-            counted: set[str] = set()  # stored again after a 404: counted once
+    def _post(self, project: str, queue: str, client_id: str, messages: list[NewMessage],
+              key: PostKey | None, queue_quota: int, lease: Lease | None = None
+              ) -> list[str]:
+        """Store the post, creating its queue (under *queue_quota*) when missing; under
+        *lease* (the queue's post lease), checked again before the messages are written
+        after the queue was created."""
+        container = self._objects.container(project, queue)
+        now = self._now_us()
 
-            def store(item: tuple[str, NewMessage, Record]) -> None:
-                message_id, message, record = item
-                # The message first: an index entry never points at nothing yet.
-                self._objects.put_message(container, message_id, record,
-                                          lay.encode(message.body))
-                try:
-                    self._objects.put_entry(container, record.entry(message_id))
-                except Exception:
-                    # Without its entry no claim would ever find the message: the post
-                    # fails, so the message must not stay either.
-                    self._objects.delete(container, lay.message_name(message_id))
-                    raise
-                if message_id not in counted:
-                    counted.add(message_id)
-                    self._tallies.tally(project, queue, None, record)
+        def create_queue() -> None:
+            self._ensure_queue(project, queue, {}, queue_quota)
+            if lease is not None:
+                lease.check()
 
+        if key is not None:
+            posted = self._keys.post(project, queue, client_id, messages, key, now,
+                                     create_queue)
+            if isinstance(posted, StoredKey):
+                raise KeyTaken(posted)
+            return posted
+        records = [(self._new_id(now), m,
+                    Record(ttl=m.ttl, created=now, due=now + round(m.delay * US),
+                           client=client_id, expires=now + m.ttl * US))
+                   for m in messages]
+
+        counted: set[str] = set()  # stored again after a 404: counted once
+
+        def store(item: tuple[str, NewMessage, Record]) -> None:
+            message_id, message, record = item
+            # The message first: an index entry never points at nothing yet.
+            self._objects.put_message(container, message_id, record,
+                                      lay.encode(message.body))
             try:
-                self._objects.parallel(store, records)
-            except ClientException as exc:
-                if not is_status(exc, 404):
-                    raise
-                self._ensure_queue(project, queue, {})
-                self._objects.parallel(store, records)
-            self._trail.record(project, queue, now, [
-                self._trail.event(project, queue, events.POSTED, now, message_id=message_id,
-                                  due=record.due / US, ttl=record.ttl,
-                                  expires=record.expires / US)
-                for message_id, _, record in records])
+                self._objects.put_entry(container, record.entry(message_id))
+            except Exception:
+                # Without its entry no claim would ever find the message: the post
+                # fails, so the message must not stay either.
+                self._objects.delete(container, lay.message_name(message_id))
+                raise
+            if message_id not in counted:
+                counted.add(message_id)
+                self._tallies.tally(project, queue, None, record)
+
+        try:
+            self._objects.parallel(store, records)
+        except ClientException as exc:
+            if not is_status(exc, 404):
+                raise
+            create_queue()
+            self._objects.parallel(store, records)
+        self._trail.record(project, queue, now, [
+            self._trail.event(project, queue, events.POSTED, now, message_id=message_id,
+                              due=record.due / US, ttl=record.ttl,
+                              expires=record.expires / US)
+            for message_id, _, record in records])
         return [message_id for message_id, _, _ in records]
 
     def _new_id(self, now: int) -> str:
@@ -646,11 +677,17 @@ class Driver(base.Driver):
 
     @operation
     def redrive(self, project: str, queue: str, *, destination: str | None,
-                limit: int) -> int:
+                limit: int, queue_quota: int = 0) -> int:
+        """A *destination* that is missing is created, under *queue_quota*, before the
+        first message is bid for: refused, nothing moves."""
+        prepare = None
+        if destination is not None and queue_quota:
+            def prepare() -> None:
+                self._ensure_queue(project, destination, {}, queue_quota)
         with unavailable:
             now = self._now_us()
             moved = self._markers.redrive(project, queue, now, destination, limit,
-                                          uuid.uuid4().hex)
+                                          uuid.uuid4().hex, prepare)
             self._trail.record(project, queue, now,
                                [move.redriven(project, queue, now) for move in moved])
         return len(moved)

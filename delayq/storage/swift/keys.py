@@ -83,16 +83,14 @@ class KeyObject:
 
 
 class PostKeys:
-    """Keyed posts into the queues of *objects*; *ensure_queue* creates a queue, *now*
-    reads the clock (µs), *new_id* makes a message id."""
+    """Keyed posts into the queues of *objects*; *now* reads the clock (µs), *new_id*
+    makes a message id."""
 
     def __init__(self, objects: Objects, tallies: Tallies, trail: Trail,
-                 ensure_queue: Callable[[str, str, dict[str, Any]], bool],
                  new_id: Callable[[int], str], now: Callable[[], int]) -> None:
         self._objects = objects
         self._tallies = tallies
         self._trail = trail
-        self._ensure_queue = ensure_queue
         self._new_id = new_id
         self._now = now
 
@@ -122,9 +120,11 @@ class PostKeys:
         return None
 
     def post(self, project: str, queue: str, client_id: str, messages: list[NewMessage],
-             key: PostKey, now: int) -> list[str] | StoredKey:
+             key: PostKey, now: int, create_queue: Callable[[], object]
+             ) -> list[str] | StoredKey:
         """Decide the post by winning its key object's bid, then write it; its ids, or
-        what is kept when another post under the key won."""
+        what is kept when another post under the key won. *create_queue* creates the
+        queue when it is missing (under the queue quota)."""
         container = self._objects.container(project, queue)
         name = key_name(key.key)
         records = []
@@ -141,7 +141,7 @@ class PostKeys:
         except ClientException as exc:
             if not is_status(exc, 404):
                 raise
-            self._ensure_queue(project, queue, {})
+            create_queue()
             won = self._objects.bid(container, name, post, until)
         found = self._read(container, name, queue)
         if not won:

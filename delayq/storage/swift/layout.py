@@ -91,6 +91,10 @@ container), so that the queues subscribed in every project are one listing
     subscriber, or says ``released``. The newest is kept; older ones carry
     ``X-Delete-After`` a day.
 
+The leases behind the quotas (``[quotas]``) have one container for the whole deployment,
+``<prefix>:quotas`` (no second colon, no comma: neither a queue's nor an events
+container), whose objects ``quotas.py`` describes.
+
 Times in names are microseconds in 14 hexadecimal digits, so names sort by time.
 """
 
@@ -197,6 +201,14 @@ def slot_name(slot: int) -> str:
 # The reaper's lease, in the writers container (no slot's name, which begins with
 # SLOT_PREFIX).
 REAPER = "reaper"
+
+
+QUOTAS = "quotas"
+
+
+def quotas_container(prefix: str) -> str:
+    """The container of the quota leases (``quotas.py``), one for the whole deployment."""
+    return f"{prefix}:{QUOTAS}"
 
 
 SUBSCRIPTIONS = "subscriptions"
@@ -418,6 +430,21 @@ class Entry:
                        int(expires, 16), int(rest[0], 16) if rest else 0)
         except ValueError:
             return None
+
+
+def live_entries(names: Iterable[str], now_us: int) -> list[Entry]:
+    """The index entries among *names* of the messages live at *now_us*, one a message:
+    a message may briefly have two (a claim moves its entry by writing the new one
+    first)."""
+    seen: set[str] = set()
+    live = []
+    for name in names:
+        entry = Entry.parse(name)
+        if entry is None or entry.expires <= now_us or entry.message_id in seen:
+            continue
+        seen.add(entry.message_id)
+        live.append(entry)
+    return live
 
 
 @dataclass

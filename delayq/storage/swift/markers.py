@@ -341,9 +341,12 @@ class Markers:
         self._objects.delete(source, lay.message_name(message_id))
 
     def redrive(self, project: str, queue: str, now: int, destination: str | None,
-                limit: int, redrive_id: str) -> list[Moved]:
+                limit: int, redrive_id: str, prepare: Callable[[], None] | None = None
+                ) -> list[Moved]:
         """Move up to *limit* messages of *queue* back to *destination* (None: each to the
-        queue it was dead-lettered from), bidding for each like a claim."""
+        queue it was dead-lettered from), bidding for each like a claim. *prepare* runs
+        once before the first bid (the destination's creation under the queue quota,
+        which may refuse the redrive): a bid won is a move that cannot be taken back."""
         objects = self._objects
         container = objects.container(project, queue)
         moved: list[Moved] = []
@@ -356,6 +359,9 @@ class Markers:
             # Entries of live claims are skipped; delayed ones are taken.
             entries = [e for e in map(Entry.parse, names)
                        if e is not None and not e.is_claimed(now)]
+            if entries and prepare is not None:
+                prepare()
+                prepare = None
             while entries and len(moved) < limit:
                 # No more moves at once than still wanted: each won bid is a move.
                 take = min(objects.concurrency, limit - len(moved))

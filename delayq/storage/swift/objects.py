@@ -257,12 +257,19 @@ class Objects:
             ) -> bool:
         """Create object *name* (JSON *body* and a nonce) if nobody else does; True for
         the one winner of a race."""
+        return self.won(container, name, body, headers) is not None
+
+    def won(self, container: str, name: str, body: dict[str, Any], headers: dict[str, str]
+            ) -> dict[str, str] | None:
+        """``bid``: the object's headers as read back when this bid won, else None."""
         nonce = secrets.token_hex(8)
         if not self.create(container, name, lay.encode({**body, "nonce": nonce}), headers):
-            return False
+            return None
         time.sleep(self.settle)
         found = self.get(container, name, newest=True)
-        return found is not None and json.loads(found[1]).get("nonce") == nonce
+        if found is None or json.loads(found[1]).get("nonce") != nonce:
+            return None
+        return found[0]
 
     def names(self, container: str, prefix: str, *, marker: str = "", end: str | None = None,
              limit: int | None = None) -> list[str]:

@@ -274,21 +274,6 @@ class Tallies:
                 tally[(kind, level, block)] += n
         return tallies.counts(tally, now)
 
-    def check_quota(self, project: str, queue: str, posted: int, quota: int) -> None:
-        """Refuse a post of *posted* messages that would take the queue past *quota*
-        live messages, counted (``count``) just before the post writes.
-
-        Swift has no atomic step to check it in: posts running at the same time each
-        count the queue before the others' messages are counted, and other processes'
-        changes reach the count within ``tally_flush_interval`` (their posts may pass
-        the quota meanwhile; room their deletions make is seen only then). A tally
-        change lost (see the module) miscounts its messages until they would have
-        expired.
-        """
-        held = self.count(project, queue)
-        if held.total + posted > quota:
-            raise errors.QuotaExceeded.messages(queue, held.total, posted, quota)
-
     @contextmanager
     def dropping(self, project: str, queue: str) -> Iterator[None]:
         """Around a purge or deletion of the queue, whose tally objects go with its other
