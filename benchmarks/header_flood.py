@@ -31,61 +31,24 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from served import free_port, sqlite_section, start_server, stop_server
+
 HERE = Path(__file__).resolve().parent
 HEAD = b"GET /v2/ping HTTP/1.1\r\nHost: delayq\r\nX-Flood: "
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(tree: Path, workdir: Path, port: int) -> subprocess.Popen:
-    """``delayq-server`` from *tree*, on *port*, its SQLite file and log in *workdir*."""
-    config = workdir / "delayq.conf"
-    config.write_text(f"[drivers:transport:wsgi]\nworkers = 1\n\n"
-                      f"[drivers:message_store:sqlite]\npath = {workdir / 'delayq.sqlite'}\n")
-    script = shutil.which("delayq-server", path=str(Path(sys.executable).parent))
-    command = [script] if script else [sys.executable, "-m", "delayq.server"]
-    env = {**os.environ, "PYTHONPATH": str(tree), "XDG_RUNTIME_DIR": str(workdir)}
-    with open(workdir / "server.log", "wb") as log:
-        proc = subprocess.Popen([*command, "--config-file", str(config), "--port", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/v2/ping")
-            if conn.getresponse().status == 204:
-                conn.close()
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    stop_server(proc)
-    raise RuntimeError(f"delayq-server from {tree} did not start; see {workdir}/server.log")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def start_one_worker(tree: Path, workdir: Path, port: int) -> subprocess.Popen:
+    """One worker on SQLite in *workdir*."""
+    return start_server(tree, workdir, "[drivers:transport:wsgi]\nworkers = 1\n\n"
+                        + sqlite_section(workdir), port)
 
 
 def ping_loop(port: int, pings: list[tuple[float, float]], stop: threading.Event,
@@ -138,7 +101,7 @@ def flood(port: int, megabytes: int) -> dict:
 def measure(tree: Path, megabytes: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="delayq-flood-") as tmp:
         port = free_port()
-        proc = start_server(tree, Path(tmp), port)
+        proc = start_one_worker(tree, Path(tmp), port)
         try:
             pings: list[tuple[float, float]] = []
             failures: list[str] = []

@@ -41,11 +41,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import resource
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,6 +50,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+
+from served import free_port, sqlite_section, start_server, stop_server
 
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
@@ -66,49 +64,14 @@ PAUSE = 0.01
 CLIENT_TIMEOUT = 10.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def start_server(tree: Path, workdir: Path, port: int, workers: int,
-                 max_connections: int | None) -> subprocess.Popen:
-    """``delayq-server`` from *tree*, on *port*, its SQLite file and log in *workdir*."""
+def start(tree: Path, workdir: Path, port: int, workers: int,
+          max_connections: int | None) -> subprocess.Popen:
+    """*workers* workers on SQLite in *workdir*, with *max_connections* if given."""
     wsgi = f"workers = {workers}\n"
     if max_connections is not None:
         wsgi += f"max_connections = {max_connections}\n"
-    config = workdir / "delayq.conf"
-    config.write_text(f"[drivers:transport:wsgi]\n{wsgi}\n"
-                      f"[drivers:message_store:sqlite]\npath = {workdir / 'delayq.sqlite'}\n")
-    script = shutil.which("delayq-server", path=str(Path(sys.executable).parent))
-    command = [script] if script else [sys.executable, "-m", "delayq.server"]
-    env = {**os.environ, "PYTHONPATH": str(tree), "XDG_RUNTIME_DIR": str(workdir)}
-    with open(workdir / "server.log", "wb") as log:
-        proc = subprocess.Popen([*command, "--config-file", str(config), "--port", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection(HOST, port, timeout=2)
-            conn.request("GET", "/v2/ping")
-            if conn.getresponse().status == 204:
-                conn.close()
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    stop_server(proc)
-    raise RuntimeError(f"delayq-server from {tree} did not start; see {workdir}/server.log")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    return start_server(tree, workdir, f"[drivers:transport:wsgi]\n{wsgi}\n"
+                        + sqlite_section(workdir), port)
 
 
 # The well-behaved clients
@@ -176,7 +139,7 @@ def summarize(results: list[tuple[bool, float]]) -> dict:
 def measure(tree: Path, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="delayq-idle-") as tmp:
         port = free_port()
-        proc = start_server(tree, Path(tmp), port, args.workers, args.max_connections)
+        proc = start(tree, Path(tmp), port, args.workers, args.max_connections)
         try:
             without = run_clients(port, args.seconds)
             attacker = subprocess.Popen(

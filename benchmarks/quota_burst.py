@@ -33,14 +33,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.client
-import os
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -48,15 +43,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from served import HOST, free_port, sqlite_section, start_server, stop_server
 
 HERE = Path(__file__).resolve().parent
-HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -82,7 +71,7 @@ def store_section(driver: str, args: argparse.Namespace, workdir: Path,
                   redis_uri: str | None) -> str:
     """The config file's lines that choose and open *driver*."""
     if driver == "sqlite":
-        return f"[drivers:message_store:sqlite]\npath = {workdir / 'delayq.sqlite'}\n"
+        return sqlite_section(workdir)
     if driver == "redis":
         return (f"[drivers]\nmessage_store = redis\n"
                 f"[drivers:message_store:redis]\nuri = {redis_uri}\n"
@@ -93,38 +82,10 @@ def store_section(driver: str, args: argparse.Namespace, workdir: Path,
             f"container_prefix = b{uuid.uuid4().hex[:8]}\n")
 
 
-def start_server(tree: Path, workdir: Path, config: str) -> tuple[subprocess.Popen, int]:
-    """``delayq-server`` from *tree* with *config*, on a free port; it and the port."""
+def start(tree: Path, workdir: Path, config: str) -> tuple[subprocess.Popen, int]:
+    """The server from *tree* with *config*, on a free port; it and the port."""
     port = free_port()
-    path = workdir / "delayq.conf"
-    path.write_text(config)
-    script = shutil.which("delayq-server", path=str(Path(sys.executable).parent))
-    command = [script] if script else [sys.executable, "-m", "delayq.server"]
-    env = {**os.environ, "PYTHONPATH": str(tree), "XDG_RUNTIME_DIR": str(workdir)}
-    with open(workdir / "server.log", "wb") as log:
-        proc = subprocess.Popen([*command, "--config-file", str(path), "--port", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection(HOST, port, timeout=2)
-            conn.request("GET", "/v2/ping")
-            if conn.getresponse().status == 204:
-                return proc, port
-        except OSError:
-            time.sleep(0.1)
-    stop_server(proc)
-    raise RuntimeError(f"delayq-server from {tree} did not start; see {workdir}/server.log")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    return start_server(tree, workdir, config, port), port
 
 
 async def released_together(url: str, project: str, requests: list[tuple[str, str, dict]]
@@ -179,7 +140,7 @@ def measure(tree: Path, driver: str, args: argparse.Namespace) -> list[str]:
                   f"[quotas]\nmax_queues_per_project = {args.queues}\n"
                   f"max_messages_per_queue = {args.messages}\n"
                   + store_section(driver, args, workdir, redis_uri))
-        proc, port = start_server(tree, workdir, config)
+        proc, port = start(tree, workdir, config)
         url = f"http://{HOST}:{port}"
         queues, messages = [], []
         try:
