@@ -3,7 +3,7 @@
 MongoDB updates one document atomically and re-checks an update's filter against the
 document it writes, so every transition here is a set of single-document updates whose
 filters pin the state the driver read (claims, dead-letter moves and redrives:
-``claims.py``).
+``claimer.py``).
 
 - A delete by ids, the end of a pop, a renewal's and a release's changes to the claimed
   messages (``holds.py``) are one ``find_one_and_delete`` or ``find_one_and_update`` per
@@ -21,7 +21,7 @@ Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own c
 skewed agree on when a message is due.
 
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
-definitions), ``claims.py`` (a claim's bulk write and what it won), ``holds.py`` (a
+definitions), ``claimer.py`` (a claim's bulk write and what it won), ``holds.py`` (a
 claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
@@ -56,7 +56,7 @@ from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.clock import ServerClock, timed
-from delayq.storage.mongo import claims, holds, tallies
+from delayq.storage.mongo import claimer, holds, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import (
     NAME,
@@ -119,7 +119,7 @@ class Driver(base.Driver):
         self._trail = Trail(db[lay.EVENTS], events_settings, endings)
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
-        self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
+        self._claimer = claimer.Claimer(self._messages, self._allocate, self._expiry.reap_each)
         self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
         self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
         self._keys = PostKeys(client, db[lay.POST_KEYS], self._messages)
@@ -501,7 +501,7 @@ class Driver(base.Driver):
         pop_id = lay.new_id()
         took = self._claimer.take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
         taken = took.claimed
-        changes = claims.taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
+        changes = claimer.taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
         gone = {doc[lay.ID]: doc for doc in self._delete_each(
@@ -577,7 +577,8 @@ class Driver(base.Driver):
         changes = tallies.Changes()
         for move in moves:
             changes.add(queue, move.doc, None)
-            changes.add(move.target, None, lay.unclaimed(move.doc, **claims.due_at_once(move, now)))
+            changes.add(move.target, None,
+                        lay.unclaimed(move.doc, **claimer.due_at_once(move, now)))
         self._tallies.write(project, changes)
         self._trail.record([self._trail.event(project, queue, events.REDRIVEN, now,
                                               message_id=move.doc[lay.ID],
@@ -599,7 +600,7 @@ class Driver(base.Driver):
         expires = now + ttl * 1000
         took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace,
                                   dead_letter, backoff)
-        self._tallies.write(project, claims.taking(queue, took, claim_id, expires, grace,
+        self._tallies.write(project, claimer.taking(queue, took, claim_id, expires, grace,
                                                    backoff))
         trail = [self._trail.expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
@@ -617,7 +618,7 @@ class Driver(base.Driver):
                                  lay.EXPIRES: lay.date(expires)})
         claimed = []
         for doc in took.claimed:
-            doc = claims.claimed(doc, claim_id, expires, grace, backoff)
+            doc = claimer.claimed(doc, claim_id, expires, grace, backoff)
             claimed.append(lay.message(doc, now))
             trail.append(self._trail.event(project, queue, events.CLAIMED, now,
                                            message_id=doc[lay.ID], claim_id=claim_id,

@@ -11,7 +11,7 @@ rule a delete with a claim id follows, so that it applies only while that claim 
 the message.
 
 Under a retry policy (``retry.Backoff``) each message's new due time is its attempt's
-wait (``claims.due_again``) after the claim's new expiry (a renewal) or after now (a
+wait (``claimer.due_again``) after the claim's new expiry (a renewal) or after now (a
 release); its availability ``a`` stays ``max(d, ce)``. Without one, a renewal keeps the
 due time and a release makes the message due at once, its due time as it was before the
 claim.
@@ -30,7 +30,7 @@ from delayq import errors, events
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import Message
 from delayq.retry import Backoff
-from delayq.storage.mongo import claims, tallies
+from delayq.storage.mongo import claimer, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.trail import Trail
 
@@ -87,7 +87,7 @@ class Holds:
         lives = lay.date(expires + grace * 1000)
         renewals = []
         for message in self._messages.find(where, DUE_FIELDS).hint(lay.CLAIM_INDEX):
-            due = claims.due_again(backoff, message.get(lay.CLAIM_COUNT, 0), expires)
+            due = claimer.due_again(backoff, message.get(lay.CLAIM_COUNT, 0), expires)
             changes = {} if due is None else {lay.DUE: lay.date(due)}
             available = max(expires, lay.due_ms(message) if due is None else due)
             renewals.append((
@@ -107,7 +107,7 @@ class Holds:
                 where, {**DUE_FIELDS, lay.CLAIM: 1, lay.CLAIM_EXPIRES: 1}
         ).hint(lay.CLAIM_INDEX):
             was_due = lay.due_ms(message)
-            due = claims.due_again(backoff, message.get(lay.CLAIM_COUNT, 0), now)
+            due = claimer.due_again(backoff, message.get(lay.CLAIM_COUNT, 0), now)
             due = min(was_due, now) if due is None else due
             changes = {} if due == was_due else {lay.DUE: lay.date(due)}
             releases.append((

@@ -1,6 +1,6 @@
-"""The MongoDB driver's claim bookkeeping: a claim's (or a pop's) bulk write of pinned
-single-document updates, the dead-letter moves and redrives made the same way, and the
-read that tells which of them applied.
+"""The MongoDB driver's claimer, which takes messages: a claim's (or a pop's) bulk write
+of pinned single-document updates, the dead-letter moves and redrives made the same way,
+and the read that tells which of them applied.
 
 MongoDB updates one document atomically and re-checks an update's filter against the
 document it writes, so each update's filter pins the state read (``pinned``):
