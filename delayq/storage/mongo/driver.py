@@ -6,7 +6,7 @@ filters pin the state the driver read (claims, dead-letter moves and redrives:
 ``claimer.py``).
 
 - A delete by ids, the end of a pop, a renewal's and a release's changes to the claimed
-  messages (``holds.py``) are one ``find_one_and_delete`` or ``find_one_and_update`` per
+  messages (``claims.py``) are one ``find_one_and_delete`` or ``find_one_and_update`` per
   message: each returns the state it changed, which the tallies and the trail need, and
   which a multi-document write or a bulk of them cannot tell when a concurrent request
   changed some of the same messages. That costs one round trip per message (at most
@@ -21,7 +21,7 @@ Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own c
 skewed agree on when a message is due.
 
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
-definitions), ``claimer.py`` (a claim's bulk write and what it won), ``holds.py`` (a
+definitions), ``claimer.py`` (a claim's bulk write and what it won), ``claims.py`` (a
 claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
@@ -56,7 +56,7 @@ from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.clock import ServerClock, timed
-from delayq.storage.mongo import claimer, holds, tallies
+from delayq.storage.mongo import claimer, claims, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import (
     NAME,
@@ -110,7 +110,7 @@ class Driver(base.Driver):
                                  read_preference=ReadPreference.PRIMARY)
         self._queues: Collection = db[lay.QUEUES]
         self._messages: Collection = db[lay.MESSAGES]
-        self._claims: Collection = db[lay.CLAIMS]
+        self._claim_docs: Collection = db[lay.CLAIMS]
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(timed(self._server_time_ms),
@@ -120,7 +120,8 @@ class Driver(base.Driver):
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
         self._claimer = claimer.Claimer(self._messages, self._allocate, self._expiry.reap_each)
-        self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
+        self._claims = claims.Claims(self._messages, self._claim_docs, self._tallies,
+                                     self._trail)
         self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
         self._keys = PostKeys(client, db[lay.POST_KEYS], self._messages)
         self._quotas = Quotas(client, db[lay.PROJECTS], self._queues, self._messages)
@@ -230,7 +231,7 @@ class Driver(base.Driver):
         # Messages first: a crash part way leaves the queue, and deleting it again
         # finishes the job. The second sweep takes what a post racing the delete stored.
         gone = self._messages.delete_many(where).deleted_count
-        self._claims.delete_many(where)
+        self._claim_docs.delete_many(where)
         existed = self._queues.delete_one(where).deleted_count
         gone += self._messages.delete_many(where).deleted_count
         self._keys.forget(project, name)
@@ -244,7 +245,7 @@ class Driver(base.Driver):
         now = self._now_ms()
         where = {lay.PROJECT: project, lay.QUEUE: name}
         gone = self._messages.delete_many(where).deleted_count
-        self._claims.delete_many(where)
+        self._claim_docs.delete_many(where)
         self._keys.forget(project, name)
         self._tallies.drop(project, name)
         # An empty queue is purged too, an absent one not: the queue is looked up only
@@ -439,7 +440,7 @@ class Driver(base.Driver):
         while True:
             now = self._now_ms()
             if claim_id is not None:
-                held = {**holds.held(project, queue, lay.object_id(claim_id), now), **where}
+                held = {**claims.held(project, queue, lay.object_id(claim_id), now), **where}
                 deleted = self._messages.find_one_and_delete(
                     held, {lay.CLAIM: 1, lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
@@ -613,9 +614,9 @@ class Driver(base.Driver):
         if not took.claimed:
             self._trail.record(trail)
             return None
-        self._claims.insert_one({lay.ID: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
-                                 lay.TTL: ttl, lay.GRACE: grace, lay.CREATED: lay.date(now),
-                                 lay.EXPIRES: lay.date(expires)})
+        self._claim_docs.insert_one({lay.ID: claim_id, lay.PROJECT: project,
+                                     lay.QUEUE: queue, lay.TTL: ttl, lay.GRACE: grace,
+                                     lay.CREATED: lay.date(now), lay.EXPIRES: lay.date(expires)})
         claimed = []
         for doc in took.claimed:
             doc = claimer.claimed(doc, claim_id, expires, grace, backoff)
@@ -631,25 +632,25 @@ class Driver(base.Driver):
     @operation
     @backend_call
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        return self._holds.get(project, queue, claim_id, self._now_ms())
+        return self._claims.get(project, queue, claim_id, self._now_ms())
 
     @operation
     @backend_call
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int, backoff: Backoff | None = None) -> None:
-        self._holds.renew(project, queue, claim_id, ttl, grace, backoff, self._now_ms())
+        self._claims.renew(project, queue, claim_id, ttl, grace, backoff, self._now_ms())
 
     @operation
     @backend_call
     def release_claim(self, project: str, queue: str, claim_id: str,
                       backoff: Backoff | None = None) -> None:
-        self._holds.release(project, queue, claim_id, backoff, self._now_ms())
+        self._claims.release(project, queue, claim_id, backoff, self._now_ms())
 
     @operation
     @backend_call
     def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
                         delay: float) -> Message:
-        return self._holds.hand_back(project, queue, message_id, claim_id, delay,
+        return self._claims.hand_back(project, queue, message_id, claim_id, delay,
                                      self._now_ms)
 
     # Subscriptions (subscriptions.py)

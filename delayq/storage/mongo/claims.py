@@ -48,21 +48,22 @@ def held(project: str, queue: str, claim_id: ObjectId | str, now: int) -> dict[s
             lay.CLAIM_EXPIRES: {"$gt": lay.date(now)}, lay.EXPIRES: {"$gt": lay.date(now)}}
 
 
-class Holds:
+class Claims:
     """The claims of the ``claims`` collection and the messages they hold; every change
     counted in the tallies, a hand-back recorded in the trail."""
 
     def __init__(self, messages: Collection, claim_docs: Collection, tally: tallies.Tallies,
                  trail: Trail) -> None:
         self._messages = messages
-        self._claims = claim_docs
+        self._claim_docs = claim_docs
         self._tallies = tally
         self._trail = trail
 
     def get(self, project: str, queue: str, claim_id: str, now: int) -> Claim:
         """The live claim with its messages at *now* (ms); raises ClaimNotFound."""
-        doc = self._claims.find_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
-                                     lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}})
+        doc = self._claim_docs.find_one({lay.ID: lay.object_id(claim_id),
+                                         lay.PROJECT: project, lay.QUEUE: queue,
+                                         lay.EXPIRES: {"$gt": lay.date(now)}})
         if doc is None:
             raise errors.ClaimNotFound.with_id(claim_id)
         messages = self._messages.find(held(project, queue, doc[lay.ID], now)
@@ -76,7 +77,7 @@ class Holds:
               backoff: Backoff | None, now: int) -> None:
         """Restart the claim's ttl at *now* (ms); raises ClaimNotFound."""
         expires = now + ttl * 1000
-        doc = self._claims.find_one_and_update(
+        doc = self._claim_docs.find_one_and_update(
             {lay.ID: lay.object_id(claim_id), lay.PROJECT: project, lay.QUEUE: queue,
              lay.EXPIRES: {"$gt": lay.date(now)}},
             {"$set": {lay.TTL: ttl, lay.GRACE: grace, lay.EXPIRES: lay.date(expires)}},
@@ -117,8 +118,8 @@ class Holds:
                 {"$set": {lay.AVAILABLE: lay.date(due), **changes},
                  "$unset": {lay.CLAIM: "", lay.CLAIM_EXPIRES: ""}}))
         self._update_each(project, queue, releases)
-        self._claims.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
-                                 lay.QUEUE: queue})
+        self._claim_docs.delete_one({lay.ID: lay.object_id(claim_id), lay.PROJECT: project,
+                                     lay.QUEUE: queue})
 
     def hand_back(self, project: str, queue: str, message_id: str, claim_id: str,
                   delay: float, now_ms: Callable[[], int]) -> Message:
