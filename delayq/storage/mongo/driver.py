@@ -25,9 +25,9 @@ definitions), ``claimer.py`` (a claim's bulk write and what it won), ``claims.py
 claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
-``indexes.py`` (creating the indexes), ``keys.py`` (idempotent posts), ``quotas.py`` (the
-quotas, each checked in the transaction of the write it admits) and ``client.py`` (the
-pymongo client, and which failures are a 503).
+``indexes.py`` (creating the indexes), ``post_keys.py`` (idempotent posts),
+``quotas.py`` (the quotas, each checked in the transaction of the write it admits) and
+``client.py`` (the pymongo client, and which failures are a 503).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ from delayq.storage.mongo.client import (
 )
 from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes, backend_call
-from delayq.storage.mongo.keys import PostKeys
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.mongo.post_keys import PostKeys
 from delayq.storage.mongo.quotas import Quotas
 from delayq.storage.mongo.subscriptions import Subscriptions
 from delayq.storage.mongo.trail import Trail
@@ -123,7 +123,7 @@ class Driver(base.Driver):
         self._claims = claims.Claims(self._messages, self._claim_docs, self._tallies,
                                      self._trail)
         self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
-        self._keys = PostKeys(client, db[lay.POST_KEYS], self._messages)
+        self._post_keys = PostKeys(client, db[lay.POST_KEYS], self._messages)
         self._quotas = Quotas(client, db[lay.PROJECTS], self._queues, self._messages)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
@@ -234,7 +234,7 @@ class Driver(base.Driver):
         self._claim_docs.delete_many(where)
         existed = self._queues.delete_one(where).deleted_count
         gone += self._messages.delete_many(where).deleted_count
-        self._keys.forget(project, name)
+        self._post_keys.forget(project, name)
         self._tallies.drop(project, name)
         if existed or gone:  # deleting an absent queue changes nothing
             self._trail.purged(project, name, now)
@@ -246,7 +246,7 @@ class Driver(base.Driver):
         where = {lay.PROJECT: project, lay.QUEUE: name}
         gone = self._messages.delete_many(where).deleted_count
         self._claim_docs.delete_many(where)
-        self._keys.forget(project, name)
+        self._post_keys.forget(project, name)
         self._tallies.drop(project, name)
         # An empty queue is purged too, an absent one not: the queue is looked up only
         # when the trail needs to know.
@@ -341,12 +341,12 @@ class Driver(base.Driver):
                       messages: list[NewMessage], *, metadata_token: Any = None,
                       message_quota: int = 0, queue_quota: int = 0,
                       key: PostKey | None = None) -> list[str]:
-        """With a key, one transaction stores the key and the messages (``keys.py``);
+        """With a key, one transaction stores the key and the messages (``post_keys.py``);
         with a message quota, one transaction counts the queue and stores them
         (``quotas.py``); both checked there, as is the queue quota, in that order."""
         now = self._now_ms()
         if key is not None:
-            kept = self._keys.kept(project, queue, key.key, now)
+            kept = self._post_keys.kept(project, queue, key.key, now)
             if kept is not None:
                 raise KeyTaken(kept)
 
@@ -369,7 +369,7 @@ class Driver(base.Driver):
 
         changes = tallies.Changes()
         if key is not None:
-            docs = self._keys.post(project, queue, key, now, reserve, make)
+            docs = self._post_keys.post(project, queue, key, now, reserve, make)
             if isinstance(docs, StoredKey):
                 raise KeyTaken(docs)
             return self._posted(project, queue, now, docs, changes)

@@ -54,7 +54,7 @@ These collections hold everything, for every project:
     monitor's minute.
 
 ``post_keys``
-    The idempotency keys of posts (``delayq.idempotency``, kept by ``keys.py``): one
+    The idempotency keys of posts (``delayq.idempotency``, kept by ``post_keys.py``): one
     document per key a queue keeps, named by project, queue and key ``ik`` (unique
     together), with the digest ``dg`` of the post's body and the ids ``ids`` of the
     messages it stored. ``x`` is when the key is no longer kept, the post's time plus its
