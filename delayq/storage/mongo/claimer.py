@@ -278,8 +278,8 @@ def due_at_once(move: Move, now: int) -> dict[str, Any]:
     return {lay.DUE: lay.date(now)} if lay.DUE in doc and lay.ms(doc[lay.DUE]) > now else {}
 
 
-def taking(queue: str, took: Taken, claim_id: ObjectId, claim_expires: int, grace: int,
-           backoff: Backoff | None = None) -> tallies.Changes:
+def tally_changes(queue: str, took: Taken, claim_id: ObjectId, claim_expires: int,
+                  grace: int, backoff: Backoff | None = None) -> tallies.Changes:
     """The tally changes of what ``Claimer.take`` did (as read: pinned)."""
     changes = tallies.Changes()
     for doc in took.reaped:

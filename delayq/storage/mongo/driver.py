@@ -502,7 +502,7 @@ class Driver(base.Driver):
         pop_id = lay.new_id()
         took = self._claimer.take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
         taken = took.claimed
-        changes = claimer.taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
+        changes = claimer.tally_changes(queue, took, pop_id, now + POP_LEASE_MS, 0)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
         gone = {doc[lay.ID]: doc for doc in self._delete_each(
@@ -601,8 +601,8 @@ class Driver(base.Driver):
         expires = now + ttl * 1000
         took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace,
                                   dead_letter, backoff)
-        self._tallies.write(project, claimer.taking(queue, took, claim_id, expires, grace,
-                                                   backoff))
+        self._tallies.write(project, claimer.tally_changes(queue, took, claim_id, expires,
+                                                          grace, backoff))
         trail = [self._trail.expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._trail.event(project, queue, events.DEAD_LETTERED, now,
