@@ -21,7 +21,7 @@ from delayq.validation import Limits
 class DiesAfterOutbox(Driver):
     """Dies once the claim script has put moves in the outbox (after step 1)."""
 
-    def _settle(self, project: str, queue: str) -> None:
+    def _complete_moves(self, project: str, queue: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -42,14 +42,15 @@ def claim_and_die(kind: str, uri: str, namespace: str, project: str, queue: str)
     raise SystemExit("the claim finished without reaching the crash point")
 
 
-class SettlesLate(Driver):
-    """Skips its first settle, as if a claim's moves arrived just after it."""
+class CompletesMovesLate(Driver):
+    """Skips its first completion of the outbox's moves, as if a claim's moves arrived
+    just after it."""
 
     skipped = False
 
-    def _settle(self, project: str, queue: str):
+    def _complete_moves(self, project: str, queue: str):
         if self.skipped:
-            yield from super()._settle(project, queue)
+            yield from super()._complete_moves(project, queue)
         self.skipped = True
 
 

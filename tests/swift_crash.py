@@ -121,14 +121,14 @@ def after_the_first_message(driver: Driver) -> None:
 def after_marking_visible(driver: Driver) -> None:
     """Dies once a keyed post's messages are all created and its key object says so,
     before any index entry is written (phase 2 not begun)."""
-    mark = driver._keys._mark
+    mark = driver._post_keys._mark
 
     def mark_then_die(container: str, name: str, state: str, until: str) -> None:
         mark(container, name, state, until)
         if state == "visible":
             die()
 
-    driver._keys._mark = mark_then_die
+    driver._post_keys._mark = mark_then_die
 
 
 def before_writing_the_released(driver: Driver) -> None:

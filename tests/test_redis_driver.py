@@ -282,7 +282,7 @@ def test_a_move_across_slots_survives_the_mover_dying_between_steps(kind):
     driver.close()
 
 
-def test_settling_the_same_moves_from_many_processes_applies_each_once():
+def test_completing_the_same_moves_from_many_processes_applies_each_once():
     from tests.redis_crash import claim_and_die
 
     uri, ns = SERVERS.cluster_uri(), namespace()
@@ -295,18 +295,19 @@ def test_settling_the_same_moves_from_many_processes_applies_each_once():
     child.start()
     child.join(timeout=60)
 
-    settlers = [SPAWN.Process(target=settle, args=(uri, ns, source)) for _ in range(4)]
-    for settler in settlers:
-        settler.start()
-    for settler in settlers:
-        settler.join(timeout=60)
-        assert settler.exitcode == 0
+    completers = [SPAWN.Process(target=complete_moves, args=(uri, ns, source))
+                  for _ in range(4)]
+    for completer in completers:
+        completer.start()
+    for completer in completers:
+        completer.join(timeout=60)
+        assert completer.exitcode == 0
     assert broker.stats(PROJECT, target).total == 20
     assert sorted(m.id for m in driver.get_messages(PROJECT, target, ids)) == sorted(ids)
     driver.close()
 
 
-def settle(uri: str, ns: str, source: str) -> None:
+def complete_moves(uri: str, ns: str, source: str) -> None:
     driver = Driver(uri, namespace=ns)
     driver.get_messages(PROJECT, source, ["x"])
     driver.close()
@@ -354,10 +355,10 @@ def crashed_moves(kind: str, count: int) -> tuple[str, str, Driver, Broker, str,
 
 
 def test_purging_the_source_completes_moves_that_arrive_during_the_purge():
-    from tests.redis_crash import SettlesLate
+    from tests.redis_crash import CompletesMovesLate
 
     uri, ns, driver, broker, source, target, ids = crashed_moves("after-outbox", 3)
-    late = SettlesLate(uri, namespace=ns)
+    late = CompletesMovesLate(uri, namespace=ns)
     late.purge_queue(PROJECT, source)
     assert late.skipped
     assert sorted(m.id for m in driver.get_messages(PROJECT, target, ids)) == sorted(ids)

@@ -1,4 +1,4 @@
-"""A keyed post on Swift whose process dies part way (``storage/swift/keys.py``): a
+"""A keyed post on Swift whose process dies part way (``storage/swift/post_keys.py``): a
 repeat of the post completes it, and every message is then stored exactly once,
 claimable, counted and recorded once."""
 
@@ -13,7 +13,7 @@ import pytest
 from delayq import events
 from delayq.broker import Broker
 from delayq.idempotency import PostKey
-from delayq.storage.swift.keys import ROLL_FORWARD_AFTER
+from delayq.storage.swift.post_keys import ROLL_FORWARD_AFTER
 from delayq.validation import Limits, PostedMessage
 from tests.contract.drivers import FakeClock, open_driver
 from tests.contract.drivers import _swift as swift_spec

@@ -91,22 +91,23 @@ class PushSettings:
         return math.ceil(self.timeout) + CLAIM_MARGIN
 
 
-class _Subscribed:
+class _SubscribedQueue:
     """What the pusher knows of one subscribed queue."""
 
-    __slots__ = ("subscriptions", "fresh", "next", "busy", "again", "cramped", "starting",
-                 "look_at")
+    __slots__ = ("subscriptions", "subscriptions_current", "next_index", "in_turn",
+                 "due_during_turn", "subscriptions_full", "turn_pending", "agenda_at")
 
     def __init__(self) -> None:
         self.subscriptions: list[Subscription] = []
-        self.fresh = False  # subscriptions read since the last round
-        self.next = 0  # the subscription whose turn is next
-        self.busy = False  # a turn is under way
-        self.again = False  # it was due again during its turn
-        self.cramped = False  # its subscriptions had no room: its next push to end
-        # brings it back
-        self.starting = False  # its turn counts as a push until it holds its own
-        self.look_at: float | None = None  # when the agenda has it next (loop time)
+        self.subscriptions_current = False  # subscriptions read since the last round
+        self.next_index = 0  # the subscription whose turn is next
+        self.in_turn = False  # a turn is under way
+        self.due_during_turn = False  # it was due again during its turn
+        # Its subscriptions had no room for one more push: its next push to end
+        # brings it back.
+        self.subscriptions_full = False
+        self.turn_pending = False  # its turn counts as a push until it holds its own
+        self.agenda_at: float | None = None  # when the agenda has it next (loop time)
 
 
 class Pusher:
@@ -116,18 +117,19 @@ class Pusher:
         self.broker = broker
         self.execute = execute
         self.settings = settings
-        self._queues: dict[Queue, _Subscribed] = {}
+        self._queues: dict[Queue, _SubscribedQueue] = {}
         self._agenda: list[tuple[float, int, Queue]] = []
         self._order = itertools.count()
         self._in_flight = 0  # pushes held (claimed for, or being claimed for)
-        self._starting = 0  # turns started that hold no push yet: one each
+        self._pending_turns = 0  # turns started that hold no push yet: one each
         self._per_subscription: dict[str, int] = {}
-        self._starved: dict[Queue, None] = {}  # due, waiting for a free push (in order)
+        # Queues due, waiting for a free push (in order).
+        self._due_queues: dict[Queue, None] = {}
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._main: asyncio.Task | None = None
-        self._rounds: asyncio.Task | None = None
+        self._main_task: asyncio.Task | None = None
+        self._round_task: asyncio.Task | None = None
         self._webhooks: Webhooks | None = None
 
     # Life cycle (the ASGI lifespan of the worker)
@@ -137,12 +139,13 @@ class Pusher:
         self._wake = asyncio.Event()
         self._webhooks = Webhooks(self.settings.timeout, self.settings.in_flight,
                                   self.settings.targets)
-        self._main = self._loop.create_task(self._run(), name="delayq-pusher")
+        self._main_task = self._loop.create_task(self._run(), name="delayq-pusher")
 
     async def stop(self) -> None:
         """Stop pushing; pushes under way are abandoned (their claims expire and their
         messages come back)."""
-        tasks = [t for t in (self._main, self._rounds, *self._tasks) if t is not None]
+        tasks = [task for task in (self._main_task, self._round_task, *self._tasks)
+                 if task is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -150,7 +153,7 @@ class Pusher:
                 await task
         if self._webhooks is not None:
             await self._webhooks.close()
-        self._main = self._rounds = self._loop = self._wake = self._webhooks = None
+        self._main_task = self._round_task = self._loop = self._wake = self._webhooks = None
         self._tasks.clear()
 
     # What the API tells the pusher
@@ -165,7 +168,8 @@ class Pusher:
         process: read them again, and look at the queue now."""
         if self._loop is None:
             return
-        self._queues.setdefault((project, queue), _Subscribed()).fresh = False
+        known = self._queues.setdefault((project, queue), _SubscribedQueue())
+        known.subscriptions_current = False
         self._schedule((project, queue), 0.0)
 
     # The agenda
@@ -178,9 +182,9 @@ class Pusher:
         queue = self._queues.get(key)
         if queue is None:
             return
-        if queue.look_at is not None and queue.look_at <= when:
+        if queue.agenda_at is not None and queue.agenda_at <= when:
             return
-        queue.look_at = when
+        queue.agenda_at = when
         heapq.heappush(self._agenda, (when, next(self._order), key))
         self._wake.set()
 
@@ -188,9 +192,10 @@ class Pusher:
         next_round = 0.0
         while True:
             now = self._loop.time()
-            if now >= next_round and (self._rounds is None or self._rounds.done()):
+            if now >= next_round and (self._round_task is None or self._round_task.done()):
                 # A task of its own: the agenda goes on while a round reads the store.
-                self._rounds = self._loop.create_task(self._round(), name="delayq-push-round")
+                self._round_task = self._loop.create_task(self._round(),
+                                                          name="delayq-push-round")
                 next_round = now + self.settings.scan_interval
             self._start_due()
             until = next_round
@@ -205,13 +210,14 @@ class Pusher:
         try:
             keys = await self.execute(self.broker.subscribed_queues)
         except Exception as exc:  # noqa: BLE001 - pushing goes on; the next round asks
-            failed("cannot list the subscribed queues", exc)
+            log_failure("cannot list the subscribed queues", exc)
             return
         listed = set(keys)
-        for key in [k for k, q in self._queues.items() if k not in listed and not q.busy]:
+        for key in [k for k, q in self._queues.items()
+                    if k not in listed and not q.in_turn]:
             del self._queues[key]
         for key in keys:
-            self._queues.setdefault(key, _Subscribed()).fresh = False
+            self._queues.setdefault(key, _SubscribedQueue()).subscriptions_current = False
             try:
                 due_in = await self.execute(self.broker.available_in, *key)
             except errors.DelayqError:
@@ -224,21 +230,21 @@ class Pusher:
         while self._agenda and self._agenda[0][0] <= now:
             when, _, key = heapq.heappop(self._agenda)
             queue = self._queues.get(key)
-            if queue is not None and queue.look_at == when:
-                queue.look_at = None
-                self._starved[key] = None
-        for key in list(self._starved):
-            if self._in_flight + self._starting >= self.settings.in_flight:
+            if queue is not None and queue.agenda_at == when:
+                queue.agenda_at = None
+                self._due_queues[key] = None
+        for key in list(self._due_queues):
+            if self._in_flight + self._pending_turns >= self.settings.in_flight:
                 return
-            del self._starved[key]
+            del self._due_queues[key]
             queue = self._queues.get(key)
             if queue is None:
                 continue
-            if queue.busy:
-                queue.again = True
+            if queue.in_turn:
+                queue.due_during_turn = True
                 continue
-            queue.busy = queue.starting = True
-            self._starting += 1
+            queue.in_turn = queue.turn_pending = True
+            self._pending_turns += 1
             self._spawn(self._turn(key, queue))
 
     def _spawn(self, work: Awaitable[None]) -> None:
@@ -248,42 +254,42 @@ class Pusher:
 
     # A turn: claim for one subscription, push what came
 
-    async def _turn(self, key: Queue, queue: _Subscribed) -> None:
+    async def _turn(self, key: Queue, queue: _SubscribedQueue) -> None:
         try:
             await self._claim_and_push(key, queue)
         except Exception as exc:  # noqa: BLE001 - one queue's trouble must not stop others
-            failed(f"queue {key[1]} of project {key[0]} failed its turn", exc)
+            log_failure(f"queue {key[1]} of project {key[0]} failed its turn", exc)
             self._schedule(key, STORE_FAILED_PAUSE)
         finally:
-            self._started(queue)
-            queue.busy = False
-            if queue.again:
-                queue.again = False
+            self._end_pending(queue)
+            queue.in_turn = False
+            if queue.due_during_turn:
+                queue.due_during_turn = False
                 self._schedule(key, 0.0)
 
-    async def _claim_and_push(self, key: Queue, queue: _Subscribed) -> None:
-        if not queue.fresh:
+    async def _claim_and_push(self, key: Queue, queue: _SubscribedQueue) -> None:
+        if not queue.subscriptions_current:
             queue.subscriptions = await self._read_subscriptions(key)
-            queue.fresh = True
+            queue.subscriptions_current = True
         subscription = self._next_subscription(queue)
         if subscription is None:
-            queue.cramped = bool(queue.subscriptions)
+            queue.subscriptions_full = bool(queue.subscriptions)
             return
-        self._started(queue)
+        self._end_pending(queue)
         room = min(self.settings.claim_limit, self.settings.in_flight - self._in_flight,
                    self.settings.per_subscription
                    - self._per_subscription.get(subscription.id, 0))
         if room <= 0:  # other turns took the room: back in line for the next
-            self._starved.setdefault(key, None)
+            self._due_queues.setdefault(key, None)
             return
-        self._hold(subscription, room)
+        self._add_in_flight(subscription, room)
         claim: Claim | None = None
         try:
             claim = await self.execute(self.broker.claim, *key, ttl=self.settings.claim_ttl,
                                        grace=CLAIM_GRACE, limit=room, push_for=subscription)
         finally:
             taken = len(claim.messages) if claim is not None else 0
-            self._let_go(subscription, room - taken)
+            self._remove_in_flight(subscription, room - taken)
         for message in claim.messages if claim is not None else ():
             self._spawn(self._push(key, subscription, claim.id, message))
         if taken == room:
@@ -304,28 +310,28 @@ class Pusher:
                 return found
             marker = page[-1].id
 
-    def _next_subscription(self, queue: _Subscribed) -> Subscription | None:
+    def _next_subscription(self, queue: _SubscribedQueue) -> Subscription | None:
         """The next subscription, round robin, that may take one more push now."""
         count = len(queue.subscriptions)
         for step in range(count):
-            subscription = queue.subscriptions[(queue.next + step) % count]
+            subscription = queue.subscriptions[(queue.next_index + step) % count]
             if self._per_subscription.get(subscription.id, 0) < self.settings.per_subscription:
-                queue.next = (queue.next + step + 1) % count
+                queue.next_index = (queue.next_index + step + 1) % count
                 return subscription
         return None
 
-    def _started(self, queue: _Subscribed) -> None:
+    def _end_pending(self, queue: _SubscribedQueue) -> None:
         """The turn of *queue* no longer counts as a push of its own."""
-        if queue.starting:
-            queue.starting = False
-            self._starting -= 1
+        if queue.turn_pending:
+            queue.turn_pending = False
+            self._pending_turns -= 1
 
-    def _hold(self, subscription: Subscription, pushes: int) -> None:
+    def _add_in_flight(self, subscription: Subscription, pushes: int) -> None:
         self._in_flight += pushes
         self._per_subscription[subscription.id] = (
             self._per_subscription.get(subscription.id, 0) + pushes)
 
-    def _let_go(self, subscription: Subscription, pushes: int) -> None:
+    def _remove_in_flight(self, subscription: Subscription, pushes: int) -> None:
         if not pushes:
             return
         self._in_flight -= pushes
@@ -334,7 +340,7 @@ class Pusher:
             self._per_subscription[subscription.id] = left
         else:
             del self._per_subscription[subscription.id]
-        if self._starved or self._agenda:
+        if self._due_queues or self._agenda:
             self._wake.set()
 
     async def _push(self, key: Queue, subscription: Subscription, claim_id: str,
@@ -350,16 +356,16 @@ class Pusher:
             self._schedule(key, wait)
         except errors.DelayqError as exc:
             # The claim ends on its own and the message comes back: pushed again.
-            failed(f"message {message.id} of queue {key[1]}", exc)
+            log_failure(f"message {message.id} of queue {key[1]}", exc)
         finally:
             queue = self._queues.get(key)
-            if queue is not None and queue.cramped:
-                queue.cramped = False
-                self._starved.setdefault(key, None)
-            self._let_go(subscription, 1)  # wakes the agenda for the starved
+            if queue is not None and queue.subscriptions_full:
+                queue.subscriptions_full = False
+                self._due_queues.setdefault(key, None)
+            self._remove_in_flight(subscription, 1)  # wakes the agenda for the due queues
 
 
-def failed(what: str, exc: Exception) -> None:
+def log_failure(what: str, exc: Exception) -> None:
     """Log what a push could not do: a store's unavailability or a refusal in one line,
     as the API logs them, anything else with its traceback."""
     if isinstance(exc, errors.StorageUnavailable):

@@ -3,10 +3,10 @@
 MongoDB updates one document atomically and re-checks an update's filter against the
 document it writes, so every transition here is a set of single-document updates whose
 filters pin the state the driver read (claims, dead-letter moves and redrives:
-``claims.py``).
+``claimer.py``).
 
 - A delete by ids, the end of a pop, a renewal's and a release's changes to the claimed
-  messages (``holds.py``) are one ``find_one_and_delete`` or ``find_one_and_update`` per
+  messages (``claims.py``) are one ``find_one_and_delete`` or ``find_one_and_update`` per
   message: each returns the state it changed, which the tallies and the trail need, and
   which a multi-document write or a bulk of them cannot tell when a concurrent request
   changed some of the same messages. That costs one round trip per message (at most
@@ -21,13 +21,13 @@ Time is the primary's clock (``delayq.storage.clock``), so API hosts whose own c
 skewed agree on when a message is due.
 
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
-definitions), ``claims.py`` (a claim's bulk write and what it won), ``holds.py`` (a
+definitions), ``claimer.py`` (a claim's bulk write and what it won), ``claims.py`` (a
 claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
 /metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
-``indexes.py`` (creating the indexes), ``keys.py`` (idempotent posts), ``quotas.py`` (the
-quotas, each checked in the transaction of the write it admits) and ``client.py`` (the
-pymongo client, and which failures are a 503).
+``indexes.py`` (creating the indexes), ``post_keys.py`` (idempotent posts),
+``quotas.py`` (the quotas, each checked in the transaction of the write it admits) and
+``client.py`` (the pymongo client, and which failures are a 503).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.clock import ServerClock, timed
-from delayq.storage.mongo import claims, holds, tallies
+from delayq.storage.mongo import claimer, claims, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import (
     NAME,
@@ -66,8 +66,8 @@ from delayq.storage.mongo.client import (
 )
 from delayq.storage.mongo.expiry import Expiry
 from delayq.storage.mongo.indexes import Indexes, backend_call
-from delayq.storage.mongo.keys import PostKeys
 from delayq.storage.mongo.options import GROUP
+from delayq.storage.mongo.post_keys import PostKeys
 from delayq.storage.mongo.quotas import Quotas
 from delayq.storage.mongo.subscriptions import Subscriptions
 from delayq.storage.mongo.trail import Trail
@@ -110,7 +110,7 @@ class Driver(base.Driver):
                                  read_preference=ReadPreference.PRIMARY)
         self._queues: Collection = db[lay.QUEUES]
         self._messages: Collection = db[lay.MESSAGES]
-        self._claims: Collection = db[lay.CLAIMS]
+        self._claim_docs: Collection = db[lay.CLAIMS]
         # The clock's write needs no replication: waiting for it would skew the reading.
         self._clock_collection = db.get_collection(lay.CLOCK, write_concern=WriteConcern(w=1))
         self._clock = clock or ServerClock(timed(self._server_time_ms),
@@ -119,10 +119,11 @@ class Driver(base.Driver):
         self._trail = Trail(db[lay.EVENTS], events_settings, endings)
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
-        self._claimer = claims.Claimer(self._messages, self._allocate, self._expiry.reap_each)
-        self._holds = holds.Holds(self._messages, self._claims, self._tallies, self._trail)
+        self._claimer = claimer.Claimer(self._messages, self._allocate, self._expiry.reap_each)
+        self._claims = claims.Claims(self._messages, self._claim_docs, self._tallies,
+                                     self._trail)
         self._subscriptions = Subscriptions(db[lay.SUBSCRIPTIONS])
-        self._keys = PostKeys(client, db[lay.POST_KEYS], self._messages)
+        self._post_keys = PostKeys(client, db[lay.POST_KEYS], self._messages)
         self._quotas = Quotas(client, db[lay.PROJECTS], self._queues, self._messages)
         self._indexes = Indexes(db, expired_retention, self._trail.enabled)
         try:
@@ -230,10 +231,10 @@ class Driver(base.Driver):
         # Messages first: a crash part way leaves the queue, and deleting it again
         # finishes the job. The second sweep takes what a post racing the delete stored.
         gone = self._messages.delete_many(where).deleted_count
-        self._claims.delete_many(where)
+        self._claim_docs.delete_many(where)
         existed = self._queues.delete_one(where).deleted_count
         gone += self._messages.delete_many(where).deleted_count
-        self._keys.forget(project, name)
+        self._post_keys.forget(project, name)
         self._tallies.drop(project, name)
         if existed or gone:  # deleting an absent queue changes nothing
             self._trail.purged(project, name, now)
@@ -244,8 +245,8 @@ class Driver(base.Driver):
         now = self._now_ms()
         where = {lay.PROJECT: project, lay.QUEUE: name}
         gone = self._messages.delete_many(where).deleted_count
-        self._claims.delete_many(where)
-        self._keys.forget(project, name)
+        self._claim_docs.delete_many(where)
+        self._post_keys.forget(project, name)
         self._tallies.drop(project, name)
         # An empty queue is purged too, an absent one not: the queue is looked up only
         # when the trail needs to know.
@@ -340,12 +341,12 @@ class Driver(base.Driver):
                       messages: list[NewMessage], *, metadata_token: Any = None,
                       message_quota: int = 0, queue_quota: int = 0,
                       key: PostKey | None = None) -> list[str]:
-        """With a key, one transaction stores the key and the messages (``keys.py``);
+        """With a key, one transaction stores the key and the messages (``post_keys.py``);
         with a message quota, one transaction counts the queue and stores them
         (``quotas.py``); both checked there, as is the queue quota, in that order."""
         now = self._now_ms()
         if key is not None:
-            kept = self._keys.kept(project, queue, key.key, now)
+            kept = self._post_keys.kept(project, queue, key.key, now)
             if kept is not None:
                 raise KeyTaken(kept)
 
@@ -368,7 +369,7 @@ class Driver(base.Driver):
 
         changes = tallies.Changes()
         if key is not None:
-            docs = self._keys.post(project, queue, key, now, reserve, make)
+            docs = self._post_keys.post(project, queue, key, now, reserve, make)
             if isinstance(docs, StoredKey):
                 raise KeyTaken(docs)
             return self._posted(project, queue, now, docs, changes)
@@ -439,7 +440,7 @@ class Driver(base.Driver):
         while True:
             now = self._now_ms()
             if claim_id is not None:
-                held = {**holds.held(project, queue, lay.object_id(claim_id), now), **where}
+                held = {**claims.held(project, queue, lay.object_id(claim_id), now), **where}
                 deleted = self._messages.find_one_and_delete(
                     held, {lay.CLAIM: 1, lay.CLAIM_COUNT: 1, **lay.TALLY_FIELDS})
                 if deleted is not None:
@@ -501,7 +502,7 @@ class Driver(base.Driver):
         pop_id = lay.new_id()
         took = self._claimer.take(project, queue, now, limit, pop_id, now + POP_LEASE_MS, 0, None)
         taken = took.claimed
-        changes = claims.taking(queue, took, pop_id, now + POP_LEASE_MS, 0)
+        changes = claimer.tally_changes(queue, took, pop_id, now + POP_LEASE_MS, 0)
         # A concurrent delete by id may take one first: it records and tallies that
         # message's end, this pop those it deleted itself.
         gone = {doc[lay.ID]: doc for doc in self._delete_each(
@@ -577,7 +578,8 @@ class Driver(base.Driver):
         changes = tallies.Changes()
         for move in moves:
             changes.add(queue, move.doc, None)
-            changes.add(move.target, None, lay.unclaimed(move.doc, **claims.due_at_once(move, now)))
+            changes.add(move.target, None,
+                        lay.unclaimed(move.doc, **claimer.due_at_once(move, now)))
         self._tallies.write(project, changes)
         self._trail.record([self._trail.event(project, queue, events.REDRIVEN, now,
                                               message_id=move.doc[lay.ID],
@@ -599,8 +601,8 @@ class Driver(base.Driver):
         expires = now + ttl * 1000
         took = self._claimer.take(project, queue, now, limit, claim_id, expires, grace,
                                   dead_letter, backoff)
-        self._tallies.write(project, claims.taking(queue, took, claim_id, expires, grace,
-                                                   backoff))
+        self._tallies.write(project, claimer.tally_changes(queue, took, claim_id, expires,
+                                                          grace, backoff))
         trail = [self._trail.expired(project, queue, doc) for doc in took.reaped]
         # Recorded in the source queue's trail, with the message as the target holds it.
         trail += [self._trail.event(project, queue, events.DEAD_LETTERED, now,
@@ -612,12 +614,12 @@ class Driver(base.Driver):
         if not took.claimed:
             self._trail.record(trail)
             return None
-        self._claims.insert_one({lay.ID: claim_id, lay.PROJECT: project, lay.QUEUE: queue,
-                                 lay.TTL: ttl, lay.GRACE: grace, lay.CREATED: lay.date(now),
-                                 lay.EXPIRES: lay.date(expires)})
+        self._claim_docs.insert_one({lay.ID: claim_id, lay.PROJECT: project,
+                                     lay.QUEUE: queue, lay.TTL: ttl, lay.GRACE: grace,
+                                     lay.CREATED: lay.date(now), lay.EXPIRES: lay.date(expires)})
         claimed = []
         for doc in took.claimed:
-            doc = claims.claimed(doc, claim_id, expires, grace, backoff)
+            doc = claimer.claimed(doc, claim_id, expires, grace, backoff)
             claimed.append(lay.message(doc, now))
             trail.append(self._trail.event(project, queue, events.CLAIMED, now,
                                            message_id=doc[lay.ID], claim_id=claim_id,
@@ -630,25 +632,25 @@ class Driver(base.Driver):
     @operation
     @backend_call
     def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        return self._holds.get(project, queue, claim_id, self._now_ms())
+        return self._claims.get(project, queue, claim_id, self._now_ms())
 
     @operation
     @backend_call
     def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                     grace: int, backoff: Backoff | None = None) -> None:
-        self._holds.renew(project, queue, claim_id, ttl, grace, backoff, self._now_ms())
+        self._claims.renew(project, queue, claim_id, ttl, grace, backoff, self._now_ms())
 
     @operation
     @backend_call
     def release_claim(self, project: str, queue: str, claim_id: str,
                       backoff: Backoff | None = None) -> None:
-        self._holds.release(project, queue, claim_id, backoff, self._now_ms())
+        self._claims.release(project, queue, claim_id, backoff, self._now_ms())
 
     @operation
     @backend_call
     def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
                         delay: float) -> Message:
-        return self._holds.hand_back(project, queue, message_id, claim_id, delay,
+        return self._claims.hand_back(project, queue, message_id, claim_id, delay,
                                      self._now_ms)
 
     # Subscriptions (subscriptions.py)

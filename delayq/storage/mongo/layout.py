@@ -16,7 +16,7 @@ These collections hold everything, for every project:
     a queue's claimable messages as one range ahead of every delayed or claimed one, and a
     claim reads only what it takes. ``d`` (due) exists only on messages posted with a
     delay or made due later since (an edit, a hand-back, or a retry policy's wait set by
-    a claim, renewal or release: ``claims.due_again``), so normal queues store nothing
+    a claim, renewal or release: ``claimer.due_again``), so normal queues store nothing
     for the feature; ``c``/``ce``/``cc`` (claim id, claim expiry, claim count) appear
     with the first claim; ``s``/``m`` (source queue, move time) only on dead-lettered
     messages; ``ed`` (edits made) with the first edit. A live claim's message is claimed
@@ -54,7 +54,7 @@ These collections hold everything, for every project:
     monitor's minute.
 
 ``post_keys``
-    The idempotency keys of posts (``delayq.idempotency``, kept by ``keys.py``): one
+    The idempotency keys of posts (``delayq.idempotency``, kept by ``post_keys.py``): one
     document per key a queue keeps, named by project, queue and key ``ik`` (unique
     together), with the digest ``dg`` of the post's body and the ids ``ids`` of the
     messages it stored. ``x`` is when the key is no longer kept, the post's time plus its

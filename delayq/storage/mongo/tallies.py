@@ -144,13 +144,13 @@ class Tallies:
                         err.get("code") != DUPLICATE_KEY for err in failed):
                     if not is_unavailable(exc):
                         raise
-                    _lost(exc)
+                    _log_lost(exc)
                     return
                 ops = [ops[err["index"]] for err in failed]
             except pymongo.errors.PyMongoError as exc:
                 if not is_unavailable(exc):
                     raise
-                _lost(exc)
+                _log_lost(exc)
                 return
 
     def removed(self, project: str, queue: str, docs: list[dict[str, Any]]) -> None:
@@ -173,7 +173,7 @@ class Tallies:
         self._collection.delete_many({lay.PROJECT: project, lay.QUEUE: queue})
 
 
-def _lost(exc: pymongo.errors.PyMongoError) -> None:
+def _log_lost(exc: pymongo.errors.PyMongoError) -> None:
     LOG.warning("A change of the /metrics gauges' tallies is lost: MongoDB failed "
                 "after the messages' write it follows (the gauges are off until "
                 "those messages expire): %s", exc)

@@ -15,10 +15,11 @@ Redis stores as compact listpacks; ``docs/redis.md`` has the sizing figures.
 
 A dead-letter move to a queue in the same slot (always, on a single server) happens inside
 the claim script. A move to another cluster slot goes through the source queue's outbox:
-the claim script moves the message there; ``_settle`` copies it into the dead-letter queue
-(``move_in``, which remembers the move's token, so doing it twice applies it once) and
-then deletes it from the outbox. A process dying between the steps leaves the outbox
-entry, which the next operation on the source queue (or the reaper) completes.
+the claim script moves the message there; ``_complete_moves`` copies it into the
+dead-letter queue (``move_in``, which remembers the move's token, so doing it twice
+applies it once) and then deletes it from the outbox. A process dying between the steps
+leaves the outbox entry, which the next operation on the source queue (or the reaper)
+completes.
 """
 
 from __future__ import annotations
@@ -316,10 +317,10 @@ class Driver(base.Driver):
 
     def _drop(self, project: str, name: str, how: str) -> Steps[None]:
         """Empty (or delete) a queue; dead-letter moves it started still complete."""
-        yield from self._settle(project, name)
+        yield from self._complete_moves(project, name)
         if (yield self._scripts.queue_drop.call([self.keys.queue(project, name)],
                                                 [how, self._now_arg()])):
-            yield from self._settle(project, name)  # a concurrent claim's moves
+            yield from self._complete_moves(project, name)  # a concurrent claim's moves
 
     @operation
     def list_queues(self, project: str, marker: str | None, limit: int
@@ -358,7 +359,7 @@ class Driver(base.Driver):
                     continue
                 nonce, as_of, outbox, free, claimed, delayed = reply[1:7]
                 if outbox:
-                    yield from self._settle(project, name)
+                    yield from self._complete_moves(project, name)
                     continue
                 break
         edges = layout.messages(nonce, reply[7:], as_of)
@@ -445,7 +446,7 @@ class Driver(base.Driver):
                     int(include_delayed), exclude, LIST_BUDGET])
                 nonce, as_of, outbox, status, last = reply[:5]
                 if outbox:
-                    yield from self._settle(project, queue)
+                    yield from self._complete_moves(project, queue)
                 if len(reply) > 5:
                     page += layout.messages(nonce, reply[5:], as_of)
                     # The marker is a position in this queue, not an id: a moved message
@@ -462,7 +463,7 @@ class Driver(base.Driver):
         with unavailable:
             reply = yield self._scripts.get.call([key], [self._now_arg(), *ids])
             if reply[2]:
-                yield from self._settle(project, queue)
+                yield from self._complete_moves(project, queue)
                 reply = yield self._scripts.get.call([key], [self._now_arg(), *ids])
         return layout.messages(reply[0], reply[3:], reply[1])
 
@@ -521,7 +522,7 @@ class Driver(base.Driver):
                 [self._now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
                  WRITE_REAP_BUDGET])
             if outbox:
-                yield from self._settle(project, queue)
+                yield from self._complete_moves(project, queue)
         return moved
 
     def _make_destination(self, project: str, queue: str, destination: str,
@@ -564,7 +565,7 @@ class Driver(base.Driver):
                 if unlisted:
                     yield from self._list_queue(project, dead_letter.queue)
                 if outbox:
-                    yield from self._settle(project, queue)
+                    yield from self._complete_moves(project, queue)
                 if claim_id or not more:
                     break
         if not claim_id:
@@ -664,7 +665,7 @@ class Driver(base.Driver):
 
     # Dead-letter moves across slots, expiry of untouched queues
 
-    def _settle(self, project: str, queue: str) -> Steps[None]:
+    def _complete_moves(self, project: str, queue: str) -> Steps[None]:
         """Complete every dead-letter move waiting in *queue*'s outbox.
 
         Each move is copied into its dead-letter queue once (``move_in`` remembers the
@@ -697,7 +698,7 @@ class Driver(base.Driver):
             finished, outbox = yield self._scripts.reap.call(
                 [key], [self._now_arg(), READ_REAP_BUDGET, self._marker_ttl])
             if outbox:
-                yield from self._settle(project, queue)
+                yield from self._complete_moves(project, queue)
             if finished:
                 return True
         return False

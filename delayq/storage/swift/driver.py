@@ -35,7 +35,6 @@ from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.claims import Claims
 from delayq.storage.swift.expiry import Expiry
-from delayq.storage.swift.keys import PostKeys
 from delayq.storage.swift.layout import US, Entry, Record
 from delayq.storage.swift.markers import Markers
 from delayq.storage.swift.objects import (
@@ -46,6 +45,7 @@ from delayq.storage.swift.objects import (
     unavailable,
 )
 from delayq.storage.swift.options import GROUP
+from delayq.storage.swift.post_keys import PostKeys
 from delayq.storage.swift.quotas import Lease, Quotas
 from delayq.storage.swift.subscriptions import Subscriptions
 from delayq.storage.swift.tallies import Tallies
@@ -96,8 +96,8 @@ class Driver(base.Driver):
         self._subscriptions = Subscriptions(self._objects)
         self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
                               self._stop)
-        self._keys = PostKeys(self._objects, self._tallies, self._trail, self._new_id,
-                              self._now_us)
+        self._post_keys = PostKeys(self._objects, self._tallies, self._trail, self._new_id,
+                                   self._now_us)
         self._quotas = Quotas(self._objects, self._now_us)
         self._last_id_us = 0
         self._lock = threading.Lock()  # guards _last_id_us
@@ -339,12 +339,13 @@ class Driver(base.Driver):
                       messages: list[NewMessage], *, metadata_token: Any = None,
                       message_quota: int = 0, queue_quota: int = 0,
                       key: PostKey | None = None) -> list[str]:
-        """With a key, its key object decides the post and holds it whole (``keys.py``).
-        With a message quota, the post is counted and written under the queue's post
-        lease (``quotas.py``); a queue it creates, under the project's creation lease."""
+        """With a key, its key object decides the post and holds it whole
+        (``post_keys.py``). With a message quota, the post is counted and written under
+        the queue's post lease (``quotas.py``); a queue it creates, under the project's
+        creation lease."""
         with unavailable:
             if key is not None:
-                kept = self._keys.kept(project, queue, key.key, self._now_us())
+                kept = self._post_keys.kept(project, queue, key.key, self._now_us())
                 if kept is not None:
                     raise KeyTaken(kept)
             if message_quota:
@@ -369,7 +370,7 @@ class Driver(base.Driver):
                 lease.check()
 
         if key is not None:
-            posted = self._keys.post(project, queue, client_id, messages, key, now,
+            posted = self._post_keys.post(project, queue, client_id, messages, key, now,
                                      create_queue)
             if isinstance(posted, StoredKey):
                 raise KeyTaken(posted)

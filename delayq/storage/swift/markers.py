@@ -435,7 +435,7 @@ class Markers:
             # Another claim, move or edit took this generation: bring the record up to
             # date with it (completing it if its maker died), then look again.
             self.repair(project, queue, record.entry(message_id), now)
-            time.sleep(objects.settle)
+            time.sleep(objects.settle_time)
         raise errors.Conflict(f"Message {message_id} is being changed by other requests; "
                               "retry.")
 
@@ -554,7 +554,7 @@ class Markers:
             if latest is None:
                 return
             marker = Marker.parse(latest[1])
-            if now - marker.at < objects.settle * US:
+            if now - marker.at < objects.settle_time * US:
                 return  # a bid still settling: its winner is alive and finishes the job
             if marker.kind == lay.EXPIRE:
                 # Its winner removes the message and reports it; one that died before

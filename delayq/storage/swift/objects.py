@@ -121,7 +121,7 @@ class Objects:
         *expired_retention* the seconds an expired message stays stored for the reaper."""
         self.prefix = prefix
         self.concurrency = concurrency
-        self.settle = claim_settle_time
+        self.settle_time = claim_settle_time
         self._retention = expired_retention
         self._connect = connect
         self._local = threading.local()
@@ -265,7 +265,7 @@ class Objects:
         nonce = secrets.token_hex(8)
         if not self.create(container, name, lay.encode({**body, "nonce": nonce}), headers):
             return None
-        time.sleep(self.settle)
+        time.sleep(self.settle_time)
         found = self.get(container, name, newest=True)
         if found is None or json.loads(found[1]).get("nonce") != nonce:
             return None
