@@ -24,6 +24,7 @@ entry, which the next operation on the source queue (or the reaper) completes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -47,7 +48,14 @@ from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.redis import layout, persistence, trail
-from delayq.storage.redis.client import NAME, connect, parse_uri, unavailable
+from delayq.storage.redis.client import (
+    NAME,
+    Clients,
+    connect,
+    connect_async,
+    parse_uri,
+    unavailable,
+)
 from delayq.storage.redis.layout import (
     TOKEN_LENGTH,
     US,
@@ -67,7 +75,6 @@ from delayq.storage.redis.scripts import (
     backoff_args,
 )
 from delayq.storage.redis.subscriptions import Subscriptions
-from delayq.storage.redis.wire import Wire
 from delayq.subscription import Subscription, SubscriptionChange
 
 LOG = logging.getLogger(__name__)
@@ -88,6 +95,9 @@ class Driver(base.Driver):
 
     name = NAME
     calls_are_brief = True
+    # Every store call an operation yields is awaited on the event loop, by the running
+    # loop's asyncio client (calls.py).
+    waits_on_loop = True
 
     def __init__(self, uri: str, *, namespace: str = "dq", socket_timeout: float = 5.0,
                  connect_timeout: float = 2.0, max_connections: int = 64,
@@ -97,10 +107,7 @@ class Driver(base.Driver):
                  endings: base.Endings = base.ignore_endings) -> None:
         super().__init__(endings=endings)
         # A malformed URI stops the server at start, not at each request.
-        seeds = parse_uri(uri)[3]
-        # Script calls to a single server wait on the event loop (wire.py); a cluster's
-        # go through redis-py and block. Known once connected; until then, by the seeds.
-        self.waits_on_loop = len(seeds) == 1
+        parse_uri(uri)
         self._uri = uri
         self._connect_options = dict(socket_timeout=socket_timeout,
                                      connect_timeout=connect_timeout,
@@ -159,9 +166,10 @@ class Driver(base.Driver):
                 try:
                     with unavailable:
                         client, clustered = connect(self._uri, **self._connect_options)
-                        wire = None if clustered else Wire(client.connection_pool)
-                        scripts = Scripts(client, self._events.retention, self.endings,
-                                          wire)
+                        clients = Clients(client, clustered, functools.partial(
+                            connect_async, self._uri, clustered, **self._connect_options),
+                            self._connect_options["max_connections"])
+                        scripts = Scripts(clients, self._events.retention, self.endings)
                         scripts.load(client)
                         persistence.check(client)
                 except errors.StorageUnavailable as exc:
@@ -169,7 +177,6 @@ class Driver(base.Driver):
                     self._link_error = exc.detail
                     raise
                 self._link = (client, clustered, scripts)
-                self.waits_on_loop = not clustered
             return self._link
         finally:
             self._link_lock.release()
@@ -221,8 +228,7 @@ class Driver(base.Driver):
     def close(self) -> None:
         self.stop_reaper()
         if self._link is not None:
-            self._link[2].close()
-            self._link[0].close()
+            self._link[2].clients.close()
             self._link = None
 
     # The project catalogue (one slot per project) lists its queues for GET /v2/queues
