@@ -208,20 +208,20 @@ class Driver(base.Driver):
     # Connection
 
     @operation
-    def now(self) -> float:
+    def now(self) -> Steps[float]:
         if self._clock is not None:
             return self._clock()
         with unavailable:
-            reply = self._client.time()
+            reply = yield self._scripts.commands.call("TIME")
         if isinstance(reply, dict):  # a cluster answers per node
             reply = next(iter(reply.values()))
         seconds, micros = reply
         return seconds + micros / US
 
     @operation
-    def ping(self) -> bool:
+    def ping(self) -> Steps[bool]:
         try:
-            return bool(self._client.ping())
+            return bool((yield self._scripts.commands.call("PING")))
         except (redis.exceptions.RedisError, errors.StorageUnavailable):
             return False
 
@@ -268,9 +268,10 @@ class Driver(base.Driver):
                                             queue_quota))
 
     @operation
-    def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+    def get_queue(self, project: str, name: str) -> Steps[dict[str, Any] | None]:
         with unavailable:
-            raw = self._client.hget(self.keys.queue(project, name), "meta")
+            raw = yield self._scripts.commands.call("HGET", self.keys.queue(project, name),
+                                                    "meta")
         return json.loads(raw) if raw is not None else None
 
     @operation
@@ -329,19 +330,20 @@ class Driver(base.Driver):
 
     @operation
     def list_queues(self, project: str, marker: str | None, limit: int
-                    ) -> list[tuple[str, dict[str, Any]]]:
+                    ) -> Steps[list[tuple[str, dict[str, Any]]]]:
         found: list[tuple[str, dict[str, Any]]] = []
         start = f"({marker}" if marker else "-"
+        commands = self._scripts.commands
         with unavailable:
             while len(found) < limit:
-                names = self._client.zrangebylex(self.keys.catalogue(project), start, "+",
-                                                 start=0, num=limit - len(found))
+                names = yield commands.call("ZRANGEBYLEX", self.keys.catalogue(project),
+                                            start, "+", "LIMIT", 0, limit - len(found))
                 if not names:
                     break
-                pipe = self._client.pipeline(transaction=False)
-                for name in names:
-                    pipe.hget(self.keys.queue(project, name.decode()), "meta")
-                for name, raw in zip(names, pipe.execute(), strict=True):
+                metadata = yield commands.batch(*(
+                    ("HGET", self.keys.queue(project, name.decode()), "meta")
+                    for name in names))
+                for name, raw in zip(names, metadata, strict=True):
                     # A queue whose delete crashed half-way is listed but gone: skip it.
                     if raw is not None:
                         found.append((name.decode(), json.loads(raw)))
@@ -349,9 +351,10 @@ class Driver(base.Driver):
         return found
 
     @operation
-    def count_queues(self, project: str) -> int:
+    def count_queues(self, project: str) -> Steps[int]:
         with unavailable:
-            return self._client.zcard(self.keys.catalogue(project))
+            return (yield self._scripts.commands.call("ZCARD",
+                                                      self.keys.catalogue(project)))
 
     @operation
     def queue_stats(self, project: str, name: str) -> Steps[QueueStats]:
@@ -677,10 +680,11 @@ class Driver(base.Driver):
         token), then deleted from the outbox; any process may do it, any number of times.
         """
         outbox = self.keys.outbox(project, queue)
-        for token, payload in self._client.hgetall(outbox).items():
+        moves = yield self._scripts.commands.call("HGETALL", outbox)
+        for token, payload in moves.items():
             target, record = msgpack.unpackb(payload, raw=True)
             yield from self._move_in(project, target.decode(), token, record)
-            self._forget_move(outbox, token)
+            yield from self._forget_move(outbox, token)
 
     def _move_in(self, project: str, target: str, token: bytes, record: bytes
                  ) -> Steps[None]:
@@ -691,9 +695,9 @@ class Driver(base.Driver):
         if not listed:
             yield from self._list_queue(project, target)
 
-    def _forget_move(self, outbox: str, token: bytes) -> None:
+    def _forget_move(self, outbox: str, token: bytes) -> Steps[None]:
         """Step 3 of a move across slots: the source's outbox lets go of it."""
-        self._client.hdel(outbox, token)
+        yield self._scripts.commands.call("HDEL", outbox, token)
 
     @operation
     def reap_queue(self, project: str, queue: str, rounds: int = 16) -> Steps[bool]:
