@@ -1,12 +1,13 @@
-"""Redis calls on the event loop (the loop's ``redis.asyncio`` client).
+"""Redis calls on the event loop.
 
 The API awaits the Redis driver's operations on its loop (``delayq.operations.on_loop``):
-every store call an operation yields is awaited by the running loop's asyncio client,
-while the loop serves other requests. These tests drive a real Redis from a real loop
-(asyncio's own and uvloop, which the server uses): replies reach the calls that made
-them however calls overlap, the loop keeps running while Redis is slow, no operation
-blocks it, and timeouts, restarts, lost scripts and cancelled calls behave as on the
-blocking path.
+every store call an operation yields is awaited, a script call on one server on the
+loop's connection of the fast path (``storage/redis/fastpath.py``), any other call by
+the loop's ``redis.asyncio`` client, while the loop serves other requests. These tests
+drive a real Redis from a real loop (asyncio's own and uvloop, which the server uses):
+replies reach the calls that made them however calls overlap, the loop keeps running
+while Redis is slow, and timeouts, restarts, lost scripts and cancelled calls behave as
+on the blocking path, on one server and on a cluster.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def connections(port: int) -> int:
         return len(observer.client_list()) - 1
 
 
-def test_overlapping_calls_wait_for_a_connection_at_the_cap_and_get_their_own_replies(
+def test_overlapping_calls_get_their_own_replies_within_the_loops_connections(
         server, run_loop):
     driver = Driver(server.uri, namespace=namespace(), max_connections=4)
     queues = [f"q{i}" for i in range(50)]
@@ -107,8 +108,9 @@ def test_overlapping_calls_wait_for_a_connection_at_the_cap_and_get_their_own_re
     async def main() -> list:
         before = connections(server.port)
         results = await asyncio.gather(*(post_then_claim(q) for q in queues))
-        # The 100 calls overlapped on at most 4 connections of the loop's client.
-        assert connections(server.port) - before <= 4
+        # The 100 script calls overlapped on the loop's one connection (fastpath.py);
+        # the posts' metadata reads waited for one of the 4 of the loop's client.
+        assert connections(server.port) - before <= 1 + 4
         return results
 
     try:
@@ -172,6 +174,27 @@ def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(ser
 
     try:
         run_loop(main())
+    finally:
+        driver.close()
+
+
+@pytest.mark.parametrize("credentials", [":s3cret", "default:s3cret"])
+def test_the_loops_connection_authenticates_and_selects_the_database(server, run_loop,
+                                                                     credentials):
+    with redis.Redis(port=server.port) as admin:
+        admin.config_set("requirepass", "s3cret")
+    driver = Driver(f"redis://{credentials}@127.0.0.1:{server.port}/3",
+                    namespace=namespace())
+
+    async def main() -> tuple[str, object]:
+        posted = await post(driver, "q", "in database 3")
+        return posted, await claim(driver, "q")
+
+    try:
+        posted, taken = run_loop(main())
+        assert [m.id for m in taken.messages] == [posted]
+        with redis.Redis(port=server.port, password="s3cret", db=3) as observer:
+            assert observer.exists(driver.keys.queue(PROJECT, "q"))
     finally:
         driver.close()
 

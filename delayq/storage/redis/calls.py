@@ -4,7 +4,9 @@ clients (``client.Clients``).
 
 ``wait()`` makes the call with the blocking client, in the calling thread (pool
 threads, the reaper, the audits, the tests); ``awaited()`` with the running loop's
-asyncio client, so the loop serves other requests while the call waits for Redis.
+asyncio client, so the loop serves other requests while the call waits for Redis. On
+one server, a script call awaited takes the fast path instead (``fastpath.py``), under
+the same rules.
 
 The rules of every call, whichever way it waits:
 
@@ -70,6 +72,10 @@ class ScriptCall:
         return self.settle(blocking(self.clients, self._send))
 
     async def awaited(self) -> Any:
+        fast = self.clients.fast
+        if fast is not None:  # one server
+            return self.settle(await fast.on_loop().script(self.sha, self.source,
+                                                           self.keys, self.args))
         return self.settle(await awaited(self.clients, self._send_async))
 
     def _send(self, client: Any) -> Any:

@@ -24,6 +24,7 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
+from delayq.storage.redis.fastpath import FastPath, Server
 from delayq.storage.redis.options import GROUP
 from delayq.storage.unavailable import Unavailability
 
@@ -142,19 +143,31 @@ def connect_async(uri: str, clustered: bool, *, socket_timeout: float,
         max_connections=max_connections, ssl=tls, **options)
 
 
+def fast_path(uri: str, *, socket_timeout: float, connect_timeout: float,
+              max_connections: int) -> FastPath:
+    """The fast path of script calls awaited on a loop, for one server at *uri*."""
+    tls, username, password, nodes, db = parse_uri(uri)
+    host, port = nodes[0]
+    return FastPath(Server(host, port, db, username, password, tls, socket_timeout,
+                           connect_timeout))
+
+
 class Clients:
     """The driver's clients: ``blocking``, for calls made in a thread, and one asyncio
     client per event loop (``on_loop``), made at the loop's first call: an asyncio
     client's connections belong to the loop that opened them.
 
     ``resend`` is True when a call sends itself once more after a broken connection
-    (a cluster's clients retry nothing, ``_retries``).
+    (a cluster's clients retry nothing, ``_retries``). ``fast``, on one server, makes
+    the script calls awaited on a loop (``fastpath.py``).
     """
 
     def __init__(self, blocking: redis.Redis | RedisCluster, clustered: bool,
-                 make: Callable[[], Any], max_connections: int) -> None:
+                 make: Callable[[], Any], max_connections: int,
+                 fast: FastPath | None = None) -> None:
         self.blocking = blocking
         self.resend = clustered
+        self.fast = fast
         self._make = make
         self._limit = max_connections if clustered else 0
         self._loops: dict[asyncio.AbstractEventLoop, tuple[Any, Any]] = {}
@@ -182,6 +195,8 @@ class Clients:
         the blocking one."""
         with self._lock:
             loops, self._loops = self._loops, {}
+        if self.fast is not None:
+            self.fast.close()
         for loop, (client, _limit) in loops.items():
             if loop.is_closed():
                 continue

@@ -53,6 +53,7 @@ from delayq.storage.redis.client import (
     Clients,
     connect,
     connect_async,
+    fast_path,
     parse_uri,
     unavailable,
 )
@@ -166,9 +167,13 @@ class Driver(base.Driver):
                 try:
                     with unavailable:
                         client, clustered = connect(self._uri, **self._connect_options)
-                        clients = Clients(client, clustered, functools.partial(
-                            connect_async, self._uri, clustered, **self._connect_options),
-                            self._connect_options["max_connections"])
+                        clients = Clients(
+                            client, clustered, functools.partial(
+                                connect_async, self._uri, clustered,
+                                **self._connect_options),
+                            self._connect_options["max_connections"],
+                            None if clustered else fast_path(self._uri,
+                                                             **self._connect_options))
                         scripts = Scripts(clients, self._events.retention, self.endings)
                         scripts.load(client)
                         persistence.check(client)
