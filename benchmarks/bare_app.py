@@ -3,8 +3,9 @@
 ``benchmarks/trivial_app.py`` measures what gunicorn, uvicorn and Falcon cost a request.
 This measures what the Redis work of delayq's post, claim and delete costs on top: each
 request makes the one ``EVALSHA`` delayq makes (the same Lua scripts, with the same
-arguments), over delayq's own Redis wire (``delayq/storage/redis/wire.py``), reads the
-JSON body and answers JSON of the same shape, both with delayq's encoder and decoder
+arguments), as delayq's driver makes it on the event loop
+(``delayq/storage/redis/calls.py``: redis-py's asyncio client), reads the JSON body
+and answers JSON of the same shape, both with delayq's encoder and decoder
 (``delayq/jsontext.py``). It skips everything else delayq does:
 validation (it trusts the benchmark's requests), the broker's rules, metrics, the 503
 mapping, long-poll waiting, the driver's bookkeeping. So it is not a usable server: it is
@@ -35,10 +36,10 @@ import msgpack
 
 from delayq import conf, jsontext
 from delayq.server import Server
+from delayq.storage.redis.calls import ScriptCall
 from delayq.storage.redis.driver import CLAIM_BUDGET, NO_KEY, WRITE_REAP_BUDGET, Driver
 from delayq.storage.redis.layout import US, new_nonce
 from delayq.storage.redis.scripts import NO_BACKOFF
-from delayq.storage.redis.wire import script_exchange
 
 PROJECT_HEADER = "X-Project-ID"
 CLIENT_HEADER = "Client-ID"
@@ -51,12 +52,12 @@ def script_reply(reply: list) -> Any:
 
 class Store:
     """delayq's Redis driver, for connecting, creating queues and registering scripts;
-    requests call its scripts directly over its wire."""
+    requests call its scripts directly, as its operations do."""
 
     def __init__(self, uri: str, namespace: str) -> None:
         self.driver = Driver(uri, namespace=namespace)
         scripts = self.driver._scripts
-        self.wire = scripts._wire
+        self.clients = scripts.clients
         self.post = scripts.post.script
         self.claim = scripts.claim.script
         self.delete = scripts.delete.script
@@ -64,8 +65,8 @@ class Store:
 
     async def call(self, script, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        return await self.wire.awaited(script_exchange(script.sha, script.script,
-                                                            [key], args, script_reply))
+        return await ScriptCall(self.clients, script.sha, script.script, script_reply,
+                                [key], args).awaited()
 
     def key(self, project: str, name: str) -> tuple[str, bytes]:
         """The queue's state key and metadata token, read once per queue."""

@@ -7,7 +7,7 @@ two ways.
 - **As steps**: a generator that yields each store call it waits for (a ``StoreCall``)
   and is sent the call's reply, or has the call's exception raised at its ``yield``.
   Within an operation, another one is run with ``yield from other.steps(...)``. A driver
-  whose store calls can be awaited (Redis, over ``storage/redis/wire.py``) writes its
+  whose store calls can be awaited (Redis, ``storage/redis/calls.py``) writes its
   operations this way, and so does the broker.
 - **As a plain method**, by a driver whose client library blocks (sqlite3, pymongo,
   python-swiftclient): its calls wait where they are made. Its ``steps()`` yield nothing

@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import threading
 import time
 import uuid
 from collections import Counter
@@ -25,7 +24,6 @@ from delayq import errors, events
 from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
-from delayq.storage.redis.wire import CLIENT_NAME
 from delayq.validation import Limits, PostedMessage, Quotas
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
@@ -538,41 +536,6 @@ def test_a_script_call_that_timed_out_is_not_sent_again():
         observer.close()
         driver.close()
         server.stop()
-
-
-def test_script_connections_of_ended_threads_are_closed(own_server):
-    driver = Driver(own_server.uri, namespace=namespace())
-    observer = redis.Redis(port=own_server.port)
-
-    def script_connections() -> int:
-        return sum(1 for client in observer.client_list() if client["name"] == CLIENT_NAME)
-
-    before = script_connections()
-    release = threading.Event()
-
-    def post_and_wait() -> None:
-        post(driver, "q", 1)
-        release.wait(10)
-
-    threads = [threading.Thread(target=post_and_wait) for _ in range(5)]
-    for thread in threads:
-        thread.start()
-    while driver.queue_stats(PROJECT, "q").total < 5:
-        time.sleep(0.01)
-    assert script_connections() - before == 6  # the 5 threads' and this one's
-    release.set()
-    for thread in threads:
-        thread.join()
-    # A new thread's first call closes the ended threads' connections.
-    last = threading.Thread(target=post, args=(driver, "q", 1))
-    last.start()
-    last.join()
-    deadline = time.monotonic() + 30  # Redis notices a closed connection a moment later
-    while script_connections() - before > 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert script_connections() - before == 2  # this thread's and the last one's
-    driver.close()
-    observer.close()
 
 
 @pytest.mark.parametrize("quotas", [Quotas(), Quotas(max_queues_per_project=10,

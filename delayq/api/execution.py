@@ -4,7 +4,7 @@ thread pool.
 A request's operation runs in one of three places:
 
 - **awaited on the loop**, when the driver's store calls can be awaited
-  (``Driver.waits_on_loop``: Redis on a single server): each call waits for its reply
+  (``Driver.waits_on_loop``: Redis): each call waits for its reply
   while the loop serves other requests, so a slow reply holds up its own request only;
 - **inline on the loop**, blocking it, when the driver's calls are brief round trips to
   a nearby store (``Driver.calls_are_brief``: SQLite): a thread hand-off would cost

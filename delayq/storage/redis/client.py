@@ -1,15 +1,30 @@
-"""Connecting to Redis (one server or a cluster), and which failures are a 503."""
+"""Connecting to Redis (one server or a cluster), and which failures are a 503.
+
+The driver talks to Redis through redis-py's public clients: a blocking one
+(``redis.Redis`` or ``redis.cluster.RedisCluster``) for calls made in a thread (pool
+threads, the reaper, the audits, the tests), and one ``redis.asyncio`` client per event
+loop for calls awaited on it (``LoopClients``). All speak RESP2, as the scripts' replies
+are written for, and parse with hiredis when it is installed (redis-py picks it).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import threading
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote
 
 import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
 from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
+from delayq.storage.redis.fastpath import FastPath, Server
 from delayq.storage.redis.options import GROUP
 from delayq.storage.unavailable import Unavailability
 
@@ -49,21 +64,44 @@ def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, i
             int(db or 0))
 
 
+# One quick retry on a dropped connection (Redis restarted, a firewall cut an idle
+# connection, a failover), on a new connection. None on a timeout (redis-py's
+# TimeoutError is no ConnectionError): the command, a script say, may have run, and a
+# silent Redis would hold every request for several socket_timeouts instead of one.
+RETRIED = (redis.exceptions.ConnectionError,)
+BACKOFF = ExponentialBackoff(cap=0.1, base=0.01)
+
+
+def _retries(clustered: bool) -> int:
+    """How many times a client sends a command again after a broken connection. A
+    cluster client retries a timeout too, whatever its retry supports: it gets none,
+    and the driver's calls send once more themselves (``calls.py``)."""
+    return 0 if clustered else 1
+
+
+def _options(tls: bool, username: str | None, password: str | None, *, clustered: bool,
+             socket_timeout: float, connect_timeout: float, retry: type) -> dict[str, Any]:
+    return dict(username=username, password=password, protocol=2,
+                retry=retry(BACKOFF, _retries(clustered), supported_errors=RETRIED),
+                socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
+
+
 def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
             max_connections: int) -> tuple[redis.Redis | RedisCluster, bool]:
-    """A client for *uri* and whether it talks to a cluster (several seeds, or detected)."""
+    """A blocking client for *uri* and whether it talks to a cluster (several seeds, or
+    detected). At *max_connections* a call waits for a free connection (as long as
+    for a reply) rather than failing at once: a burst beyond the cap is served, slower."""
     tls, username, password, nodes, db = parse_uri(uri)
-    # One quick retry on a dropped connection (Redis restarted, a failover). None on a
-    # timeout: the command may have run, and a silent Redis would hold every request for
-    # several socket_timeouts instead of one.
-    retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), 1,
-                  supported_errors=(redis.exceptions.ConnectionError,))
-    common = dict(username=username, password=password, ssl=tls, retry=retry,
-                  socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout)
+    timeouts = dict(socket_timeout=socket_timeout, connect_timeout=connect_timeout)
     if len(nodes) == 1:
         host, port = nodes[0]
-        single = redis.Redis(host=host, port=port, db=db, max_connections=max_connections,
-                             health_check_interval=30, **common)
+        # from_pool: closing the client closes its pool's connections.
+        single = redis.Redis.from_pool(redis.BlockingConnectionPool(
+            host=host, port=port, db=db, max_connections=max_connections,
+            timeout=socket_timeout, health_check_interval=30,
+            connection_class=redis.SSLConnection if tls else redis.Connection,
+            **_options(tls, username, password, clustered=False, retry=Retry,
+                       **timeouts)))
         try:
             clustered = single.info("cluster").get("cluster_enabled") == 1
         except BaseException:
@@ -74,13 +112,108 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
         single.close()
     if db:
         raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
-    # At max_connections a request waits for a free connection (as long as for a reply)
-    # rather than failing at once: a burst of requests beyond the cap is served, slower.
     pool = functools.partial(redis.BlockingConnectionPool, timeout=socket_timeout)
     cluster = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes],
                            max_connections=max_connections, connection_pool_class=pool,
-                           **common)
+                           ssl=tls, **_options(tls, username, password, clustered=True,
+                                               retry=Retry, **timeouts))
     return cluster, True
+
+
+def connect_async(uri: str, clustered: bool, *, socket_timeout: float,
+                  connect_timeout: float, max_connections: int
+                  ) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+    """An asyncio client for *uri*, for one event loop; it connects at its first call,
+    awaited. On one server, at *max_connections* a call waits for a free connection;
+    a cluster client refuses a call instead, so ``Clients`` bounds the calls a loop
+    has in flight."""
+    tls, username, password, nodes, db = parse_uri(uri)
+    options = _options(tls, username, password, clustered=clustered,
+                       retry=redis.asyncio.retry.Retry, socket_timeout=socket_timeout,
+                       connect_timeout=connect_timeout)
+    if not clustered:
+        host, port = nodes[0]
+        return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool(
+            host=host, port=port, db=db, max_connections=max_connections,
+            timeout=socket_timeout, health_check_interval=30,
+            connection_class=(redis.asyncio.SSLConnection if tls
+                              else redis.asyncio.Connection), **options))
+    return redis.asyncio.cluster.RedisCluster(
+        startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes],
+        max_connections=max_connections, ssl=tls, **options)
+
+
+def fast_path(uri: str, *, socket_timeout: float, connect_timeout: float,
+              max_connections: int) -> FastPath:
+    """The fast path of script calls awaited on a loop, for one server at *uri*."""
+    tls, username, password, nodes, db = parse_uri(uri)
+    host, port = nodes[0]
+    return FastPath(Server(host, port, db, username, password, tls, socket_timeout,
+                           connect_timeout))
+
+
+class Clients:
+    """The driver's clients: ``blocking``, for calls made in a thread, and one asyncio
+    client per event loop (``on_loop``), made at the loop's first call: an asyncio
+    client's connections belong to the loop that opened them.
+
+    ``resend`` is True when a call sends itself once more after a broken connection
+    (a cluster's clients retry nothing, ``_retries``). ``fast``, on one server, makes
+    the script calls awaited on a loop (``fastpath.py``).
+    """
+
+    def __init__(self, blocking: redis.Redis | RedisCluster, clustered: bool,
+                 make: Callable[[], Any], max_connections: int,
+                 fast: FastPath | None = None) -> None:
+        self.blocking = blocking
+        self.resend = clustered
+        self.fast = fast
+        self._make = make
+        self._limit = max_connections if clustered else 0
+        self._loops: dict[asyncio.AbstractEventLoop, tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
+
+    def on_loop(self) -> tuple[Any, asyncio.Semaphore | None]:
+        """The running loop's client, and for a cluster the semaphore that keeps its
+        calls in flight within the connections it may open to a node."""
+        loop = asyncio.get_running_loop()
+        found = self._loops.get(loop)
+        return found if found is not None else self._new(loop)
+
+    def _new(self, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+        made = (self._make(), asyncio.Semaphore(self._limit) if self._limit else None)
+        with self._lock:
+            # A closed loop's client goes: its connections went with the loop.
+            for closed in [other for other in self._loops if other.is_closed()]:
+                del self._loops[closed]
+            self._loops[loop] = made
+        return made
+
+    def close(self) -> None:
+        """Close every client: the loops' clients whose loop can still run their
+        closing (at once on a loop that is not running, else as a task of it), then
+        the blocking one."""
+        with self._lock:
+            loops, self._loops = self._loops, {}
+        if self.fast is not None:
+            self.fast.close()
+        for loop, (client, _limit) in loops.items():
+            if loop.is_closed():
+                continue
+            if not loop.is_running():
+                loop.run_until_complete(client.aclose())
+            elif _running_loop() is loop:
+                loop.create_task(client.aclose())
+            else:
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+        self.blocking.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def describe_unavailable(exc: BaseException) -> str | None:

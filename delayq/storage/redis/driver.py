@@ -25,6 +25,7 @@ completes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -48,7 +49,15 @@ from delayq.queue import DeadLetterPolicy, QueueStats
 from delayq.retry import Backoff
 from delayq.storage import base
 from delayq.storage.redis import layout, persistence, trail
-from delayq.storage.redis.client import NAME, connect, parse_uri, unavailable
+from delayq.storage.redis.client import (
+    NAME,
+    Clients,
+    connect,
+    connect_async,
+    fast_path,
+    parse_uri,
+    unavailable,
+)
 from delayq.storage.redis.layout import (
     TOKEN_LENGTH,
     US,
@@ -68,7 +77,6 @@ from delayq.storage.redis.scripts import (
     backoff_args,
 )
 from delayq.storage.redis.subscriptions import Subscriptions
-from delayq.storage.redis.wire import Wire
 from delayq.subscription import Subscription, SubscriptionChange
 
 LOG = logging.getLogger(__name__)
@@ -89,6 +97,9 @@ class Driver(base.Driver):
 
     name = NAME
     calls_are_brief = True
+    # Every store call an operation yields is awaited on the event loop, by the running
+    # loop's asyncio client (calls.py).
+    waits_on_loop = True
 
     def __init__(self, uri: str, *, namespace: str = "dq", socket_timeout: float = 5.0,
                  connect_timeout: float = 2.0, max_connections: int = 64,
@@ -98,10 +109,7 @@ class Driver(base.Driver):
                  endings: base.Endings = base.ignore_endings) -> None:
         super().__init__(endings=endings)
         # A malformed URI stops the server at start, not at each request.
-        seeds = parse_uri(uri)[3]
-        # Script calls to a single server wait on the event loop (wire.py); a cluster's
-        # go through redis-py and block. Known once connected; until then, by the seeds.
-        self.waits_on_loop = len(seeds) == 1
+        parse_uri(uri)
         self._uri = uri
         self._connect_options = dict(socket_timeout=socket_timeout,
                                      connect_timeout=connect_timeout,
@@ -160,9 +168,14 @@ class Driver(base.Driver):
                 try:
                     with unavailable:
                         client, clustered = connect(self._uri, **self._connect_options)
-                        wire = None if clustered else Wire(client.connection_pool)
-                        scripts = Scripts(client, self._events.retention, self.endings,
-                                          wire)
+                        clients = Clients(
+                            client, clustered, functools.partial(
+                                connect_async, self._uri, clustered,
+                                **self._connect_options),
+                            self._connect_options["max_connections"],
+                            None if clustered else fast_path(self._uri,
+                                                             **self._connect_options))
+                        scripts = Scripts(clients, self._events.retention, self.endings)
                         scripts.load(client)
                         persistence.check(client)
                 except errors.StorageUnavailable as exc:
@@ -170,7 +183,6 @@ class Driver(base.Driver):
                     self._link_error = exc.detail
                     raise
                 self._link = (client, clustered, scripts)
-                self.waits_on_loop = not clustered
             return self._link
         finally:
             self._link_lock.release()
@@ -202,28 +214,27 @@ class Driver(base.Driver):
     # Connection
 
     @operation
-    def now(self) -> float:
+    def now(self) -> Steps[float]:
         if self._clock is not None:
             return self._clock()
         with unavailable:
-            reply = self._client.time()
+            reply = yield self._scripts.commands.call("TIME")
         if isinstance(reply, dict):  # a cluster answers per node
             reply = next(iter(reply.values()))
         seconds, micros = reply
         return seconds + micros / US
 
     @operation
-    def ping(self) -> bool:
+    def ping(self) -> Steps[bool]:
         try:
-            return bool(self._client.ping())
+            return bool((yield self._scripts.commands.call("PING")))
         except (redis.exceptions.RedisError, errors.StorageUnavailable):
             return False
 
     def close(self) -> None:
         self.stop_reaper()
         if self._link is not None:
-            self._link[2].close()
-            self._link[0].close()
+            self._link[2].clients.close()
             self._link = None
 
     # The project catalogue (one slot per project) lists its queues for GET /v2/queues
@@ -263,9 +274,10 @@ class Driver(base.Driver):
                                             queue_quota))
 
     @operation
-    def get_queue(self, project: str, name: str) -> dict[str, Any] | None:
+    def get_queue(self, project: str, name: str) -> Steps[dict[str, Any] | None]:
         with unavailable:
-            raw = self._client.hget(self.keys.queue(project, name), "meta")
+            raw = yield self._scripts.commands.call("HGET", self.keys.queue(project, name),
+                                                    "meta")
         return json.loads(raw) if raw is not None else None
 
     @operation
@@ -324,19 +336,20 @@ class Driver(base.Driver):
 
     @operation
     def list_queues(self, project: str, marker: str | None, limit: int
-                    ) -> list[tuple[str, dict[str, Any]]]:
+                    ) -> Steps[list[tuple[str, dict[str, Any]]]]:
         found: list[tuple[str, dict[str, Any]]] = []
         start = f"({marker}" if marker else "-"
+        commands = self._scripts.commands
         with unavailable:
             while len(found) < limit:
-                names = self._client.zrangebylex(self.keys.catalogue(project), start, "+",
-                                                 start=0, num=limit - len(found))
+                names = yield commands.call("ZRANGEBYLEX", self.keys.catalogue(project),
+                                            start, "+", "LIMIT", 0, limit - len(found))
                 if not names:
                     break
-                pipe = self._client.pipeline(transaction=False)
-                for name in names:
-                    pipe.hget(self.keys.queue(project, name.decode()), "meta")
-                for name, raw in zip(names, pipe.execute(), strict=True):
+                metadata = yield commands.batch(*(
+                    ("HGET", self.keys.queue(project, name.decode()), "meta")
+                    for name in names))
+                for name, raw in zip(names, metadata, strict=True):
                     # A queue whose delete crashed half-way is listed but gone: skip it.
                     if raw is not None:
                         found.append((name.decode(), json.loads(raw)))
@@ -344,9 +357,10 @@ class Driver(base.Driver):
         return found
 
     @operation
-    def count_queues(self, project: str) -> int:
+    def count_queues(self, project: str) -> Steps[int]:
         with unavailable:
-            return self._client.zcard(self.keys.catalogue(project))
+            return (yield self._scripts.commands.call("ZCARD",
+                                                      self.keys.catalogue(project)))
 
     @operation
     def queue_stats(self, project: str, name: str) -> Steps[QueueStats]:
@@ -672,10 +686,11 @@ class Driver(base.Driver):
         token), then deleted from the outbox; any process may do it, any number of times.
         """
         outbox = self.keys.outbox(project, queue)
-        for token, payload in self._client.hgetall(outbox).items():
+        moves = yield self._scripts.commands.call("HGETALL", outbox)
+        for token, payload in moves.items():
             target, record = msgpack.unpackb(payload, raw=True)
             yield from self._move_in(project, target.decode(), token, record)
-            self._forget_move(outbox, token)
+            yield from self._forget_move(outbox, token)
 
     def _move_in(self, project: str, target: str, token: bytes, record: bytes
                  ) -> Steps[None]:
@@ -686,9 +701,9 @@ class Driver(base.Driver):
         if not listed:
             yield from self._list_queue(project, target)
 
-    def _forget_move(self, outbox: str, token: bytes) -> None:
+    def _forget_move(self, outbox: str, token: bytes) -> Steps[None]:
         """Step 3 of a move across slots: the source's outbox lets go of it."""
-        self._client.hdel(outbox, token)
+        yield self._scripts.commands.call("HDEL", outbox, token)
 
     @operation
     def reap_queue(self, project: str, queue: str, rounds: int = 16) -> Steps[bool]:

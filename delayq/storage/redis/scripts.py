@@ -11,15 +11,15 @@ whatever the number of clients and processes.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from redis.commands.core import Script
 
 from delayq.retry import Backoff
-from delayq.storage.redis.wire import Wire, command_exchange, script_exchange
+from delayq.storage.redis.calls import Commands, ScriptCall
+from delayq.storage.redis.client import Clients
 
 LUA_DIR = Path(__file__).with_name("lua")
 
@@ -89,19 +89,18 @@ class CountedScript:
     """A registered script whose ENDED counts go to *report*.
 
     ``call(keys, args)`` is one call of it, for an operation to yield
-    (``delayq.operations``). With a *wire* (a single server) the call goes through it
-    rather than the client's command path (``wire.py`` says why); a cluster's calls take
-    the client's path, blocking.
+    (``delayq.operations``; ``calls.py`` says how it is made).
     """
 
     def __init__(self, script: Script, report: Callable[[Iterable[str]], None],
-                 wire: Wire | None = None) -> None:
+                 clients: Clients) -> None:
         self.script = script
         self.report = report
-        self.wire = wire
+        self.clients = clients
 
     def call(self, keys: list[Any], args: list[Any]) -> ScriptCall:
-        return ScriptCall(self, keys, args)
+        return ScriptCall(self.clients, self.script.sha, self.script.script, self.counted,
+                          keys, args)
 
     def counted(self, reply: list) -> Any:
         """The script's own reply, the messages it ended reported."""
@@ -113,63 +112,6 @@ class CountedScript:
         return reply[-1]
 
 
-@dataclass(slots=True)
-class ScriptCall:
-    """One call of a counted script (a ``delayq.operations.StoreCall``)."""
-
-    script: CountedScript
-    keys: list[Any]
-    args: list[Any]
-
-    def wait(self) -> Any:
-        script = self.script
-        if script.wire is None:
-            return script.counted(script.script(keys=self.keys, args=self.args))
-        return script.wire.wait(script_exchange(script.script.sha, script.script.script,
-                                                self.keys, self.args, script.counted))
-
-    def awaited(self) -> Awaitable[Any]:
-        script = self.script
-        if script.wire is None:
-            return _ready(self.wait())
-        return script.wire.awaited(script_exchange(
-            script.script.sha, script.script.script, self.keys, self.args, script.counted))
-
-
-class Commands:
-    """Plain commands, for an operation to yield: ``commands.call(*parts)``. Only for
-    commands that may be sent twice (a connection found broken is tried once more)."""
-
-    def __init__(self, client, wire: Wire | None) -> None:
-        self.client = client
-        self.wire = wire
-
-    def call(self, *parts: Any) -> CommandCall:
-        return CommandCall(self, parts)
-
-
-@dataclass(slots=True)
-class CommandCall:
-    """One plain command (a ``delayq.operations.StoreCall``)."""
-
-    commands: Commands
-    parts: tuple
-
-    def wait(self) -> Any:
-        if self.commands.wire is None:
-            return self.commands.client.execute_command(*self.parts)
-        return self.commands.wire.wait(command_exchange(self.parts))
-
-    def awaited(self) -> Awaitable[Any]:
-        if self.commands.wire is None:
-            return _ready(self.wait())
-        return self.commands.wire.awaited(command_exchange(self.parts))
-
-
-async def _ready(value: Any) -> Any:
-    return value
-
-
 class Scripts:
     """One ``CountedScript`` per name in ``NAMES``, as attributes.
 
@@ -177,30 +119,24 @@ class Scripts:
     expired), once the script has run: a Redis script either runs whole or not at all.
     """
 
-    def __init__(self, client, events_retention: int,
-                 report: Callable[[Iterable[str]], None] = lambda kinds: None,
-                 wire: Wire | None = None) -> None:
+    def __init__(self, clients: Clients, events_retention: int,
+                 report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
                   f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
                   f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
                   f"local QUEUE_MISSING = '{QUEUE_MISSING.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
-        self._wire = wire
-        self.commands = Commands(client, wire)
+        self.clients = clients
+        self.commands = Commands(clients)
         self._all: list[Script] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()
-            script = client.register_script(wrapped(common, body))
-            setattr(self, name, CountedScript(script, report, wire))
+            script = clients.blocking.register_script(wrapped(common, body))
+            setattr(self, name, CountedScript(script, report, clients))
             self._all.append(script)
 
-    def close(self) -> None:
-        """Close the wire's connections, if calls go through one."""
-        if self._wire is not None:
-            self._wire.close()
-
-    def load(self, client) -> None:
+    def load(self, client: Any) -> None:
         """Load every script now (on every primary of a cluster), not at first call."""
         for script in self._all:
             client.script_load(script.script)
