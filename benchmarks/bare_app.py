@@ -32,13 +32,13 @@ from typing import Any
 import falcon
 import falcon.asgi
 import falcon.media
-import msgpack
 
 from delayq import conf, jsontext
 from delayq.server import Server
+from delayq.storage.redis import layout
 from delayq.storage.redis.calls import ScriptCall
 from delayq.storage.redis.driver import CLAIM_BUDGET, NO_KEY, WRITE_REAP_BUDGET, Driver
-from delayq.storage.redis.layout import US, new_nonce
+from delayq.storage.redis.layout import TOKEN_LENGTH, US, new_nonce, new_tokens
 from delayq.storage.redis.scripts import NO_BACKOFF
 
 PROJECT_HEADER = "X-Project-ID"
@@ -93,16 +93,20 @@ class Messages(Resource):
         key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
         client = req.get_header(CLIENT_HEADER).encode()
         document = jsontext.loads((await req.stream.readall()).decode())
-        # A nonce, in case the queue is new; no message quota, no idempotency key.
-        args = ["", new_nonce(), WRITE_REAP_BUDGET, token, 0, *NO_KEY]
-        for message in document["messages"]:
+        # A nonce, in case the queue is new; no message quota, no queue fence, no
+        # idempotency key; an id token per message.
+        posted = document["messages"]
+        tokens = new_tokens(len(posted))
+        args = ["", new_nonce(), WRITE_REAP_BUDGET, token, 0, "", *NO_KEY, tokens]
+        for message in posted:
             args += [jsontext.dumps_compact(message["body"]), client,
                      message.get("ttl", 3600), message.get("delay", 0)]
         reply = await self.store.call(self.store.post, key, args)
-        nonce = reply[0].decode()
+        nonce = reply[0]
+        ids = [(nonce + seq + tokens[n * TOKEN_LENGTH:(n + 1) * TOKEN_LENGTH]).decode()
+               for n, seq in enumerate(reply[2:])]
         resp.status = falcon.HTTP_201
-        resp.media = {"resources": [f"/v2/queues/{name}/messages/{nonce}{seq.decode()}"
-                                    for seq in reply[2:]]}
+        resp.media = {"resources": [f"/v2/queues/{name}/messages/{id_}" for id_ in ids]}
 
 
 class Message(Resource):
@@ -121,23 +125,16 @@ class Claims(Resource):
         ttl, grace = document.get("ttl", 60), document.get("grace", 60)
         reply = await self.store.call(self.store.claim, key, [
             "", ttl, grace, int(req.get_param("limit") or 10), "", "", "", "", CLAIM_BUDGET,
-            name, WRITE_REAP_BUDGET, token, *NO_BACKOFF])
-        nonce, as_of, number = reply[:3]
-        if not number:
+            name, WRITE_REAP_BUDGET, token, *NO_BACKOFF, new_tokens(1)])
+        nonce, as_of, claim_id = reply[:3]
+        if not claim_id:
             resp.status = falcon.HTTP_204
             return
-        claim_id = f"{nonce.decode()}c{number}"
-        messages = []
-        for i in range(6, len(reply), 2):
-            fields = msgpack.unpackb(reply[i + 1], raw=True)
-            # Fields as delayq's driver reads them: body, client, created, ttl, ... id.
-            stored_id = fields[9] if len(fields) > 9 else b""
-            message_id = (stored_id or nonce + reply[i]).decode()
-            messages.append({
-                "id": message_id,
-                "href": f"/v2/queues/{name}/messages/{message_id}?claim_id={claim_id}",
-                "ttl": fields[3], "age": (as_of - fields[2]) // US,
-                "body": jsontext.loads(fields[0].decode())})
+        claim_id = claim_id.decode()
+        messages = [{
+            "id": m.id, "href": f"/v2/queues/{name}/messages/{m.id}?claim_id={claim_id}",
+            "ttl": m.ttl, "age": int(as_of / US - m.created), "body": m.body}
+            for m in layout.messages(nonce, reply[6:], as_of)]
         resp.status = falcon.HTTP_201
         resp.location = f"/v2/queues/{name}/claims/{claim_id}"
         resp.media = {"messages": messages}
