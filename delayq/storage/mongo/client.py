@@ -6,13 +6,21 @@ with 503 naming only the store, so a client retries instead of giving up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pymongo
 import pymongo.errors
+from pymongo.client_session import ClientSession
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
 
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.unavailable import Unavailability
 
 NAME = "mongodb"  # the store a 503 names
+
+T = TypeVar("T")
 
 # Server error codes that mean "not now" (elections, shutdowns, timeouts), not a bug.
 UNAVAILABLE_CODES = frozenset({
@@ -96,3 +104,15 @@ def make_client(uri: str, *, server_selection_timeout: float = 5.0,
             detail = detail.replace(userinfo, "***")
         raise ValueError(f"[{GROUP}] uri is not a valid MongoDB connection string: "
                          f"{detail}") from None
+
+
+def snapshot_transaction(client: pymongo.MongoClient,
+                         write: Callable[[ClientSession], T],
+                         write_concern: WriteConcern) -> T:
+    """``write(session)`` as one transaction whose reads all see one snapshot (what the
+    quotas' counts and the idempotency keys' look-ups need), committed with
+    *write_concern*; what it returns. ``with_transaction`` runs it again after a write
+    conflict, on a new snapshot."""
+    with client.start_session() as session:
+        return session.with_transaction(write, read_concern=ReadConcern("snapshot"),
+                                        write_concern=write_concern)

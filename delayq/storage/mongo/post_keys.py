@@ -20,10 +20,10 @@ import pymongo.errors
 from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
-from pymongo.read_concern import ReadConcern
 
 from delayq.idempotency import PostKey, StoredKey
 from delayq.storage.mongo import layout as lay
+from delayq.storage.mongo.client import snapshot_transaction
 
 # The first sequence number of a post → its message documents.
 MakeMessages = Callable[[int], list[dict[str, Any]]]
@@ -74,11 +74,7 @@ class PostKeys:
             return docs
 
         try:
-            with self._client.start_session() as session:
-                # One snapshot for every read, as the quotas' checks need (``quotas.py``).
-                return session.with_transaction(
-                    write, read_concern=ReadConcern("snapshot"),
-                    write_concern=self._messages.write_concern)
+            return snapshot_transaction(self._client, write, self._messages.write_concern)
         except pymongo.errors.DuplicateKeyError:
             kept = self.kept(project, queue, key.key, now)
             if kept is None:  # committed, then its window ended at once: not for us

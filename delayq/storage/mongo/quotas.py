@@ -42,10 +42,10 @@ import pymongo.errors
 from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.collection import Collection
-from pymongo.read_concern import ReadConcern
 
 from delayq import errors
 from delayq.storage.mongo import layout as lay
+from delayq.storage.mongo.client import snapshot_transaction
 
 T = TypeVar("T")
 
@@ -71,10 +71,8 @@ class Quotas:
         """
         for attempt in (1, 2):
             try:
-                with self._client.start_session() as session:
-                    return session.with_transaction(
-                        write, read_concern=ReadConcern("snapshot"),
-                        write_concern=self._messages.write_concern)
+                return snapshot_transaction(self._client, write,
+                                            self._messages.write_concern)
             except pymongo.errors.DuplicateKeyError:
                 if attempt == 2:
                     raise
