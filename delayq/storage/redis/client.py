@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -26,6 +25,7 @@ from redis.retry import Retry
 
 from delayq.storage.redis.fastpath import FastPath, Server
 from delayq.storage.redis.options import GROUP
+from delayq.storage.redis.per_loop import PerLoop
 from delayq.storage.unavailable import Unavailability
 
 NAME = "redis"  # the store a 503 names
@@ -168,36 +168,22 @@ class Clients:
         self.blocking = blocking
         self.resend = clustered
         self.fast = fast
-        self._make = make
-        self._limit = max_connections if clustered else 0
-        self._loops: dict[asyncio.AbstractEventLoop, tuple[Any, Any]] = {}
-        self._lock = threading.Lock()
+        limit = max_connections if clustered else 0
+        self._loops: PerLoop[tuple[Any, asyncio.Semaphore | None]] = PerLoop(
+            lambda loop: (make(), asyncio.Semaphore(limit) if limit else None))
 
     def on_loop(self) -> tuple[Any, asyncio.Semaphore | None]:
         """The running loop's client, and for a cluster the semaphore that keeps its
         calls in flight within the connections it may open to a node."""
-        loop = asyncio.get_running_loop()
-        found = self._loops.get(loop)
-        return found if found is not None else self._new(loop)
-
-    def _new(self, loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
-        made = (self._make(), asyncio.Semaphore(self._limit) if self._limit else None)
-        with self._lock:
-            # A closed loop's client goes: its connections went with the loop.
-            for closed in [other for other in self._loops if other.is_closed()]:
-                del self._loops[closed]
-            self._loops[loop] = made
-        return made
+        return self._loops.get()
 
     def close(self) -> None:
         """Close every client: the loops' clients whose loop can still run their
         closing (at once on a loop that is not running, else as a task of it), then
         the blocking one."""
-        with self._lock:
-            loops, self._loops = self._loops, {}
         if self.fast is not None:
             self.fast.close()
-        for loop, (client, _limit) in loops.items():
+        for loop, (client, _limit) in self._loops.take_all().items():
             if loop.is_closed():
                 continue
             if not loop.is_running():

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import hiredis
 from redis import exceptions
+
+from delayq.storage.redis.per_loop import PerLoop
 
 # Error replies redis-py raises as their own classes (by the reply's first word); any
 # other is a ResponseError.
@@ -233,25 +234,14 @@ class FastPath:
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self._links: dict[asyncio.AbstractEventLoop, Link] = {}
-        self._lock = threading.Lock()
+        self._links: PerLoop[Link] = PerLoop(lambda loop: Link(server, loop))
 
     def on_loop(self) -> Link:
-        loop = asyncio.get_running_loop()
-        link = self._links.get(loop)
-        if link is None:
-            link = Link(self.server, loop)
-            with self._lock:
-                for closed in [other for other in self._links if other.is_closed()]:
-                    del self._links[closed]
-                self._links[loop] = link
-        return link
+        return self._links.get()
 
     def close(self) -> None:
         """Close every loop's connection (each opens again if used again)."""
-        with self._lock:
-            links, self._links = self._links, {}
-        for loop, link in links.items():
+        for loop, link in self._links.take_all().items():
             if loop.is_closed():
                 continue
             if loop.is_running():
