@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from delayq import errors, events
-from delayq.storage.unavailable import Unavailability
+from delayq.storage.base.unavailable import Unavailability
 
 LOG = logging.getLogger(__name__)
 

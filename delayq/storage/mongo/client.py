@@ -16,7 +16,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from delayq.storage.mongo.options import GROUP
-from delayq.storage.unavailable import Unavailability
+from delayq.storage.base.unavailable import Unavailability
 
 NAME = "mongodb"  # the store a 503 names
 

@@ -26,7 +26,7 @@ from redis.retry import Retry
 from delayq.storage.redis.fastpath import FastPath, Server
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.per_loop import PerLoop
-from delayq.storage.unavailable import Unavailability
+from delayq.storage.base.unavailable import Unavailability
 
 NAME = "redis"  # the store a 503 names
 

@@ -32,7 +32,7 @@ from delayq.storage.sqlite import sql
 from delayq.storage.sqlite import tallies as sqlite_tallies
 from delayq.storage.sqlite.options import GROUP
 from delayq.storage.sqlite.subscriptions import Subscriptions
-from delayq.storage.unavailable import Unavailability
+from delayq.storage.base.unavailable import Unavailability
 from delayq.subscription import Subscription, SubscriptionChange
 
 NAME = "sqlite"  # the store a 503 names

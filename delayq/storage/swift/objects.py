@@ -50,7 +50,7 @@ from swiftclient.exceptions import ClientException
 from delayq.storage.clock import Stamp
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Record
-from delayq.storage.unavailable import Unavailability
+from delayq.storage.base.unavailable import Unavailability
 
 NAME = "swift"  # the store a 503 names
 

@@ -31,10 +31,9 @@ class Unavailability:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> bool:
+                 traceback: TracebackType | None) -> None:
         if exc is not None:
             self.check(exc)
-        return False
 
     def check(self, exc: BaseException) -> None:
         """Raise StorageUnavailable from *exc* when it means the store cannot serve now;

@@ -1,0 +1,38 @@
+"""The audit reads of a store (``delayq.spark_jobs``): whole queues, in the backend's own
+order.
+
+Unlike the other controllers these are blocking: only the audits read them, in their own
+processes (the Spark driver and its workers), never on the API's event loop.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+
+from delayq.events import Event, event_row
+from delayq.message import Message
+
+
+class Trail(abc.ABC):
+    """The event trail and the live messages of every queue, read whole."""
+
+    @abc.abstractmethod
+    def queues(self, project: str | None) -> list[tuple[str, str]]:
+        """Every ``(project, queue)`` holding messages or events, sorted; one project's
+        when *project* is given. Deleted queues whose events are retained are included."""
+
+    @abc.abstractmethod
+    def events(self, project: str, queue: str) -> Iterator[Event]:
+        """The retained events of one queue's trail, oldest first."""
+
+    def event_rows(self, project: str, queue: str) -> Iterator[tuple]:
+        """``events`` as plain tuples of the ``Event`` fields, in ``events.FIELDS``
+        order: what the audits' data source reads, without building an ``Event`` per row
+        where the backend hands back rows already (SQLite)."""
+        return map(event_row, self.events(project, queue))
+
+    @abc.abstractmethod
+    def messages(self, project: str, queue: str) -> Iterator[Message]:
+        """Every live message of one queue (delayed and claimed included), in post
+        order, as read now."""
