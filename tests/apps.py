@@ -11,6 +11,7 @@ from oslo_config import cfg
 from delayq import conf as delayq_conf
 from delayq.api.app import create_app
 from delayq.metrics import Metrics
+from delayq.synchronous import Synchronous
 
 
 def sqlite_conf(directory: Path, **transport: object) -> cfg.ConfigOpts:
@@ -69,8 +70,8 @@ def http_client(name: str, conf: cfg.ConfigOpts) -> testing.TestClient:
 
         conf.set_override("message_store", "mongodb", group="drivers")
         real = MONGO.real_uri() is not None
-        driver = MongoDriver(MONGO.real_client() if real else MONGO.mock_client(),
-                             MONGO.new_database(), endings=metrics.count_endings)
+        driver = Synchronous(MongoDriver(MONGO.real_client() if real else MONGO.mock_client(),
+                             MONGO.new_database(), endings=metrics.count_endings))
     if name == "swift":
         from tests.swift_server import SWIFT
 
@@ -83,4 +84,4 @@ def http_client(name: str, conf: cfg.ConfigOpts) -> testing.TestClient:
         conf.set_override("container_prefix", f"t{uuid.uuid4().hex[:12]}", group=group)
         # Tests that want a reaper pass call the driver's reap themselves.
         conf.set_override("reap_interval", 0, group=group)
-    return project_client(create_app(conf, driver=driver, metrics=metrics))
+    return project_client(create_app(conf, driver=driver.target, metrics=metrics))

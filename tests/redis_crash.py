@@ -15,6 +15,7 @@ from delayq.broker import Broker
 from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.quotas import Catalogue, Hold
 from delayq.storage.redis.subscriptions import Subscriptions
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 
 
@@ -38,7 +39,7 @@ KINDS = {"after-outbox": DiesAfterOutbox, "after-move-in": DiesAfterMoveIn}
 def claim_and_die(kind: str, uri: str, namespace: str, project: str, queue: str) -> None:
     """Claim *queue* (whose messages must all be dead-lettered) with a dying driver."""
     driver = KINDS[kind](uri, namespace=namespace)
-    Broker(driver, Limits()).claim(project, queue, ttl=60, grace=60, limit=20)
+    Synchronous(Broker(driver, Limits())).claim(project, queue, ttl=60, grace=60, limit=20)
     raise SystemExit("the claim finished without reaching the crash point")
 
 
@@ -76,8 +77,8 @@ def subscribe_and_die(uri: str, namespace: str, project: str, queue: str, ttl: i
                       now: float) -> None:
     """Subscribe to *queue* with a driver that dies before the index hears of it, at
     time *now* (a fake clock's)."""
-    driver = DiesBeforeIndexSettle(uri, namespace=namespace, clock=lambda: now)
-    driver.create_subscription(project, queue, "http://127.0.0.1:9/hook", ttl, {})
+    driver = Synchronous(DiesBeforeIndexSettle(uri, namespace=namespace, clock=lambda: now))
+    driver.subscriptions.create(project, queue, "http://127.0.0.1:9/hook", ttl, {})
     raise SystemExit("the subscription finished without reaching the crash point")
 
 
@@ -103,9 +104,9 @@ def create_and_die(point: str, uri: str, namespace: str, project: str, queue: st
                    quota: int, now: float) -> None:
     """Create *queue* under the queue *quota* with a driver that dies at *point* of the
     creation, at time *now* (a fake clock's)."""
-    driver = Driver(uri, namespace=namespace, clock=lambda: now)
+    driver = Synchronous(Driver(uri, namespace=namespace, clock=lambda: now))
     driver._catalogue = CatalogueDying(driver.keys, lambda: driver._scripts,
                                        driver._now_arg)
     driver._catalogue.point = point
-    driver.create_queue(project, queue, {}, queue_quota=quota)
+    driver.queues.create(project, queue, {}, queue_quota=quota)
     raise SystemExit("the creation finished without reaching the crash point")

@@ -23,6 +23,7 @@ from delayq.idempotency import PostKey
 from delayq.message import NewMessage
 from delayq.storage.swift.driver import Driver
 from delayq.storage.swift.layout import CLAIMED, MESSAGE_PREFIX, Entry, Record
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage, message_edit
 
 
@@ -185,9 +186,9 @@ def connector(auth: tuple[str, str, str]) -> Callable[[], Connection]:
 def dying_broker(kind: str, auth: tuple[str, str, str], prefix: str, now: float
                  ) -> Broker:
     """A broker at time *now* over a driver that dies at *kind*."""
-    driver = Driver(connector(auth), prefix=prefix, clock=FixedClock(now))
+    driver = Synchronous(Driver(connector(auth), prefix=prefix, clock=FixedClock(now)))
     KINDS[kind](driver)
-    return Broker(driver, Limits())
+    return Synchronous(Broker(driver.target, Limits()))
 
 
 def tally_and_die(auth: tuple[str, str, str], prefix: str, project: str, queue: str,
@@ -195,9 +196,9 @@ def tally_and_die(auth: tuple[str, str, str], prefix: str, project: str, queue: 
     """Post two delayed messages to *queue* at time *now*, write their tallies under a
     writer slot leased for *lease* seconds, and die holding it (no close: the lease is
     left to expire)."""
-    driver = Driver(connector(auth), prefix=prefix, clock=FixedClock(now),
-                    tally_flush_interval=3600.0, tally_writer_lease=lease)
-    driver.post_messages(project, queue, client,
+    driver = Synchronous(Driver(connector(auth), prefix=prefix, clock=FixedClock(now),
+                    tally_flush_interval=3600.0, tally_writer_lease=lease))
+    driver.messages.post(project, queue, client,
                          [NewMessage({"n": n}, 3600, 60) for n in range(2)])
     driver.flush_tallies()
     die()

@@ -13,6 +13,7 @@ import pytest
 from swiftclient.client import Connection
 
 from delayq.storage.swift.driver import Driver
+from delayq.synchronous import Synchronous
 from tests.swift_server import SWIFT
 
 
@@ -49,9 +50,9 @@ def make_driver(prefix) -> Iterator[Callable[..., Driver]]:
              **options: Any) -> Driver:
         """*apart*: under a prefix of its own, sharing nothing with the test's others."""
         auth = SWIFT.auth()
-        driver = Driver(connector(auth.auth_url, auth.user, auth.key, wrap),
+        driver = Synchronous(Driver(connector(auth.auth_url, auth.user, auth.key, wrap),
                         prefix=f"{prefix}x{len(opened)}" if apart else prefix, clock=clock,
-                        **options)
+                        **options))
         opened.append(driver)
         return driver
 

@@ -25,6 +25,7 @@ import pytest
 
 from delayq.message import NewMessage
 from delayq.storage.sqlite.driver import Driver as SqliteDriver
+from delayq.synchronous import Synchronous
 from tests import spark_session
 from tests.audit_helpers import load_audit, parquet_rows, rows
 from tests.server import write_config
@@ -43,14 +44,14 @@ def sqlite_store(directory: Path, messages: int) -> Path:
     """A SQLite store in *directory* with *messages* posted to queue ``orders`` (one
     claimed and deleted), named by a configuration file with a relative path."""
     directory.mkdir(parents=True, exist_ok=True)
-    driver = SqliteDriver(str(directory / "delayq.sqlite"))
+    driver = Synchronous(SqliteDriver(str(directory / "delayq.sqlite")))
     try:
         if messages:
-            ids = driver.post_messages(PROJECT, "orders", CLIENT,
+            ids = driver.messages.post(PROJECT, "orders", CLIENT,
                                        [NewMessage({"n": n}, 3600) for n in range(messages)])
-            claim = driver.claim(PROJECT, "orders", ttl=60, grace=60, limit=1,
+            claim = driver.claims.create(PROJECT, "orders", ttl=60, grace=60, limit=1,
                                  dead_letter=None)
-            driver.delete_message(PROJECT, "orders", ids[0], claim.id)
+            driver.messages.delete(PROJECT, "orders", ids[0], claim.id)
     finally:
         driver.close()
     return write_config(directory / "delayq.conf", {

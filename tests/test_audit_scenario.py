@@ -65,6 +65,7 @@ from falcon import testing
 from delayq import conf as delayq_conf
 from delayq import events
 from delayq.api.app import create_app
+from delayq.synchronous import Synchronous
 from tests import spark_session
 from tests.audit_helpers import (
     check_report,
@@ -436,7 +437,7 @@ class Store:
         """A driver on the real clock, as the audit opens it."""
         from delayq.storage.registry import load_driver
 
-        return load_driver(delayq_conf.load([], config_files=[str(self.config_file)]))
+        return Synchronous(load_driver(delayq_conf.load([], config_files=[str(self.config_file)])))
 
 
 @pytest.fixture(scope="module", params=["sqlite", "redis"])
@@ -448,7 +449,7 @@ def store(request, tmp_path_factory) -> Store:
         from delayq.storage.sqlite.driver import Driver as SqliteDriver
 
         path = directory / "delayq.sqlite"
-        driver = SqliteDriver(str(path), clock=clock)
+        driver = Synchronous(SqliteDriver(str(path), clock=clock))
         sections = {"drivers": {"message_store": "sqlite"},
                     "drivers:message_store:sqlite": {"path": path}}
         uri = f"sqlite://{path}"
@@ -458,14 +459,14 @@ def store(request, tmp_path_factory) -> Store:
 
         namespace = f"t{uuid.uuid4().hex[:12]}"
         server_uri = SERVERS.single().uri
-        driver = RedisDriver(server_uri, namespace=namespace, clock=clock)
+        driver = Synchronous(RedisDriver(server_uri, namespace=namespace, clock=clock))
         sections = {"drivers": {"message_store": "redis"},
                     "drivers:message_store:redis": {"uri": server_uri,
                                                     "namespace": namespace,
                                                     "reap_interval": 0}}
         uri = None  # a URI cannot name a namespace
     try:
-        ids = play(Api(testing.TestClient(create_app(conf, driver=driver)), clock))
+        ids = play(Api(testing.TestClient(create_app(conf, driver=driver.target)), clock))
     finally:
         driver.close()
     config_file = write_config(directory / "delayq.conf", sections)
@@ -650,9 +651,9 @@ def trail(store: Store, project: str | None = None, queues: set[str] | None = No
     driver = store.driver()
     try:
         return [event_tuple(e.as_row())
-                for p, q in driver.trail_queues(project)
+                for p, q in driver.trail.queues(project)
                 if queues is None or q in queues
-                for e in driver.read_events(p, q)]
+                for e in driver.trail.events(p, q)]
     finally:
         driver.close()
 
@@ -690,8 +691,8 @@ def test_the_data_source_filters_by_project_and_queues(spark, store):
 def test_the_data_source_reads_the_live_messages(spark, store):
     driver = store.driver()
     try:
-        live = {(p, q, m.id) for p, q in driver.trail_queues(None)
-                for m in driver.read_messages(p, q)}
+        live = {(p, q, m.id) for p, q in driver.trail.queues(None)
+                for m in driver.trail.messages(p, q)}
     finally:
         driver.close()
     ids = store.ids

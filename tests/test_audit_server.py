@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from zaqarclient.queues.v2 import core
 
+from delayq.synchronous import Synchronous
 from tests import spark_session
 from tests.audit_helpers import (
     AUDIT_SCRIPT,
@@ -259,7 +260,7 @@ def sqlite_config(tmp_path_factory) -> Path:
 
     directory = tmp_path_factory.mktemp("bad-input")
     path = directory / "delayq.sqlite"
-    Driver(str(path)).close()
+    Synchronous(Driver(str(path))).close()
     return write_config(directory / "delayq.conf", {
         "drivers": {"message_store": "sqlite"},
         "drivers:message_store:sqlite": {"path": path}})

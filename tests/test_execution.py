@@ -19,11 +19,12 @@ from delayq.api import execution
 from delayq.api.execution import Execution
 from delayq.operations import operation
 from delayq.storage.sqlite.driver import Driver
+from delayq.synchronous import Synchronous
 
 
 @pytest.fixture
 def driver(tmp_path):
-    driver = Driver(str(tmp_path / "execution.sqlite"))
+    driver = Synchronous(Driver(str(tmp_path / "execution.sqlite")))
     yield driver
     driver.close()
 

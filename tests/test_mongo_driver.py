@@ -67,6 +67,7 @@ from delayq.storage.mongo.client import make_client, parse_write_concern
 from delayq.storage.mongo.driver import Driver
 from delayq.storage.mongo.expiry import Expiry
 from delayq.subscription import SubscriptionChange
+from delayq.synchronous import Synchronous
 from tests.contract.drivers import FakeClock
 from tests.mongo_backend import MONGO, URI_VARIABLE
 from tests.trail_history import replayed_trail, sqlite_trail
@@ -96,13 +97,13 @@ def post(driver: Driver, queue: str, count: int = 1, *, ttl: int = 3600, delay: 
     ids = []
     for start in range(0, count, 1000):
         batch = [NewMessage(body, ttl, delay) for _ in range(min(1000, count - start))]
-        ids += driver.post_messages(PROJECT, queue, CLIENT, batch)
+        ids += driver.messages.post(PROJECT, queue, CLIENT, batch)
     return ids
 
 
 def claim(driver: Driver, queue: str, limit: int = 10, *, ttl: int = 60, grace: int = 60,
           dead_letter: DeadLetterPolicy | None = None):
-    return driver.claim(PROJECT, queue, ttl=ttl, grace=grace, limit=limit,
+    return driver.claims.create(PROJECT, queue, ttl=ttl, grace=grace, limit=limit,
                         dead_letter=dead_letter)
 
 
@@ -349,7 +350,7 @@ class Backend:
         return self.client[self.database]
 
     def driver(self, clock: Callable[[], float] | None = None, **options: Any) -> Driver:
-        driver = Driver(self.client, self.database, clock=clock, **options)
+        driver = Synchronous(Driver(self.client, self.database, clock=clock, **options))
         self.drivers.append(driver)
         return driver
 
@@ -432,7 +433,7 @@ def test_a_second_driver_starts_on_the_same_database(backend):
     second = backend.driver()
     after = {name: index_keys(backend.db[name]) for name in ("messages", "claims", "queues")}
     assert after == before
-    assert [m.id for m in second.get_messages(PROJECT, "q", ids)] == ids
+    assert [m.id for m in second.messages.get(PROJECT, "q", ids)] == ids
     # Each driver reads the server's clock in whole milliseconds, within half a round trip:
     # the second may stand a moment before the time the first posted at.
     deadline = time.monotonic() + 1
@@ -507,7 +508,7 @@ def test_a_dead_letter_move_is_one_update_per_message_keeping_its_claim_count(
         backend, clock):
     driver = backend.driver(clock)
     ids = post(driver, "q", 3)
-    driver.release_claim(PROJECT, "q", claim(driver, "q").id)
+    driver.claims.release(PROJECT, "q", claim(driver, "q").id)
     before = {ObjectId(i): backend.raw(i) for i in ids}
     with backend.record() as ops:
         taken = claim(driver, "q", dead_letter=DeadLetterPolicy(1, "dlq"))
@@ -544,7 +545,7 @@ def test_a_message_stores_fields_only_for_what_it_uses(backend, clock):
 
     taken = claim(driver, "q")
     assert {"c", "ce", "cc"} <= backend.raw(plain).keys()
-    driver.release_claim(PROJECT, "q", taken.id)
+    driver.claims.release(PROJECT, "q", taken.id)
     released = backend.raw(plain)
     assert not {"c", "ce"} & released.keys() and released["cc"] == 1
     assert not CLAIM_FIELDS & backend.raw(delayed).keys()  # not due: never claimed
@@ -554,16 +555,16 @@ def test_a_moved_message_keeps_its_id_and_claim_count_and_records_where_from(
         backend, clock):
     driver = backend.driver(clock)
     [message_id] = post(driver, "q")
-    driver.release_claim(PROJECT, "q", claim(driver, "q").id)
+    driver.claims.release(PROJECT, "q", claim(driver, "q").id)
     clock.advance(5)
     assert claim(driver, "q", dead_letter=DeadLetterPolicy(1, "dlq")) is None
 
     doc = backend.raw(message_id)
     assert (doc["q"], doc["cc"], doc["s"], doc["m"]) == ("dlq", 1, "q", bson_date(clock.now))
     assert not {"c", "ce"} & doc.keys()
-    [moved] = driver.get_messages(PROJECT, "dlq", [message_id])
+    [moved] = driver.messages.get(PROJECT, "dlq", [message_id])
     assert (moved.claim_count, moved.source_queue, moved.moved_at) == (1, "q", clock.now)
-    assert driver.get_messages(PROJECT, "q", [message_id]) == []
+    assert driver.messages.get(PROJECT, "q", [message_id]) == []
 
 
 def nested(depth: int) -> Any:
@@ -587,7 +588,7 @@ AWKWARD_BODIES = {
 def test_awkward_bodies_round_trip_exactly(backend, body):
     driver = backend.driver()
     [message_id] = post(driver, "q", body=body)
-    [message] = driver.get_messages(PROJECT, "q", [message_id])
+    [message] = driver.messages.get(PROJECT, "q", [message_id])
     # JSON text tells 1, 1.0 and True apart and keeps key order, unlike ==.
     assert json.dumps(message.body) == json.dumps(body)
 
@@ -604,27 +605,27 @@ def test_an_expired_message_is_invisible_to_every_request_until_it_is_reaped(bac
     backend.db.messages.update_one({"_id": ObjectId(moved)}, {"$set": {"s": "q"}})
     held = claim(driver, "q", limit=1, ttl=30, grace=10)
     clock.advance(59.999)
-    assert len(driver.get_messages(PROJECT, "q", ids)) == 3
+    assert len(driver.messages.get(PROJECT, "q", ids)) == 3
     # The claim's document expired at 30 s: gone for every read of it.
     with pytest.raises(errors.ClaimNotFound):
-        driver.get_claim(PROJECT, "q", held.id)
+        driver.claims.get(PROJECT, "q", held.id)
     with pytest.raises(errors.ClaimNotFound):
-        driver.renew_claim(PROJECT, "q", held.id, 60, 60)
+        driver.claims.renew(PROJECT, "q", held.id, 60, 60)
 
     clock.advance(0.001)  # the messages' expiry
-    assert driver.get_messages(PROJECT, "q", ids) == []
-    assert driver.list_messages(PROJECT, "q", marker=None, limit=10, exclude_client=None,
+    assert driver.messages.get(PROJECT, "q", ids) == []
+    assert driver.messages.page(PROJECT, "q", marker=None, limit=10, exclude_client=None,
                                 include_claimed=True, include_delayed=True) == ([], None)
-    stats = driver.queue_stats(PROJECT, "q")
+    stats = driver.queues.stats(PROJECT, "q")
     assert (stats.total, stats.oldest, stats.newest) == (0, None, None)
-    assert driver.queue_counts(PROJECT, "q") == QueueCounts(0, 0, 0)
-    assert list(driver.read_messages(PROJECT, "q")) == []
+    assert driver.queues.counts(PROJECT, "q") == QueueCounts(0, 0, 0)
+    assert list(driver.trail.messages(PROJECT, "q")) == []
     with pytest.raises(errors.MessageNotFound):
-        driver.edit_message(PROJECT, "q", ids[1], delay=0)
-    assert driver.redrive(PROJECT, "dlq", destination=None, limit=10) == 0
-    assert driver.redrive(PROJECT, "dlq", destination="elsewhere", limit=10) == 0
-    driver.delete_message(PROJECT, "q", ids[0], held.id)  # absent: not an error
-    driver.delete_message(PROJECT, "q", ids[1], None)  # left to the reaper
+        driver.messages.edit(PROJECT, "q", ids[1], delay=0)
+    assert driver.messages.redrive(PROJECT, "dlq", destination=None, limit=10) == 0
+    assert driver.messages.redrive(PROJECT, "dlq", destination="elsewhere", limit=10) == 0
+    driver.messages.delete(PROJECT, "q", ids[0], held.id)  # absent: not an error
+    driver.messages.delete(PROJECT, "q", ids[1], None)  # left to the reaper
     # Still stored, nothing reported: none of these took it for a live message.
     assert backend.db.messages.count_documents({"p": PROJECT}) == 4
     assert ended == []
@@ -761,7 +762,7 @@ def unreachable(caplog) -> Iterator[Driver]:
     client = make_client(f"mongodb://127.0.0.1:{closed_port()}/",
                          server_selection_timeout=0.3, connect_timeout=0.3)
     with caplog.at_level(logging.WARNING, logger="delayq.storage.mongo.driver"):
-        driver = Driver(client, "delayq_unreachable")
+        driver = Synchronous(Driver(client, "delayq_unreachable"))
     yield driver
     client.close()
 
@@ -769,35 +770,35 @@ def unreachable(caplog) -> Iterator[Driver]:
 MID = "5f0c6a1e2b3c4d5e6f708192"  # a well-formed id of nothing
 OPERATIONS: dict[str, Callable[[Driver], Any]] = {
     "now": lambda d: d.now(),
-    "create_queue": lambda d: d.create_queue(PROJECT, "q", {}),
-    "get_queue": lambda d: d.get_queue(PROJECT, "q"),
-    "set_queue_metadata": lambda d: d.set_queue_metadata(PROJECT, "q", {}),
-    "delete_queue": lambda d: d.delete_queue(PROJECT, "q"),
-    "purge_queue": lambda d: d.purge_queue(PROJECT, "q"),
-    "list_queues": lambda d: d.list_queues(PROJECT, None, 10),
-    "count_queues": lambda d: d.count_queues(PROJECT),
-    "queue_stats": lambda d: d.queue_stats(PROJECT, "q"),
+    "create_queue": lambda d: d.queues.create(PROJECT, "q", {}),
+    "get_queue": lambda d: d.queues.get(PROJECT, "q"),
+    "set_queue_metadata": lambda d: d.queues.set_metadata(PROJECT, "q", {}),
+    "delete_queue": lambda d: d.queues.delete(PROJECT, "q"),
+    "purge_queue": lambda d: d.queues.purge(PROJECT, "q"),
+    "list_queues": lambda d: d.queues.page(PROJECT, None, 10),
+    "count_queues": lambda d: d.queues.count(PROJECT),
+    "queue_stats": lambda d: d.queues.stats(PROJECT, "q"),
     "post_messages": lambda d: post(d, "q"),
-    "list_messages": lambda d: d.list_messages(
+    "list_messages": lambda d: d.messages.page(
         PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=True,
         include_delayed=True),
-    "get_messages": lambda d: d.get_messages(PROJECT, "q", [MID]),
-    "delete_message": lambda d: d.delete_message(PROJECT, "q", MID, None),
-    "delete_messages": lambda d: d.delete_messages(PROJECT, "q", [MID]),
-    "pop_messages": lambda d: d.pop_messages(PROJECT, "q", 1),
+    "get_messages": lambda d: d.messages.get(PROJECT, "q", [MID]),
+    "delete_message": lambda d: d.messages.delete(PROJECT, "q", MID, None),
+    "delete_messages": lambda d: d.messages.delete_many(PROJECT, "q", [MID]),
+    "pop_messages": lambda d: d.messages.pop(PROJECT, "q", 1),
     "claim": lambda d: claim(d, "q"),
-    "get_claim": lambda d: d.get_claim(PROJECT, "q", MID),
-    "renew_claim": lambda d: d.renew_claim(PROJECT, "q", MID, 60, 60),
-    "release_claim": lambda d: d.release_claim(PROJECT, "q", MID),
-    "release_message": lambda d: d.release_message(PROJECT, "q", MID, MID, 0),
-    "create_subscription": lambda d: d.create_subscription(PROJECT, "q", "http://h/", 60, {}),
-    "get_subscription": lambda d: d.get_subscription(PROJECT, "q", MID),
-    "list_subscriptions": lambda d: d.list_subscriptions(PROJECT, "q", None, 10),
-    "update_subscription": lambda d: d.update_subscription(
+    "get_claim": lambda d: d.claims.get(PROJECT, "q", MID),
+    "renew_claim": lambda d: d.claims.renew(PROJECT, "q", MID, 60, 60),
+    "release_claim": lambda d: d.claims.release(PROJECT, "q", MID),
+    "release_message": lambda d: d.claims.release_message(PROJECT, "q", MID, MID, 0),
+    "create_subscription": lambda d: d.subscriptions.create(PROJECT, "q", "http://h/", 60, {}),
+    "get_subscription": lambda d: d.subscriptions.get(PROJECT, "q", MID),
+    "list_subscriptions": lambda d: d.subscriptions.page(PROJECT, "q", None, 10),
+    "update_subscription": lambda d: d.subscriptions.update(
         PROJECT, "q", MID, SubscriptionChange(ttl=60)),
-    "delete_subscription": lambda d: d.delete_subscription(PROJECT, "q", MID),
-    "purge_subscriptions": lambda d: d.purge_subscriptions(PROJECT, "q"),
-    "subscribed_queues": lambda d: d.subscribed_queues(),
+    "delete_subscription": lambda d: d.subscriptions.delete(PROJECT, "q", MID),
+    "purge_subscriptions": lambda d: d.subscriptions.purge(PROJECT, "q"),
+    "subscribed_queues": lambda d: d.subscriptions.subscribed_queues(),
     "reap": lambda d: d.reap(),
 }
 
@@ -843,7 +844,7 @@ def test_concurrent_requests_to_an_unreachable_mongodb_are_each_unavailable_with
 
 
 def test_the_api_answers_503_while_mongodb_is_unreachable(unreachable, make_conf):
-    client = testing.TestClient(create_app(make_conf(), driver=unreachable))
+    client = testing.TestClient(create_app(make_conf(), driver=unreachable.target))
     headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}
     responses = {
         "post": client.simulate_post("/v2/queues/q/messages", headers=headers,
@@ -941,7 +942,7 @@ TRAIL_RETENTION = 3600
 
 
 def trail(driver: Driver, queue: str) -> list[events.Event]:
-    return list(driver.read_events(PROJECT, queue))
+    return list(driver.trail.events(PROJECT, queue))
 
 
 def test_the_events_collection_has_its_trail_index_and_forgets_by_ttl(backend, clock):
@@ -971,18 +972,18 @@ def test_an_event_stores_only_the_fields_it_has(backend, clock):
 
 def test_each_request_that_changes_messages_adds_one_insert_into_events(backend, clock):
     driver = backend.driver(clock)
-    driver.create_queue(PROJECT, "q", {})
+    driver.queues.create(PROJECT, "q", {})
     post(driver, "q", 6)
     requests: dict[str, Callable[[], Any]] = {
         "post": lambda: post(driver, "q", 3),
         "claim": lambda: claim(driver, "q", limit=2),
-        "delete": lambda: driver.delete_message(PROJECT, "q", ids.pop(), None),
-        "delete_messages": lambda: driver.delete_messages(PROJECT, "q", ids[:2]),
-        "pop": lambda: driver.pop_messages(PROJECT, "q", 1),
-        "purge": lambda: driver.purge_queue(PROJECT, "q"),
-        "delete_queue": lambda: driver.delete_queue(PROJECT, "q"),
+        "delete": lambda: driver.messages.delete(PROJECT, "q", ids.pop(), None),
+        "delete_messages": lambda: driver.messages.delete_many(PROJECT, "q", ids[:2]),
+        "pop": lambda: driver.messages.pop(PROJECT, "q", 1),
+        "purge": lambda: driver.queues.purge(PROJECT, "q"),
+        "delete_queue": lambda: driver.queues.delete(PROJECT, "q"),
     }
-    ids = [m.id for m in driver.list_messages(
+    ids = [m.id for m in driver.messages.page(
         PROJECT, "q", marker=None, limit=20, exclude_client=None, include_claimed=False,
         include_delayed=False)[0]][2:]
     for name, request in requests.items():
@@ -997,11 +998,11 @@ def test_with_the_trail_off_no_request_touches_events(backend, clock):
     with backend.record() as ops:
         ids = post(driver, "q", 4)
         held = claim(driver, "q", limit=1)
-        driver.delete_message(PROJECT, "q", held.messages[0].id, held.id)
-        driver.delete_messages(PROJECT, "q", ids[1:2])
-        driver.pop_messages(PROJECT, "q", 1)
-        driver.purge_queue(PROJECT, "q")
-        driver.delete_queue(PROJECT, "q")
+        driver.messages.delete(PROJECT, "q", held.messages[0].id, held.id)
+        driver.messages.delete_many(PROJECT, "q", ids[1:2])
+        driver.messages.pop(PROJECT, "q", 1)
+        driver.queues.purge(PROJECT, "q")
+        driver.queues.delete(PROJECT, "q")
     assert [op for op in ops if op.collection == "events"] == []
     assert "events" not in backend.db.list_collection_names()
     # A bulk delete is one statement per message, whether the trail is on or not (it
@@ -1016,16 +1017,16 @@ def test_events_outlive_their_queue_until_the_ttl_monitor_removes_them(backend, 
     driver = backend.driver(clock)
     post(driver, "q", 2)
     clock.advance(5)
-    driver.delete_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
     assert backend.db.messages.count_documents({}) == 0
     assert backend.db.queues.count_documents({}) == 0
     stored = list(backend.db.events.find({"p": PROJECT, "q": "q"}))
     assert [doc["ev"] for doc in stored] == ["posted", "posted", "purged"]
-    assert driver.trail_queues(None) == [(PROJECT, "q")]
+    assert driver.trail.queues(None) == [(PROJECT, "q")]
     assert [e.kind for e in trail(driver, "q")] == ["posted", "posted", "purged"]
     # Deleting it again changes nothing, and records nothing.
-    driver.delete_queue(PROJECT, "q")
-    driver.purge_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
+    driver.queues.purge(PROJECT, "q")
     assert len(trail(driver, "q")) == 3
 
 
@@ -1043,7 +1044,7 @@ def test_an_event_write_that_fails_loses_the_events_not_the_request(backend, clo
     monkeypatch.setattr(collection, "insert_many", failing)
     with caplog.at_level(logging.WARNING, logger="delayq.storage.trail"):
         ids = post(driver, "q", 2)
-    assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
+    assert [m.id for m in driver.messages.get(PROJECT, "q", ids)] == ids
     assert any("event(s) of the trail lost" in r.getMessage() for r in caplog.records)
     monkeypatch.undo()
     assert trail(driver, "q") == []
@@ -1117,7 +1118,7 @@ def test_a_move_that_lost_to_a_delete_records_no_move(backend, clock):
     clock.advance(60)
     [fresh] = post(driver, "q")
     before = len(trail(driver, "q"))
-    with interloper(backend, lambda: rival.delete_messages(PROJECT, "q", [worn])):
+    with interloper(backend, lambda: rival.messages.delete_many(PROJECT, "q", [worn])):
         result = claim(driver, "q", limit=2, dead_letter=DeadLetterPolicy(1, "dlq"))
     assert [m.id for m in result.messages] == [fresh]
     kinds = [(e.kind, e.message_id) for e in trail(driver, "q")[before:]]
@@ -1137,7 +1138,7 @@ def test_a_claim_counts_a_message_a_delete_took_from_it_only_if_it_had_taken_it(
     won = []
 
     def rival_deletes() -> None:
-        rival.delete_messages(PROJECT, "q", [second])
+        rival.messages.delete_many(PROJECT, "q", [second])
 
     def rival_claims() -> None:
         won.append(claim(rival, "q", limit=1))
@@ -1163,7 +1164,7 @@ def test_a_move_to_a_dead_letter_queue_deleted_right_after_still_counts(backend,
     clock.advance(59)
     won = []
     with interloper(backend, lambda: won.append(claim(rival, "q", limit=1)),
-                    then=lambda: rival.delete_messages(PROJECT, "dlq", [worn])):
+                    then=lambda: rival.messages.delete_many(PROJECT, "dlq", [worn])):
         assert claim(driver, "q", limit=2, dead_letter=DeadLetterPolicy(1, "dlq")) is None
     assert [m.id for m in won[0].messages] == [fresh]
     assert agree(driver, "q") == QueueCounts(free=0, claimed=1, delayed=0)
@@ -1176,19 +1177,19 @@ def test_a_bulk_delete_records_the_claim_count_a_racing_claim_left(backend, cloc
     driver, rival = backend.driver(clock), backend.driver(clock)
     ids = post(driver, "q", 2)
     with interloper(backend, lambda: claim(rival, "q", limit=1), "find_one_and_delete"):
-        driver.delete_messages(PROJECT, "q", ids)
+        driver.messages.delete_many(PROJECT, "q", ids)
     deleted = [(e.message_id, e.claim_count) for e in trail(driver, "q")
                if e.kind == events.DELETED]
     assert sorted(deleted) == sorted([(ids[0], 1), (ids[1], 0)])
-    assert driver.get_messages(PROJECT, "q", ids) == []
+    assert driver.messages.get(PROJECT, "q", ids) == []
 
 
 def test_a_bulk_delete_racing_another_records_each_message_once(backend, clock):
     driver, rival = backend.driver(clock), backend.driver(clock)
     ids = post(driver, "q", 2)
-    with interloper(backend, lambda: rival.delete_message(PROJECT, "q", ids[0], None),
+    with interloper(backend, lambda: rival.messages.delete(PROJECT, "q", ids[0], None),
                     "find_one_and_delete"):
-        driver.delete_messages(PROJECT, "q", ids)
+        driver.messages.delete_many(PROJECT, "q", ids)
     endings = [e.message_id for e in trail(driver, "q") if e.kind in events.ENDINGS]
     # Each deletion is recorded by the request that made it: the rival's first.
     assert endings == ids
@@ -1210,8 +1211,8 @@ def test_the_trail_has_the_fields_sqlite_writes_for_the_same_history(backend, tm
 
 def agree(driver: Driver, queue: str) -> QueueCounts:
     """The gauges' counts, checked against the stats' count of the messages."""
-    stats = driver.queue_stats(PROJECT, queue)
-    counts = driver.queue_counts(PROJECT, queue)
+    stats = driver.queues.stats(PROJECT, queue)
+    counts = driver.queues.counts(PROJECT, queue)
     assert counts == QueueCounts(stats.free, stats.claimed, stats.delayed)
     return counts
 
@@ -1228,7 +1229,7 @@ def test_a_count_reads_one_page_per_level_of_the_tallies_and_no_message(backend,
     assert (counts.claimed, counts.delayed) == (50, 900)
 
     with backend.record() as ops:
-        assert driver.queue_counts(PROJECT, "q") == counts
+        assert driver.queues.counts(PROJECT, "q") == counts
     [read] = ops
     assert (read.kind, read.collection, read.hint) == ("find", "tallies", "page")
     assert len(read.filter["$or"]) == tallies.LEVELS
@@ -1255,16 +1256,16 @@ def test_concurrent_requests_keep_the_counts_exact(backend, clock):
                 elif action == 3 and held:
                     taken = held.pop(rng.randrange(len(held)))
                     for message in taken.messages[:2]:
-                        driver.delete_message(PROJECT, "q", message.id, taken.id)
-                    driver.release_claim(PROJECT, "q", taken.id)
+                        driver.messages.delete(PROJECT, "q", message.id, taken.id)
+                    driver.claims.release(PROJECT, "q", taken.id)
                 elif action == 4 and held:
-                    driver.renew_claim(PROJECT, "q", rng.choice(held).id, 40, 30)
+                    driver.claims.renew(PROJECT, "q", rng.choice(held).id, 40, 30)
                 elif action == 5:
-                    driver.delete_messages(PROJECT, "q", rng.sample(ids, 3))
+                    driver.messages.delete_many(PROJECT, "q", rng.sample(ids, 3))
                 elif action == 6:
-                    driver.pop_messages(PROJECT, "q", rng.randint(1, 3))
+                    driver.messages.pop(PROJECT, "q", rng.randint(1, 3))
                 elif action == 7:
-                    driver.edit_message(PROJECT, "q", rng.choice(ids),
+                    driver.messages.edit(PROJECT, "q", rng.choice(ids),
                                         delay=rng.choice([0, 15]))
             except (errors.MessageNotFound, errors.ClaimNotFound, errors.MessageHeld):
                 pass  # another worker got there first
@@ -1306,7 +1307,7 @@ def test_a_tally_page_carries_the_date_it_can_be_dropped_at(backend, clock):
 
 
 def expired_events(driver: Driver, queue: str, project: str = PROJECT) -> list[events.Event]:
-    return [e for e in driver.read_events(project, queue) if e.kind == events.EXPIRED]
+    return [e for e in driver.trail.events(project, queue) if e.kind == events.EXPIRED]
 
 
 def test_the_messages_ttl_index_keeps_expired_messages_for_expired_retention(backend):
@@ -1368,7 +1369,7 @@ def test_a_database_whose_ttl_index_drops_at_expiry_gets_the_retention_in_place(
     assert messages_ttl(backend) == [900]
     assert {"claimable", "listing", "claim"} <= set(index_keys(backend.db.messages))
     [mid] = post(driver, "q")
-    assert [m.id for m in driver.get_messages(PROJECT, "q", [mid])] == [mid]
+    assert [m.id for m in driver.messages.get(PROJECT, "q", [mid])] == [mid]
     # Started again with the same retention, nothing is changed.
     backend.driver(expired_retention=900)
     assert len(index_ttl_changes) == 1
@@ -1391,7 +1392,7 @@ def test_a_refused_ttl_change_leaves_the_old_ttl_and_says_how_to_change_it(
     assert messages_ttl(backend) == [0]
     # The worker serves, with its other indexes in place.
     assert {"claimable", "listing", "claim"} <= set(index_keys(backend.db.messages))
-    assert [m.id for m in driver.get_messages(PROJECT, "q", [mid])] == [mid]
+    assert [m.id for m in driver.messages.get(PROJECT, "q", [mid])] == [mid]
 
 
 def test_a_claim_meeting_expired_messages_removes_and_reports_each_once(backend, clock):
@@ -1417,7 +1418,7 @@ def test_a_claim_meeting_expired_messages_removes_and_reports_each_once(backend,
     assert [op.kind for op in ops if op.collection == "events"] == ["insert"]
     # Nothing is left to report again, by a claim, a pop or the reaper.
     assert claim(driver, "q") is None
-    assert driver.pop_messages(PROJECT, "q", 5) == []
+    assert driver.messages.pop(PROJECT, "q", 5) == []
     driver.reap()
     assert ended == [events.EXPIRED] * 3
     assert agree(driver, "q") == QueueCounts(0, 2, 0)
@@ -1429,7 +1430,7 @@ def test_a_pop_meeting_expired_messages_reports_them_with_what_it_popped(backend
     [gone] = post(driver, "q", ttl=60)
     [live] = post(driver, "q", ttl=3600)
     clock.advance(61)
-    assert [m.id for m in driver.pop_messages(PROJECT, "q", 5)] == [live]
+    assert [m.id for m in driver.messages.pop(PROJECT, "q", 5)] == [live]
     assert sorted(ended) == [events.EXPIRED, events.POPPED]
     assert [e.message_id for e in expired_events(driver, "q")] == [gone]
 
@@ -1577,7 +1578,7 @@ def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch
 def test_the_metrics_counter_counts_expired_messages(backend, clock, make_conf):
     metrics = Metrics()
     client = testing.TestClient(create_app(
-        make_conf(), driver=backend.driver(clock, endings=metrics.count_endings),
+        make_conf(), driver=backend.driver(clock, endings=metrics.count_endings).target,
         metrics=metrics))
     headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}
 

@@ -18,6 +18,7 @@ from delayq.errors import QuotaExceeded
 from delayq.idempotency import PostKey
 from delayq.message import NewMessage
 from delayq.storage.mongo.driver import Driver
+from delayq.synchronous import Synchronous
 from tests.contract.drivers import FakeClock
 from tests.mongo_backend import MONGO
 
@@ -44,13 +45,13 @@ def database(client) -> Iterator[str]:
 @pytest.fixture
 def driver(client, database) -> Iterator[Driver]:
     # Far ahead of the real time: no TTL monitor drops what a test stores.
-    drv = Driver(client, database, clock=FakeClock(4_000_000_000.0))
+    drv = Synchronous(Driver(client, database, clock=FakeClock(4_000_000_000.0)))
     yield drv
     drv.close()
 
 
 def post(driver: Driver, queue: str, count: int, **quotas) -> list[str]:
-    return driver.post_messages(PROJECT, queue, CLIENT, [NewMessage("x", 3600, 0)] * count,
+    return driver.messages.post(PROJECT, queue, CLIENT, [NewMessage("x", 3600, 0)] * count,
                                 **quotas)
 
 
@@ -75,7 +76,7 @@ def test_a_post_whose_insert_fails_under_a_quota_leaves_no_queue(driver, client,
         post(driver, "new", 2, message_quota=10, queue_quota=5)
     monkeypatch.undo()
     # The queue the post created and the positions it reserved went with the messages.
-    assert driver.get_queue(PROJECT, "new") is None
+    assert driver.queues.get(PROJECT, "new") is None
     assert client[database].queues.count_documents({}) == 0
     assert len(post(driver, "new", 2, message_quota=10, queue_quota=5)) == 2
     assert client[database].queues.find_one({"q": "new"})["k"] == 2
@@ -88,23 +89,23 @@ def test_a_keyed_post_past_the_message_quota_keeps_neither_key_nor_messages(
     with pytest.raises(QuotaExceeded, match="holds 2 messages; 2 more"):
         post(driver, "q", 2, message_quota=3, key=key)
     assert client[database].post_keys.count_documents({}) == 0
-    assert driver.queue_stats(PROJECT, "q").total == 2
+    assert driver.queues.stats(PROJECT, "q").total == 2
     assert len(post(driver, "q", 1, message_quota=3, key=key)) == 1
     assert client[database].post_keys.count_documents({}) == 1
 
 
 def test_each_admitted_creation_and_only_it_marks_the_projects_document(driver, client, database):
     projects = client[database].projects
-    assert driver.create_queue(PROJECT, "a", {}, queue_quota=2)
+    assert driver.queues.create(PROJECT, "a", {}, queue_quota=2)
     assert projects.find_one({"_id": PROJECT})["v"] == 1
     post(driver, "b", 1, queue_quota=2)
     assert projects.find_one({"_id": PROJECT})["v"] == 2
     # Refused (its transaction aborted), or the queue exists: nothing committed.
     with pytest.raises(QuotaExceeded):
-        driver.create_queue(PROJECT, "c", {}, queue_quota=2)
+        driver.queues.create(PROJECT, "c", {}, queue_quota=2)
     with pytest.raises(QuotaExceeded):
         post(driver, "c", 1, queue_quota=2)
-    assert not driver.create_queue(PROJECT, "a", {}, queue_quota=2)
+    assert not driver.queues.create(PROJECT, "a", {}, queue_quota=2)
     post(driver, "a", 1, queue_quota=2)
     assert projects.find_one({"_id": PROJECT})["v"] == 2
 
@@ -113,8 +114,8 @@ def test_a_redrive_past_the_queue_quota_moves_nothing_and_creates_nothing(driver
                                                                          database):
     post(driver, "dlq", 3)
     with pytest.raises(QuotaExceeded, match="already has 1 queue:"):
-        driver.redrive(PROJECT, "dlq", destination="elsewhere", limit=3, queue_quota=1)
-    assert driver.queue_stats(PROJECT, "dlq").total == 3
+        driver.messages.redrive(PROJECT, "dlq", destination="elsewhere", limit=3, queue_quota=1)
+    assert driver.queues.stats(PROJECT, "dlq").total == 3
     assert client[database].queues.count_documents({"q": "elsewhere"}) == 0
-    assert driver.redrive(PROJECT, "dlq", destination="elsewhere", limit=3,
+    assert driver.messages.redrive(PROJECT, "dlq", destination="elsewhere", limit=3,
                           queue_quota=2) == 3

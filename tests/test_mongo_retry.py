@@ -45,14 +45,14 @@ BACKOFF = Backoff((10, 20, 40))
 
 def claim_waiting(driver: Driver, queue: str, limit: int = 10, *, ttl: int = 60,
                   backoff: Backoff = BACKOFF):
-    return driver.claim(PROJECT, queue, ttl=ttl, grace=60, limit=limit, dead_letter=None,
+    return driver.claims.create(PROJECT, queue, ttl=ttl, grace=60, limit=limit, dead_letter=None,
                         backoff=backoff)
 
 
 def test_a_claim_writes_each_messages_wait_in_its_claiming_update(backend, clock):
     driver = backend.driver(clock)
     again, fresh = post(driver, "q", 2)
-    driver.release_claim(PROJECT, "q", claim(driver, "q", limit=1).id)  # one attempt made
+    driver.claims.release(PROJECT, "q", claim(driver, "q", limit=1).id)  # one attempt made
     with backend.record() as ops:
         taken = claim_waiting(driver, "q", ttl=60)
 
@@ -73,7 +73,7 @@ def test_a_claim_writes_each_messages_wait_in_its_claiming_update(backend, clock
     assert agree(driver, "q") == QueueCounts(0, 2, 0)  # claimed, whatever their due time
     clock.advance(60)
     assert agree(driver, "q") == QueueCounts(0, 0, 2)
-    assert driver.available_in(PROJECT, "q") == pytest.approx(10)
+    assert driver.claims.available_in(PROJECT, "q") == pytest.approx(10)
     clock.advance(10)
     assert agree(driver, "q") == QueueCounts(1, 0, 1)
     assert [m.id for m in claim(driver, "q").messages] == [fresh]
@@ -85,7 +85,7 @@ def test_a_renewal_makes_each_message_due_its_wait_after_the_new_expiry(backend,
     taken = claim_waiting(driver, "q", ttl=60)
     clock.advance(30)
     with backend.record() as ops:
-        driver.renew_claim(PROJECT, "q", taken.id, 100, 60, BACKOFF)
+        driver.claims.renew(PROJECT, "q", taken.id, 100, 60, BACKOFF)
 
     [update] = message_updates(ops)
     assert update.kind == "findAndModify" and update.filter["c"] == ObjectId(taken.id)
@@ -103,7 +103,7 @@ def test_a_renewal_without_a_policy_keeps_a_later_due_time_and_its_availability(
     driver = backend.driver(clock)
     [message_id] = post(driver, "q")
     taken = claim_waiting(driver, "q", ttl=60)  # due at 70
-    driver.renew_claim(PROJECT, "q", taken.id, 30, 60)  # the policy is gone: ends at 30
+    driver.claims.renew(PROJECT, "q", taken.id, 30, 60)  # the policy is gone: ends at 30
     assert agree(driver, "q") == QueueCounts(0, 1, 0)
     raw = backend.raw(message_id)
     assert (raw["ce"], raw["d"], raw["a"]) == (
@@ -122,7 +122,7 @@ def test_a_release_makes_each_message_due_its_wait_or_at_once(backend, clock, ba
     taken = claim_waiting(driver, "q", ttl=300)  # due 10 s after the claim's end
     clock.advance(5)
     with backend.record() as ops:
-        driver.release_claim(PROJECT, "q", taken.id, backoff)
+        driver.claims.release(PROJECT, "q", taken.id, backoff)
 
     updates = message_updates(ops)
     assert [op.kind for op in updates] == ["findAndModify", "findAndModify"]
@@ -141,7 +141,7 @@ def test_a_hand_back_is_one_conditional_update_of_the_message(backend, clock):
     handed, kept = post(driver, "q", 2)
     taken = claim(driver, "q", ttl=300)
     with backend.record() as ops:
-        released = driver.release_message(PROJECT, "q", handed, taken.id, 30)
+        released = driver.claims.release_message(PROJECT, "q", handed, taken.id, 30)
 
     due = bson_date(clock.now + 30)
     [update] = message_updates(ops)
@@ -166,7 +166,7 @@ def test_a_refused_hand_back_writes_nothing(backend, clock):
     taken = claim(driver, "q", ttl=60)
     before = backend.raw(message_id)
     with backend.record() as ops, pytest.raises(errors.ClaimMismatch):
-        driver.release_message(PROJECT, "q", message_id, str(ObjectId()), 30)
+        driver.claims.release_message(PROJECT, "q", message_id, str(ObjectId()), 30)
 
     assert backend.raw(message_id) == before
     # The conditional update that matched nothing, then the read that tells why.
@@ -174,7 +174,7 @@ def test_a_refused_hand_back_writes_nothing(backend, clock):
         ("findAndModify", "messages"), ("find", "messages")]
     clock.advance(60)
     with pytest.raises(errors.MessageNotClaimed):
-        driver.release_message(PROJECT, "q", message_id, taken.id, 30)
+        driver.claims.release_message(PROJECT, "q", message_id, taken.id, 30)
     assert agree(driver, "q") == QueueCounts(1, 0, 0)
 
 
@@ -204,22 +204,22 @@ def test_concurrent_retry_waits_and_hand_backs_keep_the_counts_exact(backend, cl
                 if action == 0:
                     post(driver, "q", rng.randint(1, 3), delay=rng.choice([0, 30]))
                 elif action in (1, 2):
-                    taken = driver.claim(PROJECT, "q", ttl=20, grace=30,
+                    taken = driver.claims.create(PROJECT, "q", ttl=20, grace=30,
                                          limit=rng.randint(1, 4), dead_letter=policy,
                                          backoff=backoff)
                     if taken:
                         with lock:
                             held.append(taken)
                 elif action == 3 and (taken := pick(rng)):
-                    driver.release_message(PROJECT, "q", rng.choice(taken.messages).id,
+                    driver.claims.release_message(PROJECT, "q", rng.choice(taken.messages).id,
                                            taken.id, rng.choice([0, 5, 15]))
                 elif action == 4 and (taken := pick(rng)):
-                    driver.renew_claim(PROJECT, "q", taken.id, rng.choice([10, 40]), 30,
+                    driver.claims.renew(PROJECT, "q", taken.id, rng.choice([10, 40]), 30,
                                        backoff)
                 elif action == 5 and (taken := pick(rng, remove=True)):
-                    driver.release_claim(PROJECT, "q", taken.id, rng.choice([backoff, None]))
+                    driver.claims.release(PROJECT, "q", taken.id, rng.choice([backoff, None]))
                 elif action == 6:
-                    driver.pop_messages(PROJECT, "q", rng.randint(1, 3))
+                    driver.messages.pop(PROJECT, "q", rng.randint(1, 3))
             except (errors.MessageNotFound, errors.MessageNotClaimed, errors.ClaimMismatch,
                     errors.ClaimNotFound):
                 pass  # another worker got there first

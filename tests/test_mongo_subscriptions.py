@@ -28,7 +28,7 @@ OTHER = "https://example.com/other"
 
 def subscribe(driver, queue: str = "q", subscriber: str = HOOK, ttl: int = 3600,
               options: dict | None = None, project: str = PROJECT) -> str | None:
-    return driver.create_subscription(project, queue, subscriber, ttl, options or {})
+    return driver.subscriptions.create(project, queue, subscriber, ttl, options or {})
 
 
 def test_the_subscriptions_collection_has_its_indexes(backend):
@@ -51,7 +51,7 @@ def test_a_subscription_is_one_document_with_its_options_as_json_text(backend, c
                    "o": json.dumps(options, separators=(",", ":")),
                    "cr": bson_date(clock.now), "e": bson_date(clock.now + 60)}
     assert len(sid) == 32 and int(sid, 16) >= 0
-    assert driver.get_subscription(PROJECT, "q", sid).options == options
+    assert driver.subscriptions.get(PROJECT, "q", sid).options == options
 
 
 def test_an_expired_subscription_still_stored_gives_its_subscriber_up(backend, clock):
@@ -76,8 +76,8 @@ def test_an_update_takes_a_subscriber_an_expired_subscription_still_holds(backen
     expiring = subscribe(driver, subscriber=OTHER, ttl=60)
     sid = subscribe(driver, ttl=600)
     clock.advance(60)
-    driver.update_subscription(PROJECT, "q", sid, SubscriptionChange(subscriber=OTHER))
-    assert driver.get_subscription(PROJECT, "q", sid).subscriber == OTHER
+    driver.subscriptions.update(PROJECT, "q", sid, SubscriptionChange(subscriber=OTHER))
+    assert driver.subscriptions.get(PROJECT, "q", sid).subscriber == OTHER
     assert backend.db.subscriptions.count_documents({"_id": expiring}) == 0
 
 
@@ -103,7 +103,7 @@ def test_the_subscribed_queues_are_one_aggregation_over_the_live_range(backend, 
         subscribe(driver, queue, subscriber, ttl)
     clock.advance(30)
     with backend.record() as ops:
-        assert driver.subscribed_queues() == [(PROJECT, "a"), (PROJECT, "b")]
+        assert driver.subscriptions.subscribed_queues() == [(PROJECT, "a"), (PROJECT, "b")]
     [read] = ops
     assert (read.kind, read.collection, read.hint) == ("aggregate", "subscriptions",
                                                        "subscribed")
@@ -124,7 +124,7 @@ def test_an_update_is_one_conditional_write_of_what_it_changes(backend, clock, t
     driver = backend.driver(clock)
     sid = subscribe(driver, ttl=60)
     with backend.record() as ops:
-        driver.update_subscription(PROJECT, "q", sid, SubscriptionChange(
+        driver.subscriptions.update(PROJECT, "q", sid, SubscriptionChange(
             ttl=ttl, options={"post_headers": {}}))
     [write] = ops
     assert (write.kind, write.collection) == ("update", "subscriptions")

@@ -15,6 +15,7 @@ import pytest
 
 from delayq.broker import Broker
 from delayq.idempotency import PostKey
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage
 from tests.contract.drivers import FakeClock, open_driver
 from tests.contract.drivers import _mongomock as mongomock_spec
@@ -44,7 +45,7 @@ def refused_then_repeated(broker: Broker, refusal: type[Exception], lift) -> Non
 
 def test_sqlite(tmp_path):
     spec = sqlite_spec(tmp_path)
-    driver = open_driver(spec, FakeClock())
+    driver = Synchronous(open_driver(spec, FakeClock()))
     db = sqlite3.connect(spec.options["path"])
     db.execute("CREATE TRIGGER poison BEFORE INSERT ON messages WHEN NEW.body = '\"poison\"' "
                "BEGIN SELECT RAISE(ABORT, 'refused'); END")
@@ -55,7 +56,8 @@ def test_sqlite(tmp_path):
         db.commit()
 
     try:
-        refused_then_repeated(Broker(driver, Limits()), sqlite3.IntegrityError, lift)
+        refused_then_repeated(Synchronous(Broker(driver.target, Limits())),
+                              sqlite3.IntegrityError, lift)
     finally:
         db.close()
         driver.close()
@@ -65,7 +67,7 @@ def test_mongodb(tmp_path):
     from tests.mongo_backend import MONGO
 
     spec = mongomock_spec(tmp_path)
-    driver = open_driver(spec, FakeClock())
+    driver = Synchronous(open_driver(spec, FakeClock()))
     messages = MONGO.mock_client()[spec.options["database"]]["messages"]
     messages.create_index([("b", pymongo.ASCENDING)], name="poison", unique=True)
     messages.insert_one({"b": '"poison"', "p": "elsewhere"})
@@ -74,6 +76,7 @@ def test_mongodb(tmp_path):
         messages.delete_many({"p": "elsewhere"})
 
     try:
-        refused_then_repeated(Broker(driver, Limits()), pymongo.errors.PyMongoError, lift)
+        refused_then_repeated(Synchronous(Broker(driver.target, Limits())),
+                              pymongo.errors.PyMongoError, lift)
     finally:
         driver.close()

@@ -13,6 +13,7 @@ from falcon import testing
 from delayq.api import policy
 from delayq.api.app import create_app
 from delayq.storage.registry import load_driver
+from delayq.synchronous import Synchronous
 from tests.apps import sqlite_conf
 
 MISSING = {"title": "Project-Id Missing",
@@ -42,8 +43,8 @@ def store(request, tmp_path):
     conf = sqlite_conf(tmp_path)
     if request.param == "noauth with signed URLs":
         conf.set_override("secret_key", "a-key", group="signed_url")
-    driver = load_driver(conf)
-    yield testing.TestClient(create_app(conf, driver=driver)), driver
+    driver = Synchronous(load_driver(conf))
+    yield testing.TestClient(create_app(conf, driver=driver.target)), driver
     driver.close()
 
 
@@ -62,8 +63,8 @@ def test_every_project_route_without_a_project_is_400_and_does_nothing(store, se
         assert response.headers["content-type"] == "application/json"
         assert response.json == (None if method == "HEAD" else error), (method, path)
     # Nothing landed in the project nobody named.
-    assert driver.count_queues("") == 0
-    assert driver.list_queues("", None, 10) == []
+    assert driver.queues.count("") == 0
+    assert driver.queues.page("", None, 10) == []
 
 
 def test_the_same_requests_with_a_project_act_in_it(store):
@@ -71,8 +72,8 @@ def test_the_same_requests_with_a_project_act_in_it(store):
     headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": "p1"}
     assert client.simulate_post("/v2/queues/q/messages", headers=headers,
                                 json=BODIES["POST"]).status_code == 201
-    assert driver.count_queues("p1") == 1
-    assert driver.count_queues("") == 0
+    assert driver.queues.count("p1") == 1
+    assert driver.queues.count("") == 0
 
 
 @pytest.mark.parametrize("method, path, status", [

@@ -24,6 +24,7 @@ from delayq import errors, events
 from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.storage.redis.driver import Driver
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage, Quotas
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
@@ -43,7 +44,7 @@ def post(driver: Driver, queue: str, count: int, *, ttl: int = 3600, delay: int 
     ids = []
     for start in range(0, count, 1000):
         batch = [NewMessage(body, ttl, delay) for _ in range(min(1000, count - start))]
-        ids += driver.post_messages(PROJECT, queue, CLIENT, batch)
+        ids += driver.messages.post(PROJECT, queue, CLIENT, batch)
     return ids
 
 
@@ -80,21 +81,21 @@ def queue_memory(client: redis.Redis, driver: Driver) -> dict[bytes, int]:
 def test_a_tiny_message_costs_at_most_250_bytes(own_server, state):
     client = redis.Redis(port=own_server.port)
     # The event trail has its own budget (test_the_event_trail_costs_...).
-    driver = Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF)
-    driver.create_queue(PROJECT, "q", {})
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF))
+    driver.queues.create(PROJECT, "q", {})
     post(driver, "q", 1)  # the queue's own state exists before the baseline
-    driver.purge_queue(PROJECT, "q")
+    driver.queues.purge(PROJECT, "q")
     before = used_memory(client)
     count = 20_000
     post(driver, "q", count, body={"n": 1}, delay=600 if state == "delayed" else 0)
     if state == "claimed":
         claimed = 0
         while claimed < count:
-            claim = driver.claim(PROJECT, "q", ttl=600, grace=60, limit=1000,
+            claim = driver.claims.create(PROJECT, "q", ttl=600, grace=60, limit=1000,
                                  dead_letter=None)
             claimed += len(claim.messages)
     per_message = (used_memory(client) - before) / count
-    driver.delete_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
     driver.close()
     assert per_message <= MAX_BYTES_PER_MESSAGE, f"{per_message:.0f} bytes per message"
 
@@ -104,7 +105,7 @@ POLICY = {"_default_message_delay": 30, "_max_claim_count": 1, "_dead_letter_que
 
 def busy_queue(driver: Broker, clock: FakeClock) -> None:
     """Messages in every state: free, delayed, claimed, dead-lettered, with claims."""
-    driver.create_queue(PROJECT, "q", POLICY)
+    driver.queues.create(PROJECT, "q", POLICY)
 
     def post_some(delay: int | None, n: int = 300) -> None:
         driver.post(PROJECT, "q", CLIENT, [PostedMessage({"n": i}, 120, delay)
@@ -113,24 +114,24 @@ def busy_queue(driver: Broker, clock: FakeClock) -> None:
     post_some(0)
     post_some(None)  # the queue's default delay
     post_some(0)
-    claim = driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
-    driver.release_claim(PROJECT, "q", claim.id)
-    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)  # moves the released ones
-    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
+    claim = driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)
+    driver.claims.release(PROJECT, "q", claim.id)
+    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)  # moves the released ones
+    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)
 
 
 @pytest.mark.parametrize("ending", ["expiry", "deletion"])
 def test_memory_returns_to_baseline_once_every_message_is_gone(own_server, ending):
     client = redis.Redis(port=own_server.port)
     clock = FakeClock()
-    driver = Driver(own_server.uri, namespace=namespace(), clock=clock,
-                    events_settings=events.OFF)
-    broker = Broker(driver, Limits())
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(), clock=clock,
+                    events_settings=events.OFF))
+    broker = Synchronous(Broker(driver.target, Limits()))
     for queue in ("q", "dlq"):
-        driver.create_queue(PROJECT, queue, POLICY if queue == "q" else {})
+        driver.queues.create(PROJECT, queue, POLICY if queue == "q" else {})
         post(driver, queue, 1)  # the queue's counters exist before the baseline
-        driver.claim(PROJECT, queue, ttl=60, grace=60, limit=1, dead_letter=None)
-        driver.purge_queue(PROJECT, queue)
+        driver.claims.create(PROJECT, queue, ttl=60, grace=60, limit=1, dead_letter=None)
+        driver.queues.purge(PROJECT, queue)
     baseline = queue_memory(client, driver)
     busy_queue(broker, clock)
     assert broker.stats(PROJECT, "dlq").total == 20
@@ -144,7 +145,7 @@ def test_memory_returns_to_baseline_once_every_message_is_gone(own_server, endin
             while messages := broker.list_messages(
                     PROJECT, queue, client_id=CLIENT, marker=None, limit=20, echo=True,
                     include_claimed=True, include_delayed=True)[0]:
-                driver.delete_messages(PROJECT, queue, [m.id for m in messages])
+                driver.messages.delete_many(PROJECT, queue, [m.id for m in messages])
         clock.advance(3 * 3600)  # claims outlive their messages until they expire
         for queue in ("q", "dlq"):
             assert driver.reap_queue(PROJECT, queue)
@@ -159,12 +160,13 @@ def test_the_reaper_empties_a_queue_nobody_touches(own_server):
     client = redis.Redis(port=own_server.port)
     clock = FakeClock()
     ns = namespace()
-    driver = Driver(own_server.uri, namespace=ns, clock=clock, events_settings=events.OFF)
+    driver = Synchronous(Driver(own_server.uri, namespace=ns, clock=clock,
+                                events_settings=events.OFF))
     post(driver, "idle", 2000, ttl=60)
     assert len(queue_keys(client, driver, "idle")) > 5
     clock.advance(61)
-    reaper = Driver(own_server.uri, namespace=ns, clock=clock, reap_interval=1,
-                    events_settings=events.OFF)
+    reaper = Synchronous(Driver(own_server.uri, namespace=ns, clock=clock, reap_interval=1,
+                    events_settings=events.OFF))
     deadline = time.monotonic() + 20
     while len(queue_keys(client, driver, "idle")) > 1 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -178,28 +180,28 @@ def test_the_reaper_empties_a_queue_nobody_touches(own_server):
 
 def test_time_is_the_redis_servers_not_this_hosts(monkeypatch):
     uri = SERVERS.single().uri
-    driver = Driver(uri, namespace=namespace())
+    driver = Synchronous(Driver(uri, namespace=namespace()))
     server_seconds, micros = redis.Redis.from_url(uri).time()
     assert abs(driver.now() - (server_seconds + micros / 1e6)) < 1
-    driver.create_queue(PROJECT, "q", {"_default_message_delay": 600})
+    driver.queues.create(PROJECT, "q", {"_default_message_delay": 600})
     post(driver, "q", 1, delay=600)
     # This host's clock jumping an hour ahead changes nothing: scripts read TIME.
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
-    assert driver.claim(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None) is None
-    assert driver.queue_stats(PROJECT, "q").delayed == 1
+    assert driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None) is None
+    assert driver.queues.stats(PROJECT, "q").delayed == 1
     driver.close()
 
 
 def test_scripts_are_loaded_once_and_called_by_hash():
     uri = SERVERS.single().uri
     client = redis.Redis.from_url(uri)
-    driver = Driver(uri, namespace=namespace())
+    driver = Synchronous(Driver(uri, namespace=namespace()))
     scripts = driver._scripts._all
     assert all(client.script_exists(*[s.sha for s in scripts]))
     client.config_resetstat()
     post(driver, "q", 3)
-    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=2, dead_letter=None)
+    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=2, dead_letter=None)
     stats = client.info("commandstats")
     assert stats["cmdstat_evalsha"]["calls"] >= 2
     assert "cmdstat_eval" not in stats
@@ -207,8 +209,8 @@ def test_scripts_are_loaded_once_and_called_by_hash():
 
 
 def test_every_key_of_a_queue_shares_one_cluster_slot():
-    driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
-    broker = Broker(driver, Limits())
+    driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace()))
+    broker = Synchronous(Broker(driver.target, Limits()))
     busy_queue(broker, FakeClock())
     by_queue: dict[bytes, set[int]] = {}
     for node in driver._client.get_primaries():
@@ -250,8 +252,8 @@ def test_a_move_across_slots_survives_the_mover_dying_between_steps(kind):
     from tests.redis_crash import claim_and_die
 
     uri, ns = SERVERS.cluster_uri(), namespace()
-    driver = Driver(uri, namespace=ns)
-    broker = Broker(driver, Limits())
+    driver = Synchronous(Driver(uri, namespace=ns))
+    broker = Synchronous(Broker(driver.target, Limits()))
     source, target = cross_slot_names(driver)
     ids = worn_out(broker, source, target, 5)
 
@@ -264,17 +266,17 @@ def test_a_move_across_slots_survives_the_mover_dying_between_steps(kind):
     assert driver._client.hlen(outbox) == 5  # the crash left every move unfinished
     # Died after the first move-in: that message is in the dead-letter queue and still
     # in the outbox, the worst case for a repeat.
-    moved_before = [m.id for m in driver.get_messages(PROJECT, target, ids)]
+    moved_before = [m.id for m in driver.messages.get(PROJECT, target, ids)]
     assert len(moved_before) == (1 if kind == "after-move-in" else 0)
 
     # Any later operation on the source completes the moves, each exactly once.
-    assert driver.get_messages(PROJECT, source, ids) == []
+    assert driver.messages.get(PROJECT, source, ids) == []
     assert driver._client.hlen(outbox) == 0
     in_target = [m.id for m in broker.list_messages(
         PROJECT, target, client_id=CLIENT, marker=None, limit=20, echo=True,
         include_claimed=True, include_delayed=True)[0]]
     assert Counter(in_target) == Counter(ids)
-    assert {m.claim_count for m in driver.get_messages(PROJECT, target, ids)} == {1}
+    assert {m.claim_count for m in driver.messages.get(PROJECT, target, ids)} == {1}
     assert broker.stats(PROJECT, target).total == 5
     assert target in [name for name, _ in broker.list_queues(PROJECT, None, 10)]
     driver.close()
@@ -284,8 +286,8 @@ def test_completing_the_same_moves_from_many_processes_applies_each_once():
     from tests.redis_crash import claim_and_die
 
     uri, ns = SERVERS.cluster_uri(), namespace()
-    driver = Driver(uri, namespace=ns)
-    broker = Broker(driver, Limits())
+    driver = Synchronous(Driver(uri, namespace=ns))
+    broker = Synchronous(Broker(driver.target, Limits()))
     source, target = cross_slot_names(driver)
     ids = worn_out(broker, source, target, 20)
     child = SPAWN.Process(target=claim_and_die,
@@ -301,13 +303,13 @@ def test_completing_the_same_moves_from_many_processes_applies_each_once():
         completer.join(timeout=60)
         assert completer.exitcode == 0
     assert broker.stats(PROJECT, target).total == 20
-    assert sorted(m.id for m in driver.get_messages(PROJECT, target, ids)) == sorted(ids)
+    assert sorted(m.id for m in driver.messages.get(PROJECT, target, ids)) == sorted(ids)
     driver.close()
 
 
 def complete_moves(uri: str, ns: str, source: str) -> None:
-    driver = Driver(uri, namespace=ns)
-    driver.get_messages(PROJECT, source, ["x"])
+    driver = Synchronous(Driver(uri, namespace=ns))
+    driver.messages.get(PROJECT, source, ["x"])
     driver.close()
 
 
@@ -316,10 +318,10 @@ def test_a_driver_started_before_redis_works_once_redis_is_up(tmp_path):
     from tests.redis_servers import RedisServer, free_ports
 
     [port] = free_ports(1)
-    driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
-                    connect_timeout=0.2)
+    driver = Synchronous(Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
+                    connect_timeout=0.2))
     with pytest.raises(errors.StorageUnavailable):
-        driver.get_queue(PROJECT, "q")
+        driver.queues.get(PROJECT, "q")
     assert driver.ping() is False
     server = RedisServer(port, tmp_path / "late")
     server.start()
@@ -330,7 +332,7 @@ def test_a_driver_started_before_redis_works_once_redis_is_up(tmp_path):
             time.sleep(0.1)
         assert driver.ping() is True
         post(driver, "q", 2)
-        assert driver.queue_stats(PROJECT, "q").free == 2
+        assert driver.queues.stats(PROJECT, "q").free == 2
     finally:
         driver.close()
         server.stop()
@@ -341,8 +343,8 @@ def crashed_moves(kind: str, count: int) -> tuple[str, str, Driver, Broker, str,
     from tests.redis_crash import claim_and_die
 
     uri, ns = SERVERS.cluster_uri(), namespace()
-    driver = Driver(uri, namespace=ns)
-    broker = Broker(driver, Limits())
+    driver = Synchronous(Driver(uri, namespace=ns))
+    broker = Synchronous(Broker(driver.target, Limits()))
     source, target = cross_slot_names(driver)
     ids = worn_out(broker, source, target, count)
     child = SPAWN.Process(target=claim_and_die, args=(kind, uri, ns, PROJECT, source))
@@ -357,9 +359,9 @@ def test_purging_the_source_completes_moves_that_arrive_during_the_purge():
 
     uri, ns, driver, broker, source, target, ids = crashed_moves("after-outbox", 3)
     late = CompletesMovesLate(uri, namespace=ns)
-    late.purge_queue(PROJECT, source)
+    late.queues.purge(PROJECT, source)
     assert late.skipped
-    assert sorted(m.id for m in driver.get_messages(PROJECT, target, ids)) == sorted(ids)
+    assert sorted(m.id for m in driver.messages.get(PROJECT, target, ids)) == sorted(ids)
     assert driver._client.hlen(driver.keys.outbox(PROJECT, source)) == 0
     late.close()
     driver.close()
@@ -367,10 +369,10 @@ def test_purging_the_source_completes_moves_that_arrive_during_the_purge():
 
 def test_a_move_repeated_after_the_dead_letter_queue_was_purged_is_not_applied_again():
     uri, ns, driver, broker, source, target, ids = crashed_moves("after-move-in", 2)
-    [arrived] = driver.get_messages(PROJECT, target, ids)
-    driver.purge_queue(PROJECT, target)
-    driver.get_messages(PROJECT, source, ids)  # completes the pending moves
-    assert {m.id for m in driver.get_messages(PROJECT, target, ids)} == set(ids) - {arrived.id}
+    [arrived] = driver.messages.get(PROJECT, target, ids)
+    driver.queues.purge(PROJECT, target)
+    driver.messages.get(PROJECT, source, ids)  # completes the pending moves
+    assert {m.id for m in driver.messages.get(PROJECT, target, ids)} == set(ids) - {arrived.id}
     driver.close()
 
 
@@ -378,14 +380,14 @@ def test_a_move_repeated_after_the_dead_letter_queue_was_purged_is_not_applied_a
                                  "redis://a:1,b:2/3"])
 def test_a_malformed_uri_stops_the_driver_without_repeating_the_password(uri):
     with pytest.raises(ValueError) as raised:
-        Driver(uri)
+        Synchronous(Driver(uri))
     assert "secret" not in str(raised.value)
 
 
 def test_a_queue_whose_slot_is_migrating_answers_unavailable_not_an_error():
     from delayq import errors
 
-    driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
+    driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace()))
     post(driver, "moving", 1)
     key = driver.keys.queue(PROJECT, "moving")
     slot = key_slot(key.encode())
@@ -400,12 +402,12 @@ def test_a_queue_whose_slot_is_migrating_answers_unavailable_not_an_error():
             # A claim reaches keys of the slot that do not exist yet (the claim
             # record): during a migration Redis refuses that with ASK or TRYAGAIN.
             for _ in range(3):
-                driver.claim(PROJECT, "moving", ttl=60, grace=60, limit=1,
+                driver.claims.create(PROJECT, "moving", ttl=60, grace=60, limit=1,
                              dead_letter=None)
                 post(driver, "moving", 1)
     finally:
         owner_client.execute_command("CLUSTER SETSLOT", slot, "STABLE")
-    assert driver.queue_stats(PROJECT, "moving").total >= 1
+    assert driver.queues.stats(PROJECT, "moving").total >= 1
     driver.close()
 
 
@@ -416,12 +418,12 @@ MAX_BYTES_PER_EVENT = 100
 
 def test_the_event_trail_costs_at_most_100_bytes_an_event(own_server):
     client = redis.Redis(port=own_server.port)
-    with_trail = Driver(own_server.uri, namespace=namespace())
-    without = Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF)
+    with_trail = Synchronous(Driver(own_server.uri, namespace=namespace()))
+    without = Synchronous(Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF))
     spent = {}
     for driver in (with_trail, without):
         post(driver, "q", 1)
-        driver.purge_queue(PROJECT, "q")
+        driver.queues.purge(PROJECT, "q")
         before = used_memory(client)
         post(driver, "q", 20_000, body={"n": 1})  # one posted event each
         spent[driver] = used_memory(client) - before
@@ -431,23 +433,23 @@ def test_the_event_trail_costs_at_most_100_bytes_an_event(own_server):
 
 def test_the_trail_outlives_its_queue_and_then_goes_with_its_retention(own_server):
     client = redis.Redis(port=own_server.port)
-    driver = Driver(own_server.uri, namespace=namespace(),
-                    events_settings=events.Settings(retention=1))
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(),
+                    events_settings=events.Settings(retention=1)))
     post(driver, "q", 3)
-    driver.delete_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
     key = driver.keys.trail(PROJECT, "q")
-    assert [e.kind for e in driver.read_events(PROJECT, "q")] == ["posted"] * 3 + ["purged"]
-    assert (PROJECT, "q") in driver.trail_queues(PROJECT)
+    assert [e.kind for e in driver.trail.events(PROJECT, "q")] == ["posted"] * 3 + ["purged"]
+    assert (PROJECT, "q") in driver.trail.queues(PROJECT)
     assert 0 < client.pttl(key) <= 1000
     time.sleep(1.2)
     assert not client.exists(key)
-    assert list(driver.read_events(PROJECT, "q")) == []
+    assert list(driver.trail.events(PROJECT, "q")) == []
 
 
 def test_old_events_are_trimmed_as_new_ones_arrive(own_server):
     client = redis.Redis(port=own_server.port)
-    driver = Driver(own_server.uri, namespace=namespace(),
-                    events_settings=events.Settings(retention=1))
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(),
+                    events_settings=events.Settings(retention=1)))
     post(driver, "q", 1000)  # ten stream nodes of 100 entries: MINID ~ trims whole nodes
     time.sleep(1.1)
     post(driver, "q", 1)
@@ -456,26 +458,26 @@ def test_old_events_are_trimmed_as_new_ones_arrive(own_server):
 
 def test_no_trail_is_written_when_it_is_off(own_server):
     client = redis.Redis(port=own_server.port)
-    driver = Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF)
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF))
     post(driver, "q", 5)
-    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=5, dead_letter=None)
-    driver.purge_queue(PROJECT, "q")
+    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=5, dead_letter=None)
+    driver.queues.purge(PROJECT, "q")
     assert not client.exists(driver.keys.trail(PROJECT, "q"))
-    assert list(driver.read_events(PROJECT, "q")) == []
+    assert list(driver.trail.events(PROJECT, "q")) == []
 
 
 def test_read_messages_gives_live_claim_expiries():
     clock = FakeClock()
-    driver = Driver(SERVERS.single().uri, namespace=namespace(), clock=clock)
+    driver = Synchronous(Driver(SERVERS.single().uri, namespace=namespace(), clock=clock))
     post(driver, "q", 2)
-    claim = driver.claim(PROJECT, "q", ttl=100, grace=60, limit=1, dead_letter=None)
-    read = list(driver.read_messages(PROJECT, "q"))
-    assert [m.id for m in read] == [m.id for m in driver.get_messages(
+    claim = driver.claims.create(PROJECT, "q", ttl=100, grace=60, limit=1, dead_letter=None)
+    read = list(driver.trail.messages(PROJECT, "q"))
+    assert [m.id for m in read] == [m.id for m in driver.messages.get(
         PROJECT, "q", [m.id for m in read])]
     assert read[0].claim_id == claim.id and read[0].claim_expires == claim.expires
     assert read[1].claim_id is None
     clock.advance(4000)
-    assert list(driver.read_messages(PROJECT, "q")) == []
+    assert list(driver.trail.messages(PROJECT, "q")) == []
 
 
 def sent_commands(port: int, action) -> list[str]:
@@ -503,7 +505,7 @@ def sent_commands(port: int, action) -> list[str]:
 
 def test_script_calls_survive_a_restart_and_a_flushed_script_cache():
     server = SERVERS.fresh()
-    driver = Driver(server.uri, namespace=namespace())
+    driver = Synchronous(Driver(server.uri, namespace=namespace()))
     try:
         ids = post(driver, "q", 1)
         server.stop()  # no persistence: the data and the loaded scripts are gone
@@ -513,7 +515,7 @@ def test_script_calls_survive_a_restart_and_a_flushed_script_cache():
         again = post(driver, "q", 1)
         redis.Redis(port=server.port).script_flush()
         again += post(driver, "q", 1)
-        assert [m.id for m in driver.get_messages(PROJECT, "q", ids + again)] == again
+        assert [m.id for m in driver.messages.get(PROJECT, "q", ids + again)] == again
     finally:
         driver.close()
         server.stop()
@@ -521,7 +523,7 @@ def test_script_calls_survive_a_restart_and_a_flushed_script_cache():
 
 def test_a_script_call_that_timed_out_is_not_sent_again():
     server = SERVERS.fresh()
-    driver = Driver(server.uri, namespace=namespace(), socket_timeout=0.5)
+    driver = Synchronous(Driver(server.uri, namespace=namespace(), socket_timeout=0.5))
     observer = redis.Redis(port=server.port)
     try:
         post(driver, "q", 1)
@@ -531,7 +533,7 @@ def test_a_script_call_that_timed_out_is_not_sent_again():
             post(driver, "q", 1)
         time.sleep(1.0)
         # The post timed out on a connection closed since: Redis dropped it unrun.
-        assert driver.queue_stats(PROJECT, "q").total == 1
+        assert driver.queues.stats(PROJECT, "q").total == 1
     finally:
         observer.close()
         driver.close()
@@ -541,8 +543,8 @@ def test_a_script_call_that_timed_out_is_not_sent_again():
 @pytest.mark.parametrize("quotas", [Quotas(), Quotas(max_queues_per_project=10,
                                                      max_messages_per_queue=100)])
 def test_a_post_or_claim_under_known_metadata_is_one_round_trip(own_server, quotas):
-    driver = Driver(own_server.uri, namespace=namespace())
-    broker = Broker(driver, Limits(), quotas=quotas)
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace()))
+    broker = Synchronous(Broker(driver.target, Limits(), quotas=quotas))
     broker.create_queue("p", "q", {})
     one = [PostedMessage(body="x", ttl=60, delay=None)]
     broker.post("p", "q", "client", one, 10)  # reads the metadata once
@@ -562,15 +564,15 @@ def test_a_post_over_its_quota_reaps_expired_messages_before_it_refuses(own_serv
     queue over the quota reaps them, over as many calls as that takes, and counts only
     the live ones."""
     clock = FakeClock()
-    driver = Driver(own_server.uri, namespace=namespace(), clock=clock)
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(), clock=clock))
     post(driver, "q", 5000, ttl=60)  # 79 buckets: more than one call reaps
     clock.advance(61)
     post(driver, "q", 3)
     three = [NewMessage("x", 60, 0)] * 3
     with pytest.raises(errors.QuotaExceeded, match="holds 3 messages; 3 more"):
-        driver.post_messages(PROJECT, "q", CLIENT, three, message_quota=5)
-    assert len(driver.post_messages(PROJECT, "q", CLIENT, three[:2], message_quota=5)) == 2
-    assert driver.queue_stats(PROJECT, "q").total == 5
+        driver.messages.post(PROJECT, "q", CLIENT, three, message_quota=5)
+    assert len(driver.messages.post(PROJECT, "q", CLIENT, three[:2], message_quota=5)) == 2
+    assert driver.queues.stats(PROJECT, "q").total == 5
     driver.close()
 
 
@@ -578,24 +580,24 @@ def test_metadata_changed_by_another_process_rules_the_next_post_and_claim(own_s
     """Process A decided its writes from metadata it had read; process B changes it: A's
     next post takes the new delay, and its next claim the new dead-letter policy."""
     shared = namespace()
-    a = Broker(Driver(own_server.uri, namespace=shared), Limits())
-    b = Broker(Driver(own_server.uri, namespace=shared), Limits())
-    a.create_queue("p", "q", {})
+    a = Synchronous(Broker(Driver(own_server.uri, namespace=shared), Limits()))
+    b = Synchronous(Broker(Driver(own_server.uri, namespace=shared), Limits()))
+    a.queues.create("p", "q", {})
     first, = a.post("p", "q", "client", [PostedMessage(body="before", ttl=None, delay=None)], 10)
     b.patch_queue("p", "q", [{"op": "add", "path": "/metadata/_default_message_delay",
                               "value": 600}])
     second, = a.post("p", "q", "client", [PostedMessage(body="after", ttl=None, delay=None)], 10)
-    stored = {m.id: m for m in a.driver.get_messages("p", "q", [first, second])}
+    stored = {m.id: m for m in a.driver.messages.get("p", "q", [first, second])}
     assert stored[first].due == stored[first].created
     assert stored[second].due == pytest.approx(stored[second].created + 600)
-    claim = a.claim("p", "q", ttl=60, grace=60, limit=10)
+    claim = a.claims.create("p", "q", ttl=60, grace=60, limit=10)
     assert [m.id for m in claim.messages] == [first]  # the second is delayed now
 
     b.patch_queue("p", "q", [
         {"op": "add", "path": "/metadata/_max_claim_count", "value": 1},
         {"op": "add", "path": "/metadata/_dead_letter_queue", "value": "dlq"}])
-    a.release_claim("p", "q", claim.id)
-    assert a.claim("p", "q", ttl=60, grace=60, limit=10) is None  # moved instead
+    a.claims.release("p", "q", claim.id)
+    assert a.claims.create("p", "q", ttl=60, grace=60, limit=10) is None  # moved instead
     stats = b.stats("p", "dlq")
     assert (stats.free, stats.claimed, stats.delayed) == (1, 0, 0)
     a.driver.close()
@@ -606,16 +608,16 @@ def test_a_reply_larger_than_the_links_read_buffer_arrives_whole(own_server):
     # The script link reads replies READ_SIZE bytes at a time: a claim of bodies adding
     # up to several times that must come back whole, and the next call must not see
     # any of it.
-    driver = Driver(own_server.uri, namespace=namespace())
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace()))
     try:
         bodies = [{"n": i, "text": f"{i:05d}" * 8000} for i in range(10)]  # 40 KB each
         ids = []
         for body in bodies:
             ids += post(driver, "big", 1, body=body)
-        claim = driver.claim(PROJECT, "big", ttl=60, grace=60, limit=10, dead_letter=None)
+        claim = driver.claims.create(PROJECT, "big", ttl=60, grace=60, limit=10, dead_letter=None)
         assert [m.body for m in claim.messages] == bodies
         assert [m.id for m in claim.messages] == ids
-        assert driver.queue_stats(PROJECT, "big").total == 10
+        assert driver.queues.stats(PROJECT, "big").total == 10
     finally:
         driver.close()
 
@@ -652,7 +654,7 @@ def without_token(client: redis.Redis, key: str, field: str | int) -> None:
 
 def test_messages_and_claims_stored_before_ids_had_tokens_keep_their_ids():
     client = redis.Redis.from_url(SERVERS.single().uri)
-    driver = Driver(SERVERS.single().uri, namespace=namespace())
+    driver = Synchronous(Driver(SERVERS.single().uri, namespace=namespace()))
     try:
         fresh, stored = post(driver, "q", 2)
         prefix = driver.keys.queue(PROJECT, "q")[:-1]
@@ -660,21 +662,21 @@ def test_messages_and_claims_stored_before_ids_had_tokens_keep_their_ids():
         seq = stored[len(nonce):len(nonce) + 8]
         without_token(client, f"{prefix}b:{int(seq, 36) // 64}", seq)
         old = nonce + seq
-        assert [m.id for m in driver.get_messages(PROJECT, "q", [stored, old])] == [old]
-        assert [m.id for m in driver.list_messages(
+        assert [m.id for m in driver.messages.get(PROJECT, "q", [stored, old])] == [old]
+        assert [m.id for m in driver.messages.page(
             PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=False,
             include_delayed=False)[0]] == [fresh, old]
 
-        taken = driver.claim(PROJECT, "q", ttl=60, grace=60, limit=2, dead_letter=None)
+        taken = driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=2, dead_letter=None)
         number = int(taken.id[len(nonce) + 1:len(nonce) + 9], 36)
         without_token(client, prefix + "cl", number)
         old_claim = f"{nonce}c{number}"
         with pytest.raises(errors.ClaimNotFound):
-            driver.get_claim(PROJECT, "q", taken.id)
-        held = driver.get_claim(PROJECT, "q", old_claim).messages
+            driver.claims.get(PROJECT, "q", taken.id)
+        held = driver.claims.get(PROJECT, "q", old_claim).messages
         assert [(m.id, m.claim_id) for m in held] == [(fresh, old_claim), (old, old_claim)]
-        driver.renew_claim(PROJECT, "q", old_claim, 120, 60)
-        driver.delete_message(PROJECT, "q", old, old_claim)
-        assert [m.id for m in driver.get_messages(PROJECT, "q", [fresh, old])] == [fresh]
+        driver.claims.renew(PROJECT, "q", old_claim, 120, 60)
+        driver.messages.delete(PROJECT, "q", old, old_claim)
+        assert [m.id for m in driver.messages.get(PROJECT, "q", [fresh, old])] == [fresh]
     finally:
         driver.close()

@@ -19,6 +19,7 @@ import redis
 from delayq.message import NewMessage
 from delayq.operations import on_loop
 from delayq.storage.redis.driver import Driver
+from delayq.synchronous import Synchronous
 from tests.redis_servers import SERVERS, free_ports
 from tests.test_redis_on_loop import CLIENT, PROJECT, namespace, warm
 
@@ -38,7 +39,7 @@ def server():
 
 @pytest.fixture
 def driver(server):
-    driver = Driver(server.uri, namespace=namespace())
+    driver = Synchronous(Driver(server.uri, namespace=namespace()))
     yield driver
     driver.close()
 
@@ -68,16 +69,16 @@ def debug_loop(caplog):
 
 
 OPERATIONS = {
-    "get_queue": lambda d: d.get_queue.steps(PROJECT, "q"),
-    "list_queues": lambda d: d.list_queues.steps(PROJECT, None, 10),
-    "count_queues": lambda d: d.count_queues.steps(PROJECT),
-    "delete_queue": lambda d: d.delete_queue.steps(PROJECT, "gone"),
+    "get_queue": lambda d: d.queues.get.steps(PROJECT, "q"),
+    "list_queues": lambda d: d.queues.page.steps(PROJECT, None, 10),
+    "count_queues": lambda d: d.queues.count.steps(PROJECT),
+    "delete_queue": lambda d: d.queues.delete.steps(PROJECT, "gone"),
     # Its first call reads the queue's outbox of dead-letter moves (_settle).
-    "purge_queue": lambda d: d.purge_queue.steps(PROJECT, "q"),
-    "queue_stats": lambda d: d.queue_stats.steps(PROJECT, "q"),
-    "post_messages": lambda d: d.post_messages.steps(PROJECT, "q", CLIENT,
+    "purge_queue": lambda d: d.queues.purge.steps(PROJECT, "q"),
+    "queue_stats": lambda d: d.queues.stats.steps(PROJECT, "q"),
+    "post_messages": lambda d: d.messages.post.steps(PROJECT, "q", CLIENT,
                                                       [NewMessage(1, 600, 0)]),
-    "claim": lambda d: d.claim.steps(PROJECT, "q", ttl=60, grace=60, limit=1,
+    "claim": lambda d: d.claims.create.steps(PROJECT, "q", ttl=60, grace=60, limit=1,
                                      dead_letter=None),
     "ping": lambda d: d.ping.steps(),
     "now": lambda d: d.now.steps(),
@@ -87,8 +88,8 @@ OPERATIONS = {
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
 def test_no_operation_blocks_the_loop_while_redis_is_slow(server, driver, debug_loop,
                                                           name):
-    driver.create_queue(PROJECT, "q", {})
-    driver.create_queue(PROJECT, "gone", {})
+    driver.queues.create(PROJECT, "q", {})
+    driver.queues.create(PROJECT, "gone", {})
 
     async def main() -> None:
         await warm(driver)
@@ -126,17 +127,17 @@ def test_over_tls_operations_are_awaited_without_blocking_the_loop(tls_server, d
     server, port, cert = tls_server
     # The documented way to trust a private CA (docs/redis.md, TLS).
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-    driver = Driver(f"rediss://127.0.0.1:{port}/0", namespace=namespace())
+    driver = Synchronous(Driver(f"rediss://127.0.0.1:{port}/0", namespace=namespace()))
 
     async def main() -> tuple[list[str], object]:
         await warm(driver)
         with redis.Redis(port=server.port) as observer:
             observer.client_pause(PAUSE_MS)
         started = time.monotonic()
-        ids = await on_loop(driver.post_messages.steps(PROJECT, "q", CLIENT,
+        ids = await on_loop(driver.messages.post.steps(PROJECT, "q", CLIENT,
                                                        [NewMessage("over TLS", 600, 0)]))
         assert time.monotonic() - started >= PAUSE_MS / 1000 - 0.1
-        taken = await on_loop(driver.claim.steps(PROJECT, "q", ttl=60, grace=60, limit=5,
+        taken = await on_loop(driver.claims.create.steps(PROJECT, "q", ttl=60, grace=60, limit=5,
                                                  dead_letter=None))
         return ids, taken
 

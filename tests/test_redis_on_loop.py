@@ -27,6 +27,7 @@ from delayq.broker import Broker
 from delayq.message import NewMessage
 from delayq.operations import Steps, on_loop, operation
 from delayq.storage.redis.driver import Driver
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage
 from tests.redis_servers import SERVERS, free_ports
 
@@ -57,7 +58,7 @@ def server():
 
 @pytest.fixture
 def driver(server):
-    driver = Driver(server.uri, namespace=namespace())
+    driver = Synchronous(Driver(server.uri, namespace=namespace()))
     yield driver
     driver.close()
 
@@ -67,26 +68,26 @@ def namespace() -> str:
 
 
 def post_one(driver: Driver, queue: str, body: object) -> str:
-    [message_id] = driver.post_messages(PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)])
+    [message_id] = driver.messages.post(PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)])
     return message_id
 
 
 async def post(driver: Driver, queue: str, body: object) -> str:
     """One message posted on the loop; its id."""
-    [message_id] = await on_loop(driver.post_messages.steps(
+    [message_id] = await on_loop(driver.messages.post.steps(
         PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)]))
     return message_id
 
 
 async def claim(driver: Driver, queue: str):
-    return await on_loop(driver.claim.steps(PROJECT, queue, ttl=60, grace=60, limit=5,
+    return await on_loop(driver.claims.create.steps(PROJECT, queue, ttl=60, grace=60, limit=5,
                                             dead_letter=None))
 
 
 async def warm(driver: Driver) -> None:
     """Open a connection of the loop's client, so that a paused Redis holds the call
     under test, not the new connection's handshake."""
-    await on_loop(driver.queue_stats.steps(PROJECT, "warm"))
+    await on_loop(driver.queues.stats.steps(PROJECT, "warm"))
 
 
 def connections(port: int) -> int:
@@ -97,7 +98,7 @@ def connections(port: int) -> int:
 
 def test_overlapping_calls_get_their_own_replies_within_the_loops_connections(
         server, run_loop):
-    driver = Driver(server.uri, namespace=namespace(), max_connections=4)
+    driver = Synchronous(Driver(server.uri, namespace=namespace(), max_connections=4))
     queues = [f"q{i}" for i in range(50)]
 
     async def post_then_claim(queue: str) -> tuple[str, list[str], object]:
@@ -148,12 +149,12 @@ def test_the_loop_serves_while_a_call_waits_for_redis(server, driver, run_loop):
     # A blocking call would have stopped the ticker for the whole pause.
     during = [t for t in ticks if started < t < started + waited]
     assert len(during) >= 10, (len(during), waited)
-    assert driver.queue_stats(PROJECT, "q").total == 1
+    assert driver.queues.stats(PROJECT, "q").total == 1
 
 
 def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(server,
                                                                               run_loop):
-    driver = Driver(server.uri, namespace=namespace(), socket_timeout=0.5)
+    driver = Synchronous(Driver(server.uri, namespace=namespace(), socket_timeout=0.5))
     post_one(driver, "q", "first")
 
     async def main() -> None:
@@ -167,10 +168,10 @@ def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(ser
         assert 0.4 < time.monotonic() - started < 0.8
         await asyncio.sleep(1.0)
         # The timed-out post's connection was closed: Redis dropped it unrun.
-        stats = await on_loop(driver.queue_stats.steps(PROJECT, "q"))
+        stats = await on_loop(driver.queues.stats.steps(PROJECT, "q"))
         assert stats.total == 1
         await post(driver, "q", "on a new connection")
-        assert (await on_loop(driver.queue_stats.steps(PROJECT, "q"))).total == 2
+        assert (await on_loop(driver.queues.stats.steps(PROJECT, "q"))).total == 2
 
     try:
         run_loop(main())
@@ -183,8 +184,8 @@ def test_the_loops_connection_authenticates_and_selects_the_database(server, run
                                                                      credentials):
     with redis.Redis(port=server.port) as admin:
         admin.config_set("requirepass", "s3cret")
-    driver = Driver(f"redis://{credentials}@127.0.0.1:{server.port}/3",
-                    namespace=namespace())
+    driver = Synchronous(Driver(f"redis://{credentials}@127.0.0.1:{server.port}/3",
+                    namespace=namespace()))
 
     async def main() -> tuple[str, object]:
         posted = await post(driver, "q", "in database 3")
@@ -210,7 +211,7 @@ def test_calls_survive_a_restart_and_a_flushed_script_cache(server, driver, run_
         again = [await post(driver, "q", 2)]
         redis.Redis(port=server.port).script_flush()
         again.append(await post(driver, "q", 3))
-        found = await on_loop(driver.get_messages.steps(PROJECT, "q", [first, *again]))
+        found = await on_loop(driver.messages.get.steps(PROJECT, "q", [first, *again]))
         assert [m.id for m in found] == again
 
     run_loop(main())
@@ -227,12 +228,12 @@ def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(server, dr
         # The call that takes the dead connection finds it broken and is sent once
         # more on a new one; the others open new connections.
         posted = await asyncio.gather(*(post(driver, q, q) for q in queues))
-        return [[m.id for m in await on_loop(driver.get_messages.steps(PROJECT, q, [i]))]
+        return [[m.id for m in await on_loop(driver.messages.get.steps(PROJECT, q, [i]))]
                 for q, i in zip(queues, posted, strict=True)]
 
     found = run_loop(main())
     assert all(len(ids) == 1 for ids in found)
-    assert [driver.queue_stats(PROJECT, q).total for q in queues] == [1] * len(queues)
+    assert [driver.queues.stats(PROJECT, q).total for q in queues] == [1] * len(queues)
 
 
 def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, driver,
@@ -250,7 +251,7 @@ def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, dri
             await waiting
         # The cancelled call's reply comes first on the connection and is dropped: this
         # call gets its own.
-        [message] = await on_loop(driver.get_messages.steps(PROJECT, "other", [other]))
+        [message] = await on_loop(driver.messages.get.steps(PROJECT, "other", [other]))
         assert (message.id, message.body) == (other, "other")
 
     run_loop(main())
@@ -265,8 +266,8 @@ def test_called_operations_block_on_connections_the_threads_share(server, driver
         thread.join()
     # One after another, the threads' calls reuse the blocking client's connection.
     assert connections(server.port) == before
-    assert driver.queue_stats(PROJECT, "q").total == 13
-    assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
+    assert driver.queues.stats(PROJECT, "q").total == 13
+    assert [m.id for m in driver.messages.get(PROJECT, "q", ids)] == ids
 
 
 class Posting:
@@ -284,7 +285,7 @@ class Posting:
 
 def test_the_execution_awaits_redis_on_the_loop_and_a_slow_call_keeps_it_there(
         server, driver, run_loop):
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     execute = Execution(driver)
     posting = Posting(broker)
 
@@ -303,15 +304,15 @@ def test_the_execution_awaits_redis_on_the_loop_and_a_slow_call_keeps_it_there(
     # Awaited by the request's own coroutine, on the loop's thread.
     assert posting.threads == [True] * 3
     assert claimed == ids
-    assert driver.queue_stats(PROJECT, "q").total == 0
+    assert driver.queues.stats(PROJECT, "q").total == 0
 
 
 @pytest.fixture
 def unreachable():
     """A driver of a Redis that cannot be reached."""
     [port] = free_ports(1)  # nothing listens there
-    driver = Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
-                    connect_timeout=0.2)
+    driver = Synchronous(Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
+                    connect_timeout=0.2))
     yield driver
     driver.close()
 
@@ -319,7 +320,7 @@ def unreachable():
 def test_the_execution_runs_operations_in_threads_while_redis_cannot_be_reached(
         run_loop, unreachable):
     execute = Execution(unreachable)
-    posting = Posting(Broker(unreachable, Limits()))
+    posting = Posting(Synchronous(Broker(unreachable.target, Limits())))
 
     async def main() -> None:
         for _ in range(2):
@@ -336,28 +337,28 @@ def posted(body: object) -> PostedMessage:
 
 
 def test_on_a_cluster_operations_are_awaited_on_the_loop_too(run_loop):
-    driver = Driver(SERVERS.cluster_uri(), namespace=namespace())
+    driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace()))
 
     async def main() -> tuple[list[str], object]:
-        ids = await on_loop(driver.post_messages.steps(
+        ids = await on_loop(driver.messages.post.steps(
             PROJECT, "q", CLIENT, [NewMessage("on a cluster", 600, 0)]))
-        taken = await on_loop(driver.claim.steps(PROJECT, "q", ttl=60, grace=60,
+        taken = await on_loop(driver.claims.create.steps(PROJECT, "q", ttl=60, grace=60,
                                                  limit=5, dead_letter=None))
-        await on_loop(driver.delete_message.steps(PROJECT, "q", ids[0], taken.id))
+        await on_loop(driver.messages.delete.steps(PROJECT, "q", ids[0], taken.id))
         return ids, taken
 
     try:
         ids, taken = run_loop(main())
         assert driver.waits_on_loop  # by the loop's asyncio cluster client
         assert [(m.id, m.body) for m in taken.messages] == [(ids[0], "on a cluster")]
-        assert driver.queue_stats(PROJECT, "q").total == 0
+        assert driver.queues.stats(PROJECT, "q").total == 0
     finally:
         driver.close()
 
 
 @pytest.mark.parametrize("awaited", [False, True], ids=["blocking", "awaited"])
 def test_on_a_cluster_a_call_that_timed_out_is_not_sent_again(awaited):
-    driver = Driver(SERVERS.cluster_uri(), namespace=namespace(), socket_timeout=0.5)
+    driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace(), socket_timeout=0.5))
     post_one(driver, "q", "first")
     node = driver._client.get_node_from_key(driver.keys.queue(PROJECT, "q"))
 
@@ -382,6 +383,6 @@ def test_on_a_cluster_a_call_that_timed_out_is_not_sent_again(awaited):
         # Sent again after its 0.5 s timeout, the post would run when the pause ends.
         assert time.monotonic() - started < 0.8
         time.sleep(1.0)
-        assert driver.queue_stats(PROJECT, "q").total == 1
+        assert driver.queues.stats(PROJECT, "q").total == 1
     finally:
         driver.close()

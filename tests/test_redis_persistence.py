@@ -12,6 +12,7 @@ import redis
 from delayq.message import NewMessage
 from delayq.storage.redis import persistence
 from delayq.storage.redis.driver import Driver
+from delayq.synchronous import Synchronous
 from tests.redis_servers import SERVERS
 
 LOGGER = persistence.LOG.name
@@ -27,7 +28,7 @@ def warnings_on_connect(uri: str, caplog: pytest.LogCaptureFixture) -> list[str]
     """The persistence warnings a driver logs when it connects to *uri*."""
     caplog.clear()
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        driver = Driver(uri, namespace=f"t{uuid.uuid4().hex[:12]}")
+        driver = Synchronous(Driver(uri, namespace=f"t{uuid.uuid4().hex[:12]}"))
         driver.close()
     return [r.getMessage() for r in caplog.records
             if r.name == LOGGER and r.levelno == logging.WARNING]
@@ -67,11 +68,11 @@ def test_a_server_without_config_is_served_all_the_same(caplog):
     locked = SERVERS.fresh("--rename-command", "CONFIG", "")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        driver = Driver(locked.uri, namespace=f"t{uuid.uuid4().hex[:12]}")
-        driver.create_queue("p", "q", {})
-        [message_id] = driver.post_messages("p", "q", "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a",
+        driver = Synchronous(Driver(locked.uri, namespace=f"t{uuid.uuid4().hex[:12]}"))
+        driver.queues.create("p", "q", {})
+        [message_id] = driver.messages.post("p", "q", "2c4c6f9a-4f8e-4a57-9d0e-6a6d0d1e2f3a",
                                             [NewMessage("kept", 60, 0)])
-        [message] = driver.get_messages("p", "q", [message_id])
+        [message] = driver.messages.get("p", "q", [message_id])
         assert message.body == "kept"
         driver.close()
     records = [r for r in caplog.records if r.name == LOGGER]

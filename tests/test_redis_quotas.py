@@ -15,6 +15,7 @@ from delayq.message import NewMessage
 from delayq.operations import drive
 from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.quotas import HOLD_LEASE, HOLD_SKEW, Catalogue
+from delayq.synchronous import Synchronous
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
 from tests.test_redis_driver import PROJECT, namespace
@@ -30,7 +31,7 @@ def uri(request) -> str:
 
 
 def names(driver: Driver) -> list[str]:
-    return [name for name, _ in driver.list_queues(PROJECT, None, 100)]
+    return [name for name, _ in driver.queues.page(PROJECT, None, 100)]
 
 
 def holds(driver: Driver) -> int:
@@ -51,34 +52,34 @@ def die_creating(uri: str, ns: str, point: str, queue: str, quota: int,
 
 def test_a_creation_dying_after_its_hold_counts_only_until_the_hold_is_late(uri):
     ns, clock = namespace(), FakeClock()
-    driver = Driver(uri, namespace=ns, clock=clock)
-    assert driver.create_queue(PROJECT, "a", {}, queue_quota=2)
+    driver = Synchronous(Driver(uri, namespace=ns, clock=clock))
+    assert driver.queues.create(PROJECT, "a", {}, queue_quota=2)
     die_creating(uri, ns, "after-hold", "b", 2, clock.now)
-    assert driver.get_queue(PROJECT, "b") is None
-    assert driver.count_queues(PROJECT) == 2  # the hold counts: its write may yet come
+    assert driver.queues.get(PROJECT, "b") is None
+    assert driver.queues.count(PROJECT) == 2  # the hold counts: its write may yet come
     with pytest.raises(errors.QuotaExceeded, match="already has 2 queues"):
-        driver.create_queue(PROJECT, "c", {}, queue_quota=2)
+        driver.queues.create(PROJECT, "c", {}, queue_quota=2)
 
     clock.advance(LATE)  # no write under the hold can make "b" any more
-    assert driver.create_queue(PROJECT, "c", {}, queue_quota=2)
+    assert driver.queues.create(PROJECT, "c", {}, queue_quota=2)
     assert names(driver) == ["a", "c"]
-    assert driver.count_queues(PROJECT) == 2
+    assert driver.queues.count(PROJECT) == 2
     assert holds(driver) == 0
     driver.close()
 
 
 def test_a_creation_dying_after_making_its_queue_keeps_it_listed_and_counted(uri):
     ns, clock = namespace(), FakeClock()
-    driver = Driver(uri, namespace=ns, clock=clock)
-    assert driver.create_queue(PROJECT, "a", {}, queue_quota=2)
+    driver = Synchronous(Driver(uri, namespace=ns, clock=clock))
+    assert driver.queues.create(PROJECT, "a", {}, queue_quota=2)
     die_creating(uri, ns, "before-settle", "b", 2, clock.now)
     assert names(driver) == ["a", "b"]
     clock.advance(LATE)
     with pytest.raises(errors.QuotaExceeded, match="already has 2 queues"):
-        driver.post_messages(PROJECT, "c", "client", ONE, queue_quota=2)
+        driver.messages.post(PROJECT, "c", "client", ONE, queue_quota=2)
     assert holds(driver) == 0  # settled: "b" exists, so it is counted for good
     assert names(driver) == ["a", "b"]
-    assert driver.count_queues(PROJECT) == 2
+    assert driver.queues.count(PROJECT) == 2
     driver.close()
 
 
@@ -100,51 +101,51 @@ class StallsAfterItsFirstHold(Catalogue):
 def test_a_write_past_its_holds_deadline_makes_no_queue_and_holds_the_name_again(uri,
                                                                                   how):
     ns, clock = namespace(), FakeClock()
-    driver = Driver(uri, namespace=ns, clock=clock)
-    driver.post_messages(PROJECT, "source", "client", ONE, queue_quota=2)
+    driver = Synchronous(Driver(uri, namespace=ns, clock=clock))
+    driver.messages.post(PROJECT, "source", "client", ONE, queue_quota=2)
     stalling = StallsAfterItsFirstHold(driver.keys, lambda: driver._scripts,
                                        driver._now_arg)
     stalling.clock = clock
     driver._catalogue = stalling
     match how:
         case "create":
-            assert driver.create_queue(PROJECT, "b", {}, queue_quota=2)
+            assert driver.queues.create(PROJECT, "b", {}, queue_quota=2)
         case "post":
-            driver.post_messages(PROJECT, "b", "client", ONE, queue_quota=2)
+            driver.messages.post(PROJECT, "b", "client", ONE, queue_quota=2)
         case _:
-            driver.redrive(PROJECT, "source", destination="b", limit=1, queue_quota=2)
+            driver.messages.redrive(PROJECT, "source", destination="b", limit=1, queue_quota=2)
     assert stalling.stalled
     assert names(driver) == ["b", "source"]
     assert holds(driver) == 0
     with pytest.raises(errors.QuotaExceeded):
-        driver.create_queue(PROJECT, "c", {}, queue_quota=2)
+        driver.queues.create(PROJECT, "c", {}, queue_quota=2)
     driver.close()
 
 
 def test_a_write_under_a_late_hold_makes_nothing(uri):
     clock = FakeClock()
-    driver = Driver(uri, namespace=namespace(), clock=clock)
+    driver = Synchronous(Driver(uri, namespace=namespace(), clock=clock))
     hold = drive(driver._catalogue.reserve(PROJECT, "q", 1))
     clock.advance(HOLD_LEASE + 0.001)
     key = driver.keys.queue(PROJECT, "q")
     created, _listed, exists = driver._scripts.queue_create.call(
         [key], ["{}", "nonce", driver._now_arg(), hold.fence]).wait()
     assert (created, exists) == (0, 0)
-    assert driver.get_queue(PROJECT, "q") is None
+    assert driver.queues.get(PROJECT, "q") is None
     driver.close()
 
 
 def test_a_queue_deleted_while_a_creation_holds_its_name_stays_counted_until_settled(
         uri):
-    driver = Driver(uri, namespace=namespace())
-    assert driver.create_queue(PROJECT, "q", {}, queue_quota=1)
+    driver = Synchronous(Driver(uri, namespace=namespace()))
+    assert driver.queues.create(PROJECT, "q", {}, queue_quota=1)
     hold = drive(driver._catalogue.reserve(PROJECT, "q", 1))  # a creation of "q"
-    driver.delete_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
     # The creation's write may yet make "q" again: its name keeps its place.
     with pytest.raises(errors.QuotaExceeded):
-        driver.create_queue(PROJECT, "other", {}, queue_quota=1)
+        driver.queues.create(PROJECT, "other", {}, queue_quota=1)
     drive(driver._catalogue.settle(hold, False))  # it made none
-    assert driver.count_queues(PROJECT) == 0
-    assert driver.create_queue(PROJECT, "other", {}, queue_quota=1)
+    assert driver.queues.count(PROJECT) == 0
+    assert driver.queues.create(PROJECT, "other", {}, queue_quota=1)
     assert names(driver) == ["other"]
     driver.close()

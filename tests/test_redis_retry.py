@@ -11,6 +11,7 @@ import redis
 from delayq import events
 from delayq.retry import Backoff
 from delayq.storage.redis.driver import Driver
+from delayq.synchronous import Synchronous
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
 from tests.test_redis_driver import PROJECT, namespace, post, queue_keys, used_memory
@@ -28,22 +29,22 @@ def own_server():
 def claim_all(driver: Driver, count: int, backoff: Backoff | None = BACKOFF) -> list:
     claims = []
     while sum(len(c.messages) for c in claims) < count:
-        claims.append(driver.claim(PROJECT, "q", ttl=600, grace=60, limit=100,
+        claims.append(driver.claims.create(PROJECT, "q", ttl=600, grace=60, limit=100,
                                    dead_letter=None, backoff=backoff))
     return claims
 
 
 def test_a_tiny_message_claimed_with_a_wait_costs_at_most_350_bytes(own_server):
     client = redis.Redis(port=own_server.port)
-    driver = Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF)
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(), events_settings=events.OFF))
     post(driver, "q", 1)  # the queue's own state exists before the baseline
-    driver.purge_queue(PROJECT, "q")
+    driver.queues.purge(PROJECT, "q")
     before = used_memory(client)
     count = 20_000
     post(driver, "q", count, body={"n": 1})
     claim_all(driver, count)
     per_message = (used_memory(client) - before) / count
-    driver.delete_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
     driver.close()
     assert per_message <= MAX_BYTES_PER_WAITING_MESSAGE, f"{per_message:.0f} bytes"
 
@@ -52,28 +53,28 @@ def test_a_tiny_message_claimed_with_a_wait_costs_at_most_350_bytes(own_server):
 def test_no_key_of_a_wait_outlives_the_messages(own_server, ending):
     client = redis.Redis(port=own_server.port)
     clock = FakeClock()
-    driver = Driver(own_server.uri, namespace=namespace(), clock=clock,
-                    events_settings=events.OFF)
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(), clock=clock,
+                    events_settings=events.OFF))
     post(driver, "q", 1)
-    driver.purge_queue(PROJECT, "q")
+    driver.queues.purge(PROJECT, "q")
     baseline = queue_keys(client, driver, "q")
     ids = post(driver, "q", 300, ttl=3600)
     claims = claim_all(driver, 300)
-    driver.renew_claim(PROJECT, "q", claims[0].id, 600, 60, BACKOFF)
-    driver.release_claim(PROJECT, "q", claims[1].id, BACKOFF)
-    driver.release_message(PROJECT, "q", claims[2].messages[0].id, claims[2].id, 10)
+    driver.claims.renew(PROJECT, "q", claims[0].id, 600, 60, BACKOFF)
+    driver.claims.release(PROJECT, "q", claims[1].id, BACKOFF)
+    driver.claims.release_message(PROJECT, "q", claims[2].messages[0].id, claims[2].id, 10)
     # Claims renewed and released without a policy: back to 'c' and 'r'.
-    driver.renew_claim(PROJECT, "q", claims[2].id, 600, 60)
+    driver.claims.renew(PROJECT, "q", claims[2].id, 600, 60)
     assert client.exists(driver.keys.queue(PROJECT, "q")[:-1] + "wc")
     if ending == "expiry":
         clock.advance(2 * 3600)
         assert driver.reap_queue(PROJECT, "q")
     else:
         clock.advance(610)  # every claim has expired; the waits run
-        stats = driver.queue_stats(PROJECT, "q")
+        stats = driver.queues.stats(PROJECT, "q")
         released = len(claims[1].messages) + 1
         assert (stats.claimed, stats.delayed, stats.free) == (0, 300 - released, released)
-        driver.delete_messages(PROJECT, "q", ids)
+        driver.messages.delete_many(PROJECT, "q", ids)
         clock.advance(3600)  # claim records outlive their messages until they expire
         assert driver.reap_queue(PROJECT, "q")
     assert queue_keys(client, driver, "q") == baseline
@@ -83,8 +84,8 @@ def test_no_key_of_a_wait_outlives_the_messages(own_server, ending):
 def test_a_claimed_message_is_indexed_once_as_claimed_however_its_wait_changes(
         own_server):
     clock = FakeClock()
-    driver = Driver(own_server.uri, namespace=namespace(), clock=clock,
-                    events_settings=events.OFF)
+    driver = Synchronous(Driver(own_server.uri, namespace=namespace(), clock=clock,
+                    events_settings=events.OFF))
     client = redis.Redis(port=own_server.port)
     prefix = driver.keys.queue(PROJECT, "q")[:-1]
     [mid] = post(driver, "q", 1)
@@ -95,13 +96,13 @@ def test_a_claimed_message_is_indexed_once_as_claimed_however_its_wait_changes(
 
     [claim] = claim_all(driver, 1)
     assert where() == ("d", "wc")
-    driver.renew_claim(PROJECT, "q", claim.id, 600, 60)  # due stays after the new expiry
+    driver.claims.renew(PROJECT, "q", claim.id, 600, 60)  # due stays after the new expiry
     assert where() == ("d", "wc")
     clock.advance(590)
-    driver.renew_claim(PROJECT, "q", claim.id, 600, 60)  # now expires after it is due
+    driver.claims.renew(PROJECT, "q", claim.id, 600, 60)  # now expires after it is due
     assert where() == ("c",)
-    driver.renew_claim(PROJECT, "q", claim.id, 600, 60, BACKOFF)
+    driver.claims.renew(PROJECT, "q", claim.id, 600, 60, BACKOFF)
     assert where() == ("d", "wc")
-    driver.delete_message(PROJECT, "q", mid, claim.id)
+    driver.messages.delete(PROJECT, "q", mid, claim.id)
     assert where() == ()
     driver.close()

@@ -14,6 +14,7 @@ import redis
 from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.subscriptions import RESERVATION_MARGIN
 from delayq.subscription import SubscriptionChange
+from delayq.synchronous import Synchronous
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
 from tests.test_redis_driver import PROJECT, namespace
@@ -26,38 +27,39 @@ def test_a_writer_dying_before_the_index_hears_leaves_the_queue_listed_not_missi
     from tests.redis_crash import subscribe_and_die
 
     uri, ns, clock = SERVERS.cluster_uri(), namespace(), FakeClock()
-    driver = Driver(uri, namespace=ns, clock=clock)
+    driver = Synchronous(Driver(uri, namespace=ns, clock=clock))
     child = SPAWN.Process(target=subscribe_and_die,
                           args=(uri, ns, PROJECT, "q", 60, clock.now))
     child.start()
     child.join(timeout=60)
     assert child.exitcode == -signal.SIGKILL
-    [subscription] = driver.list_subscriptions(PROJECT, "q", None, 10)
-    assert driver.subscribed_queues() == [(PROJECT, "q")]
+    [subscription] = driver.subscriptions.page(PROJECT, "q", None, 10)
+    assert driver.subscriptions.subscribed_queues() == [(PROJECT, "q")]
     clock.advance(60)  # the subscription is over; its reservation lasts a margin more
-    assert driver.get_subscription(PROJECT, "q", subscription.id) is None
-    assert driver.subscribed_queues() == [(PROJECT, "q")]
+    assert driver.subscriptions.get(PROJECT, "q", subscription.id) is None
+    assert driver.subscriptions.subscribed_queues() == [(PROJECT, "q")]
     clock.advance(RESERVATION_MARGIN)
-    assert driver.subscribed_queues() == []
+    assert driver.subscriptions.subscribed_queues() == []
     driver.close()
 
 
 def test_the_index_takes_a_queues_writes_in_order_whatever_order_they_settle_in():
     clock = FakeClock()
-    driver = Driver(SERVERS.cluster_uri(), namespace=namespace(), clock=clock)
+    driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace(), clock=clock))
     # A creation, run up to its last step (telling the index) and held there.
-    creation = driver.create_subscription.steps(PROJECT, "q", HOOK, 600, {})
+    creation = driver.subscriptions.create.steps(PROJECT, "q", HOOK, 600, {})
     call = creation.send(None)  # the reservation
     call = creation.send(call.wait())  # the subscription itself
     settle = creation.send(call.wait())
-    [subscription] = driver.list_subscriptions(PROJECT, "q", None, 10)
-    driver.update_subscription(PROJECT, "q", subscription.id, SubscriptionChange(ttl=60))
-    driver.delete_subscription(PROJECT, "q", subscription.id)
-    assert driver.subscribed_queues() == [(PROJECT, "q")]  # the held creation's reservation
+    [subscription] = driver.subscriptions.page(PROJECT, "q", None, 10)
+    driver.subscriptions.update(PROJECT, "q", subscription.id, SubscriptionChange(ttl=60))
+    driver.subscriptions.delete(PROJECT, "q", subscription.id)
+    # the held creation's reservation
+    assert driver.subscriptions.subscribed_queues() == [(PROJECT, "q")]
     with pytest.raises(StopIteration) as done:
         creation.send(settle.wait())
     assert done.value.value == subscription.id
-    assert driver.subscribed_queues() == []  # the creation's settle came too late
+    assert driver.subscriptions.subscribed_queues() == []  # the creation's settle came too late
     driver.close()
 
 
@@ -65,10 +67,10 @@ def test_the_reaper_removes_expired_subscriptions_of_deleted_queues():
     server = SERVERS.single()
     client = redis.Redis(port=server.port)
     clock = FakeClock()
-    driver = Driver(server.uri, namespace=namespace(), clock=clock)
-    driver.create_queue(PROJECT, "gone", {})
-    driver.create_subscription(PROJECT, "gone", HOOK, 60, {})
-    driver.delete_queue(PROJECT, "gone")
+    driver = Synchronous(Driver(server.uri, namespace=namespace(), clock=clock))
+    driver.queues.create(PROJECT, "gone", {})
+    driver.subscriptions.create(PROJECT, "gone", HOOK, 60, {})
+    driver.queues.delete(PROJECT, "gone")
     prefix = driver.keys.queue(PROJECT, "gone")[:-1]
     subscription_keys = [prefix + name for name in ("u", "ui", "ux", "us")]
     assert client.exists(*subscription_keys) == 4

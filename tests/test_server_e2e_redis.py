@@ -25,6 +25,7 @@ from zaqarclient.queues.v2 import core
 from zaqarclient.transport import errors as zerrors
 
 from delayq.storage.redis.driver import Driver
+from delayq.synchronous import Synchronous
 from tests.redis_servers import SERVERS, RedisServer
 from tests.server import (
     RunningServer,
@@ -93,7 +94,7 @@ def server(serve) -> RunningServer:
 def store(redis_uri, namespace, backend) -> Iterator[Driver]:
     """The Redis driver in this process, on the server's Redis and namespace: the keys the
     server writes, and a client to look at them."""
-    driver = Driver(redis_uri, namespace=namespace)
+    driver = Synchronous(Driver(redis_uri, namespace=namespace))
     assert driver.cluster is (backend == "redis-cluster")
     yield driver
     driver.close()

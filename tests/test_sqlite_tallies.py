@@ -11,16 +11,17 @@ from delayq.queue import QueueCounts
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.driver import Driver
 from delayq.storage.sqlite.tallies import ranges as tally_ranges
+from delayq.synchronous import Synchronous
 from tests.contract.drivers import FakeClock
 
 
 def test_an_older_database_is_counted_once_when_first_opened(tmp_path):
     path = str(tmp_path / "old.sqlite")
     clock = FakeClock()
-    driver = Driver(path, clock=clock)
-    driver.post_messages("p", "q", "c", [NewMessage(body=i, ttl=600, delay=i % 3 * 60)
+    driver = Synchronous(Driver(path, clock=clock))
+    driver.messages.post("p", "q", "c", [NewMessage(body=i, ttl=600, delay=i % 3 * 60)
                                          for i in range(30)])
-    driver.claim("p", "q", ttl=60, grace=60, limit=4, dead_letter=None)
+    driver.claims.create("p", "q", ttl=60, grace=60, limit=4, dead_letter=None)
     driver.close()
     # Undo the tallies, as in a database written by an earlier delayq.
     db = sqlite3.connect(path)
@@ -32,16 +33,16 @@ def test_an_older_database_is_counted_once_when_first_opened(tmp_path):
     db.close()
 
     for _ in range(2):  # the second open must not count them again
-        driver = Driver(path, clock=clock)
-        counts = driver.queue_counts("p", "q")
-        stats = driver.queue_stats("p", "q")
+        driver = Synchronous(Driver(path, clock=clock))
+        counts = driver.queues.counts("p", "q")
+        stats = driver.queues.stats("p", "q")
         assert counts == QueueCounts(stats.free, stats.claimed, stats.delayed)
         assert counts == QueueCounts(6, 4, 20)
         driver.close()
 
 
 def test_a_count_reads_only_the_tallies_index(tmp_path):
-    driver = Driver(str(tmp_path / "plan.sqlite"))
+    driver = Synchronous(Driver(str(tmp_path / "plan.sqlite")))
     plan = driver._db().execute("EXPLAIN QUERY PLAN " + sql.TALLIES_AFTER,
                                 {"queue_id": 1, **tally_ranges(1.8e9)}).fetchall()
     details = [row[-1] for row in plan]

@@ -24,6 +24,7 @@ from delayq.conf import WSGI_GROUP
 from delayq.storage.mongo.client import make_client
 from delayq.storage.mongo.driver import Driver as MongoDriver
 from delayq.storage.swift.driver import Driver as SwiftDriver
+from delayq.synchronous import Synchronous
 from tests.redis_servers import SERVERS
 from tests.server import free_port
 
@@ -141,8 +142,8 @@ def test_an_unreachable_mongodb_answers_503_naming_only_mongodb(make_conf, caplo
     mongo = make_client(f"mongodb://127.0.0.1:{port}/", server_selection_timeout=0.3,
                         connect_timeout=0.3)
     with caplog.at_level(logging.WARNING):
-        driver = MongoDriver(mongo, "delayq_unreachable")
-    client = testing.TestClient(create_app(make_conf(), driver=driver))
+        driver = Synchronous(MongoDriver(mongo, "delayq_unreachable"))
+    client = testing.TestClient(create_app(make_conf(), driver=driver.target))
     try:
         assert_503s(client, "mongodb", [POST, CLAIM, STATS, DELETE],
                     [f"127.0.0.1:{port}", "Topology"], caplog)
@@ -157,10 +158,10 @@ def test_an_unreachable_mongodb_answers_503_naming_only_mongodb(make_conf, caplo
 def test_an_unreachable_swift_answers_503_naming_only_swift(make_conf, caplog):
     port = free_port()
     auth_url = f"http://127.0.0.1:{port}/auth/v1.0"
-    driver = SwiftDriver(lambda: Connection(authurl=auth_url, user="test:tester",
+    driver = Synchronous(SwiftDriver(lambda: Connection(authurl=auth_url, user="test:tester",
                                             key="testing", retries=0, timeout=5),
-                         prefix="down")
-    client = testing.TestClient(create_app(make_conf(), driver=driver))
+                         prefix="down"))
+    client = testing.TestClient(create_app(make_conf(), driver=driver.target))
     try:
         assert_503s(client, "swift", [POST, CLAIM, STATS],
                     [f"port={port}", "/auth/v1.0"], caplog)

@@ -37,6 +37,7 @@ from delayq.queue import QueueCounts
 from delayq.storage.registry import load_driver
 from delayq.storage.swift import layout
 from delayq.storage.swift.driver import Driver
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, message_edit
 from tests.contract.drivers import FakeClock
 from tests.server import free_port
@@ -61,7 +62,7 @@ def clock() -> FakeClock:
 
 def post(driver: Driver, queue: str, count: int, *, ttl: int = 3600, delay: int = 0
          ) -> list[str]:
-    return driver.post_messages(PROJECT, queue, CLIENT,
+    return driver.messages.post(PROJECT, queue, CLIENT,
                                 [NewMessage({"n": i}, ttl, delay) for i in range(count)])
 
 
@@ -109,7 +110,7 @@ def race(driver: Driver, container: str, marker: str, racers: int,
 def test_of_twelve_bidders_for_one_marker_exactly_one_wins_every_round(make_driver, prefix,
                                                                       clock):
     driver = make_driver(clock=clock, claim_settle_time=0.1)
-    driver.create_queue(PROJECT, "q", {})
+    driver.queues.create(PROJECT, "q", {})
     container = layout.container(prefix, PROJECT, "q")
     winners = [race(driver, container, f"c/bid{n}/000001", 12) for n in range(10)]
     assert winners == [1] * 10
@@ -147,7 +148,7 @@ def test_the_settle_time_is_what_keeps_late_landing_racers_from_winning_too(make
     # only the last one does.
     driver = make_driver(clock=clock, claim_settle_time=settle,
                          wrap=lambda conn: SlowUploads(conn, 0.5))
-    driver.create_queue(PROJECT, "q", {})
+    driver.queues.create(PROJECT, "q", {})
     container = layout.container(prefix, PROJECT, "q")
     winners = [race(driver, container, f"c/late{n}/000001", 4, stagger=0.1)
                for n in range(2)]
@@ -182,7 +183,7 @@ def crash(kind: str, prefix: str, queue: str, now: float, *, redrive: bool = Fal
 def test_a_claimer_killed_mid_claim_holds_the_message_until_its_claim_expires(
         make_driver, prefix, clock, kind, first_look):
     driver = make_driver(clock=clock)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     ids = post(driver, "q", 3)
     crash(kind, prefix, "q", clock.now)  # claimed ids[0] for 60 s, then died
 
@@ -196,7 +197,7 @@ def test_a_claimer_killed_mid_claim_holds_the_message_until_its_claim_expires(
         assert broker.claim(PROJECT, "q", ttl=300, grace=60, limit=10) is None
         stats = broker.stats(PROJECT, "q")
         assert (stats.free, stats.claimed, stats.delayed) == (0, 3, 0)
-        [held] = driver.get_messages(PROJECT, "q", [ids[0]])
+        [held] = driver.messages.get(PROJECT, "q", [ids[0]])
         assert held.claim_count == 1
         assert held.claim_id not in (None, alive.id)
         assert held.claim_expires == pytest.approx(START + 60)
@@ -233,25 +234,25 @@ def claimed_once(driver: Driver, broker: Broker) -> list[str]:
 def test_a_mover_killed_between_steps_leaves_each_message_in_exactly_one_queue(
         make_driver, prefix, clock, raw, kind, completer):
     driver = make_driver(clock=clock)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     ids = claimed_once(driver, broker)
     crash(kind, prefix, "q", clock.now)  # died moving ids[0]
 
     copied = kind in ("after-copy", "before-source-delete")
-    in_dlq = [m.id for m in driver.get_messages(PROJECT, "dlq", ids)]
+    in_dlq = [m.id for m in driver.messages.get(PROJECT, "dlq", ids)]
     assert in_dlq == ([ids[0]] if copied else [])
 
     if completer == "reader":
         # Reading the source completes a move under way and does not report the message;
         # a message whose mover died before marking it is still only in the source.
-        in_source = [m.id for m in driver.get_messages(PROJECT, "q", ids)]
+        in_source = [m.id for m in driver.messages.get(PROJECT, "q", ids)]
         assert in_source == (ids if kind == "after-move-bid" else ids[1:])
     else:
         # A claim meeting the stale index entry completes the move (and makes the rest).
         clock.advance(1)
         assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=10) is None
 
-    for view in (lambda q: [m.id for m in driver.get_messages(PROJECT, q, ids)],
+    for view in (lambda q: [m.id for m in driver.messages.get(PROJECT, q, ids)],
                  lambda q: listed(broker, q)):
         seen = Counter(view("q")) + Counter(view("dlq"))
         assert seen == Counter(ids), seen
@@ -260,7 +261,7 @@ def test_a_mover_killed_between_steps_leaves_each_message_in_exactly_one_queue(
     assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=10) is None
     assert listed(broker, "q") == []
     assert Counter(listed(broker, "dlq")) == Counter(ids)
-    moved = driver.get_messages(PROJECT, "dlq", ids)
+    moved = driver.messages.get(PROJECT, "dlq", ids)
     assert [(m.id, m.claim_count, m.source_queue) for m in moved] == [
         (i, 1, "q") for i in ids]
     assert broker.stats(PROJECT, "q").total == 0
@@ -278,7 +279,7 @@ def test_a_mover_killed_between_steps_leaves_each_message_in_exactly_one_queue(
 def test_a_redrive_killed_between_steps_leaves_each_message_in_exactly_one_queue(
         make_driver, prefix, clock, raw, kind, completer):
     driver = make_driver(clock=clock)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     ids = claimed_once(driver, broker)
     clock.advance(1)
     assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=3) is None  # all moved
@@ -287,17 +288,17 @@ def test_a_redrive_killed_between_steps_leaves_each_message_in_exactly_one_queue
 
     if completer == "reader":
         # Reading the dead-letter queue completes a redrive under way.
-        in_dlq = [m.id for m in driver.get_messages(PROJECT, "dlq", ids)]
+        in_dlq = [m.id for m in driver.messages.get(PROJECT, "dlq", ids)]
         assert len(in_dlq) == (3 if kind == "after-move-bid" else 2)
     clock.advance(1)
     # The dead redrive's message is completed on the way (its won marker says where it
     # goes), not counted again.
     assert broker.redrive(PROJECT, "dlq") == 2
-    for view in (lambda q: [m.id for m in driver.get_messages(PROJECT, q, ids)],
+    for view in (lambda q: [m.id for m in driver.messages.get(PROJECT, q, ids)],
                  lambda q: listed(broker, q)):
         assert Counter(view("q")) + Counter(view("dlq")) == Counter(ids)
     assert listed(broker, "dlq") == []
-    back = driver.get_messages(PROJECT, "q", ids)
+    back = driver.messages.get(PROJECT, "q", ids)
     assert sorted((m.id, m.claim_count, m.source_queue) for m in back) == [
         (i, 0, None) for i in sorted(ids)]
     assert [n for n in names(raw, prefix, "dlq") if n.startswith(("m/", "a/"))] == []
@@ -318,14 +319,14 @@ EDIT_STEPS = ["after-edit-bid", "after-edit-write"]
 def test_an_editor_killed_mid_edit_leaves_the_message_once_and_edited_at_most_once(
         make_driver, prefix, clock, raw, kind, change, completer):
     driver = make_driver(clock=clock)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     broker.create_queue(PROJECT, "q", {"_default_message_delay": 600})
     ids = post(driver, "q", 3)
     document = {"body": "edited"} if change == "body" else {"delay": 300}
     crash(kind, prefix, "q", clock.now, edit=(ids[0], document))
 
     # Never lost, never twice, whatever a reader meets.
-    assert sorted(m.id for m in driver.get_messages(PROJECT, "q", ids)) == sorted(ids)
+    assert sorted(m.id for m in driver.messages.get(PROJECT, "q", ids)) == sorted(ids)
     assert sorted(listed(broker, "q")) == sorted(ids)
     clock.advance(1)  # the dead editor's bid has settled
     if completer == "editor":
@@ -425,18 +426,18 @@ def test_a_loser_repairing_the_index_while_the_winner_deletes_leaves_nothing_beh
     hold = Hold(("put_object", "c/"), ("put_object", "a/"))
     loser = make_driver(clock=FakeClock(START + 1), wrap=hold.wrap)
     [message_id] = post(winner, "q", 1)
-    late = Background(lambda: loser.claim(PROJECT, "q", ttl=60, grace=60, limit=1,
+    late = Background(lambda: loser.claims.create(PROJECT, "q", ttl=60, grace=60, limit=1,
                                           dead_letter=None))
     late.start()
     hold.reached("put_object", "c/")  # the loser has listed the message, is about to bid
-    claim = winner.claim(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None)
+    claim = winner.claims.create(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None)
     assert [m.id for m in claim.messages] == [message_id]
     hold.release("put_object", "c/")
     hold.reached("put_object", "a/")  # lost; repairing the index from what it read
-    winner.delete_message(PROJECT, "q", message_id, claim.id)
+    winner.messages.delete(PROJECT, "q", message_id, claim.id)
     hold.release("put_object", "a/")
     assert late.result() is None
-    assert winner.queue_stats(PROJECT, "q").total == 0
+    assert winner.queues.stats(PROJECT, "q").total == 0
     assert names(raw, prefix, "q", "a/") == []
 
 
@@ -446,16 +447,16 @@ def test_a_claim_of_a_message_deleted_while_it_was_claiming_leaves_nothing_behin
     claimer = make_driver(clock=clock, wrap=hold.wrap)
     deleter = make_driver(clock=clock)
     [message_id] = post(deleter, "q", 1)
-    claiming = Background(lambda: claimer.claim(PROJECT, "q", ttl=60, grace=60, limit=1,
+    claiming = Background(lambda: claimer.claims.create(PROJECT, "q", ttl=60, grace=60, limit=1,
                                                 dead_letter=None))
     claiming.start()
     hold.reached("post_object", "m/")  # won the message, about to write its claimed state
-    deleter.delete_message(PROJECT, "q", message_id, None)  # not claimed yet: deleted
+    deleter.messages.delete(PROJECT, "q", message_id, None)  # not claimed yet: deleted
     hold.release("post_object", "m/")
     claim = claiming.result()
     for message in claim.messages if claim else []:
-        claimer.delete_message(PROJECT, "q", message.id, claim.id)
-    assert deleter.queue_stats(PROJECT, "q").total == 0
+        claimer.messages.delete(PROJECT, "q", message.id, claim.id)
+    assert deleter.queues.stats(PROJECT, "q").total == 0
     assert names(raw, prefix, "q", "a/") == []
 
 
@@ -492,7 +493,7 @@ def test_a_message_whose_state_is_being_rewritten_is_never_read_as_gone(make_dri
         writer.start()
     while time.monotonic() < stop:
         reads += 1
-        misses += driver.get_messages(PROJECT, "q", [message_id]) == []
+        misses += driver.messages.get(PROJECT, "q", [message_id]) == []
     for writer in writers:
         writer.result()
     assert reads > 100
@@ -523,7 +524,7 @@ def test_every_object_carries_x_delete_at_at_its_expiry_plus_the_retention_round
     # Past its expiry a message stays stored for the retention: the driver, not Swift's
     # expirer, removes it, and reports it.
     driver = make_driver(clock=clock, expired_retention=RETENTION)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     broker.create_queue(PROJECT, "q", {**POLICY, "_dead_letter_queue_messages_ttl": 120})
     [free, delayed] = post(driver, "q", 1, ttl=60) + post(driver, "q", 1, ttl=60, delay=30)
     at = {kind: delete_at(raw, prefix, "q", name)
@@ -539,7 +540,7 @@ def test_every_object_carries_x_delete_at_at_its_expiry_plus_the_retention_round
           for kind, name in objects_of(raw, prefix, "q", free).items()}
     assert at["m/"] == at["a/"] == 4_000_000_091 + RETENTION
     assert at["c/"] >= at["m/"]
-    [message] = driver.get_messages(PROJECT, "q", [free])
+    [message] = driver.messages.get(PROJECT, "q", [free])
     assert at["m/"] == math.ceil(message.expires) + RETENTION
 
     clock.advance(10)
@@ -568,17 +569,17 @@ def test_every_object_carries_x_delete_at_at_its_expiry_plus_the_retention_round
 def test_an_expired_message_is_invisible_to_every_read_at_once(make_driver, prefix, clock,
                                                               raw):
     driver = make_driver(clock=clock)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     ids = post(driver, "q", 2, ttl=60) + post(driver, "q", 1, ttl=60, delay=30)
     claim = broker.claim(PROJECT, "q", ttl=30, grace=0, limit=1)
     assert [m.id for m in claim.messages] == ids[:1]
 
     clock.now = START + 60 - 1e-5
-    assert len(driver.get_messages(PROJECT, "q", ids)) == 3
+    assert len(driver.messages.get(PROJECT, "q", ids)) == 3
     assert broker.stats(PROJECT, "q").total == 3
 
     clock.now = START + 60  # exactly their expiry
-    assert driver.get_messages(PROJECT, "q", ids) == []
+    assert driver.messages.get(PROJECT, "q", ids) == []
     with pytest.raises(errors.MessageNotFound):
         broker.get_message(PROJECT, "q", ids[1])
     assert listed(broker, "q") == []
@@ -594,7 +595,7 @@ def test_an_expired_message_is_invisible_to_every_read_at_once(make_driver, pref
     assert broker.pop(PROJECT, "q", 10) == []
     # The claim that met them removed them, and reported each expiry.
     assert [n for n in names(raw, prefix, "q") if n.startswith(("m/", "a/"))] == []
-    assert sorted(e.message_id for e in driver.read_events(PROJECT, "q")
+    assert sorted(e.message_id for e in driver.trail.events(PROJECT, "q")
                   if e.kind == events.EXPIRED) == sorted(ids)
 
 
@@ -603,7 +604,7 @@ def test_an_expired_message_is_invisible_to_every_read_at_once(make_driver, pref
 
 def expired_ids(driver: Driver, queue: str) -> list[str]:
     """The message ids of the queue's expired events, as many times as recorded."""
-    return sorted(e.message_id for e in driver.read_events(PROJECT, queue)
+    return sorted(e.message_id for e in driver.trail.events(PROJECT, queue)
                   if e.kind == events.EXPIRED)
 
 
@@ -659,7 +660,7 @@ def test_claimers_racing_over_an_expired_head_report_each_expired_message_once(
                 for _ in range(4)]
     for claimer in claimers:
         claimer._objects.swift.get_auth()  # logged in before the race
-    claims = together(*(lambda c=claimer: c.claim(PROJECT, "q", ttl=60, grace=0, limit=3,
+    claims = together(*(lambda c=claimer: c.claims.create(PROJECT, "q", ttl=60, grace=0, limit=3,
                                                   dead_letter=None)
                         for claimer in claimers))
     claimed = sorted(m.id for claim in claims if claim for m in claim.messages)
@@ -688,7 +689,7 @@ def test_two_reapers_racing_report_each_expired_message_once(make_driver, raw, p
         assert expired_ids(poster, queue) == sorted(ids)
     assert names(raw, prefix, "q", "m/") == []
     assert names(raw, prefix, "r", "m/") == [f"m/{i}" for i in kept]
-    assert [m.id for m in poster.get_messages(PROJECT, "r", kept)] == kept
+    assert [m.id for m in poster.messages.get(PROJECT, "r", kept)] == kept
 
 
 def test_a_reaper_deleting_after_another_read_the_message_does_not_report_it_again(
@@ -717,15 +718,15 @@ def test_a_message_moving_when_it_expires_is_moved_on_not_reaped(make_driver, ra
     # Its mover stalls after marking it moving; by the reaper's pass its expiry in the
     # source has passed, but the dead-letter queue's ttl keeps it alive there.
     ended: list[str] = []
-    broker = Broker(make_driver(clock=clock), Limits())
+    broker = Synchronous(Broker(make_driver(clock=clock).target, Limits()))
     broker.create_queue(PROJECT, "q", {**POLICY, "_dead_letter_queue_messages_ttl": 3600})
     [mid] = post(broker.driver, "q", 1, ttl=60)
     broker.release_claim(PROJECT, "q", broker.claim(PROJECT, "q", ttl=30, grace=0,
                                                     limit=1).id)
     hold = Hold(("put_object", layout.MESSAGE_PREFIX))  # the copy into the dead-letter queue
     mover = reporting(make_driver, ended, clock=clock, wrap=hold.wrap)
-    moving = Background(lambda: Broker(mover, Limits()).claim(PROJECT, "q", ttl=30,
-                                                              grace=0, limit=1))
+    moving_broker = Synchronous(Broker(mover.target, Limits()))
+    moving = Background(lambda: moving_broker.claim(PROJECT, "q", ttl=30, grace=0, limit=1))
     moving.start()
     hold.reached("put_object", layout.MESSAGE_PREFIX)
     clock.advance(61)
@@ -764,11 +765,11 @@ def test_a_message_whose_delay_runs_past_its_ttl_is_reaped_at_its_expiry(make_dr
     assert entry.available == entry.expires == round((START + 60) * 1_000_000)
     clock.advance(59)
     driver.reap()
-    assert ended == [] and driver.queue_stats(PROJECT, "q").delayed == 1
+    assert ended == [] and driver.queues.stats(PROJECT, "q").delayed == 1
     clock.advance(1)
     driver.reap()
     assert ended == [events.EXPIRED]
-    [event] = [e for e in driver.read_events(PROJECT, "q") if e.kind == events.EXPIRED]
+    [event] = [e for e in driver.trail.events(PROJECT, "q") if e.kind == events.EXPIRED]
     assert (event.message_id, event.time, event.expires) == (late, START + 60, START + 60)
     assert names(raw, prefix, "q", "m/") == names(raw, prefix, "q", "a/") == []
 
@@ -848,12 +849,12 @@ def request_costs(make_driver: Callable[..., Driver], busy: int, **options: Any
     clock = FakeClock(START)
     queue = f"q{busy}"
     driver = make_driver(clock=clock, wrap=log.wrap, **{**NO_FLUSH, **options})
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     broker.create_queue(PROJECT, queue, {})
     if busy:
         post(driver, queue, busy, delay=600)
         post(driver, queue, busy)
-        assert len(driver.claim(PROJECT, queue, ttl=600, grace=60, limit=busy,
+        assert len(driver.claims.create(PROJECT, queue, ttl=600, grace=60, limit=busy,
                                 dead_letter=None).messages) == busy
 
     costs: dict[str, tuple[int, Counter[str]]] = {}
@@ -899,7 +900,7 @@ def request_costs(make_driver: Callable[..., Driver], busy: int, **options: Any
         include_claimed=False, include_delayed=False))
     assert [m.id for m in page[0]] == ten
     broker.delete_messages(PROJECT, queue, ten[1:])
-    driver.set_queue_metadata(PROJECT, queue, {"_max_claim_count": 1,
+    driver.queues.set_metadata(PROJECT, queue, {"_max_claim_count": 1,
                                                "_dead_letter_queue": f"{queue}-dlq"})
     assert measure("claim meeting 1 worn-out message (dead-letter move)", claiming(10)) is None
     assert [m.id for m in broker.get_messages(PROJECT, f"{queue}-dlq", ten)] == ten[:1]
@@ -935,7 +936,7 @@ def test_a_page_of_free_messages_costs_the_same_behind_delayed_ones(make_driver)
     driver = make_driver(clock=FakeClock(START), wrap=log.wrap, **NO_FLUSH)
     post(driver, "q", 60, delay=600)
     free = post(driver, "q", 10)
-    total, _, (page, _) = log.measure(lambda: driver.list_messages(
+    total, _, (page, _) = log.measure(lambda: driver.messages.page(
         PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=False,
         include_delayed=False))
     assert [m.id for m in page] == free
@@ -947,7 +948,7 @@ def test_a_page_of_free_messages_costs_the_same_behind_delayed_ones(make_driver)
 
 def stats_counts(driver: Driver, queue: str) -> QueueCounts:
     """What ``queue_stats`` counts (a listing of the whole index), as QueueCounts."""
-    stats = driver.queue_stats(PROJECT, queue)
+    stats = driver.queues.stats(PROJECT, queue)
     return QueueCounts(stats.free, stats.claimed, stats.delayed)
 
 
@@ -955,7 +956,7 @@ def counted_by_a_new_process(make_driver, clock, queue: str = "q") -> QueueCount
     """The queue's counts as a process that wrote nothing reads them: from the tally
     objects alone, checked against a listing of the whole index."""
     reader = make_driver(clock=clock)
-    counts = reader.queue_counts(PROJECT, queue)
+    counts = reader.queues.counts(PROJECT, queue)
     assert counts == stats_counts(reader, queue), queue
     return counts
 
@@ -971,31 +972,31 @@ def test_tallies_of_two_writers_add_up_for_a_third_process_once_written(make_dri
     post(first, "q", 3, delay=60)
     post(first, "q", 4)
     post(second, "q", 2, ttl=30)
-    held = second.claim(PROJECT, "q", ttl=120, grace=60, limit=3, dead_letter=None)
+    held = second.claims.create(PROJECT, "q", ttl=120, grace=60, limit=3, dead_letter=None)
     assert held is not None and len(held.messages) == 3
     # The first process deletes a message the second claimed, and renews what is left.
-    first.delete_messages(PROJECT, "q", [held.messages[0].id])
-    first.renew_claim(PROJECT, "q", held.id, 300, 60)
+    first.messages.delete_many(PROJECT, "q", [held.messages[0].id])
+    first.claims.renew(PROJECT, "q", held.id, 300, 60)
     expected = QueueCounts(free=3, claimed=2, delayed=3)
     assert stats_counts(reader, "q") == expected
     # Each process sees its own changes at once, the other's only once written.
-    assert reader.queue_counts(PROJECT, "q") == QueueCounts(0, 0, 0)
+    assert reader.queues.counts(PROJECT, "q") == QueueCounts(0, 0, 0)
     assert tally_writers(raw, prefix, "q") == set()
 
     first.flush_tallies()
     second.close()
     assert len(tally_writers(raw, prefix, "q")) == 2
-    assert reader.queue_counts(PROJECT, "q") == expected
+    assert reader.queues.counts(PROJECT, "q") == expected
     clock.advance(60.0005)  # the delay passes (the claim extended the ttl-30 messages)
-    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+    assert reader.queues.counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
         free=6, claimed=2, delayed=0)
 
     # A purge by another process drops every writer's tallies; the first process, which
     # had written some, starts again from what it counts after.
-    reader.purge_queue(PROJECT, "q")
+    reader.queues.purge(PROJECT, "q")
     post(first, "q", 1, delay=10)
     first.flush_tallies()
-    assert reader.queue_counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
+    assert reader.queues.counts(PROJECT, "q") == stats_counts(reader, "q") == QueueCounts(
         0, 0, 1)
 
 
@@ -1118,7 +1119,7 @@ def test_tallies_written_after_a_concurrent_run_agree_with_stats(make_driver, cl
     """Threads of two processes post, claim (racing for the same messages, moving worn-out
     ones to a dead-letter queue), renew, release and delete for a few seconds."""
     drivers = [make_driver(clock=clock, tally_flush_interval=0.2) for _ in range(2)]
-    brokers = [Broker(driver, Limits()) for driver in drivers]
+    brokers = [Synchronous(Broker(driver.target, Limits())) for driver in drivers]
     brokers[0].create_queue(PROJECT, "q", {"_max_claim_count": 2,
                                            "_dead_letter_queue": "dlq"})
     deadline = time.monotonic() + 4
@@ -1154,8 +1155,8 @@ def test_tallies_written_after_a_concurrent_run_agree_with_stats(make_driver, cl
         driver.close()
     reader = make_driver(clock=clock)
     for queue in ("q", "dlq"):
-        assert reader.queue_counts(PROJECT, queue) == stats_counts(reader, queue), queue
-    counts = reader.queue_counts(PROJECT, "q")
+        assert reader.queues.counts(PROJECT, queue) == stats_counts(reader, queue), queue
+    counts = reader.queues.counts(PROJECT, "q")
     assert counts.free and counts.claimed and counts.delayed
 
 
@@ -1168,7 +1169,7 @@ def test_a_count_costs_the_same_requests_behind_10_or_300_delayed_messages(make_
     for backlog in (10, 300):
         posted += len(post(writer, "q", backlog - posted, delay=600))
         writer.flush_tallies()
-        total, _, counts = log.measure(lambda: reader.queue_counts(PROJECT, "q"))
+        total, _, counts = log.measure(lambda: reader.queues.counts(PROJECT, "q"))
         assert counts == QueueCounts(0, 0, backlog)
         costs.append(total)
     # A listing of each level's page and a GET of the one writer's object there.
@@ -1195,7 +1196,7 @@ def test_time_is_the_swift_proxys_and_a_step_of_this_hosts_clock_changes_nothing
     for driver in (every_time, synced, started_after_the_step):
         assert abs(driver.now() - real()) < CLOCK_READING_ERROR
     [message_id] = post(started_after_the_step, "q", 1)
-    [message] = synced.get_messages(PROJECT, "q", [message_id])
+    [message] = synced.messages.get(PROJECT, "q", [message_id])
     assert abs(message.created - real()) < 1
 
 
@@ -1262,15 +1263,15 @@ def unreachable_driver(key: str | None = None, clock: Callable[[], float] | None
     auth = SWIFT.auth()
     if key is None:
         url = f"http://127.0.0.1:{free_port()}/auth/v1.0"
-        return Driver(connector(url, auth.user, auth.key), prefix="down", clock=clock)
-    return Driver(connector(auth.auth_url, auth.user, key), prefix="down", clock=clock)
+        return Synchronous(Driver(connector(url, auth.user, auth.key), prefix="down", clock=clock))
+    return Synchronous(Driver(connector(auth.auth_url, auth.user, key), prefix="down", clock=clock))
 
 
 OPERATIONS: dict[str, Callable[[Driver], Any]] = {
     "post": lambda d: post(d, "q", 1),
-    "claim": lambda d: d.claim(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None),
-    "get": lambda d: d.get_messages(PROJECT, "q", ["0" * 24]),
-    "stats": lambda d: d.queue_stats(PROJECT, "q"),
+    "claim": lambda d: d.claims.create(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None),
+    "get": lambda d: d.messages.get(PROJECT, "q", ["0" * 24]),
+    "stats": lambda d: d.queues.stats(PROJECT, "q"),
 }
 
 
@@ -1296,7 +1297,7 @@ def test_an_unreachable_or_refusing_swift_is_storage_unavailable_at_once(cause, 
 @pytest.mark.parametrize("cause", ["closed-port", "wrong-key"])
 def test_an_unreachable_or_refusing_swift_answers_503_json(make_conf, cause):
     driver = unreachable_driver("wrong" if cause == "wrong-key" else None)
-    client = testing.TestClient(create_app(make_conf(), driver=driver))
+    client = testing.TestClient(create_app(make_conf(), driver=driver.target))
     headers = {"Client-ID": CLIENT, "X-Project-ID": PROJECT}
     requests = [("POST", "/v2/queues/q/messages", {"messages": [{"body": 1}]}),
                 ("POST", "/v2/queues/q/claims", {}),
@@ -1328,11 +1329,11 @@ def test_load_driver_builds_a_working_swift_driver_from_the_configuration(prefix
     for name, value in {"auth_url": auth.auth_url, "user": auth.user, "key": auth.key,
                         "container_prefix": prefix, "claim_settle_time": 0.4}.items():
         conf.set_override(name, value, group=group)
-    driver = load_driver(conf)
+    driver = Synchronous(load_driver(conf))
     try:
         assert isinstance(driver, Driver) and driver.name == "swift"
         assert driver.ping() is True
-        broker = Broker(driver, Limits())
+        broker = Synchronous(Broker(driver.target, Limits()))
         [message_id] = post(driver, "from-conf", 1)
         began = time.monotonic()
         claim = broker.claim(PROJECT, "from-conf", ttl=60, grace=60, limit=1)
@@ -1379,17 +1380,17 @@ def test_the_trail_outlives_the_queue_container(make_driver, prefix, clock, raw)
     driver = make_driver(clock=clock)
     post(driver, "q", 2)
     clock.advance(1)
-    driver.delete_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
     with pytest.raises(ClientException) as gone:
         raw.head_container(layout.container(prefix, PROJECT, "q"))
     assert gone.value.http_status == 404
     assert len(trail_objects(raw, prefix, "q")) == 2  # the post's, the deletion's
-    assert [e.kind for e in driver.read_events(PROJECT, "q")] == [
+    assert [e.kind for e in driver.trail.events(PROJECT, "q")] == [
         events.POSTED, events.POSTED, events.PURGED]
-    assert driver.trail_queues(PROJECT) == driver.trail_queues(None) == [(PROJECT, "q")]
+    assert driver.trail.queues(PROJECT) == driver.trail.queues(None) == [(PROJECT, "q")]
     # Deleting or purging the absent queue again records nothing.
-    driver.delete_queue(PROJECT, "q")
-    driver.purge_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
+    driver.queues.purge(PROJECT, "q")
     assert len(trail_objects(raw, prefix, "q")) == 2
 
 
@@ -1411,12 +1412,12 @@ def trail_costs(make_driver: Callable[..., Driver], settings: events.Settings
     def measure(name: str, operation: Callable[[], Any]) -> None:
         costs[name] = log.measure(operation)[1]
 
-    measure("create a queue", lambda: driver.create_queue(PROJECT, "q", {}))
+    measure("create a queue", lambda: driver.queues.create(PROJECT, "q", {}))
     ids = post(driver, "q", 4)
-    measure("delete 2 messages by id", lambda: driver.delete_messages(PROJECT, "q", ids[:2]))
-    measure("pop 1 message", lambda: driver.pop_messages(PROJECT, "q", 1))
-    measure("purge a queue of 1", lambda: driver.purge_queue(PROJECT, "q"))
-    measure("delete a queue", lambda: driver.delete_queue(PROJECT, "q"))
+    measure("delete 2 messages by id", lambda: driver.messages.delete_many(PROJECT, "q", ids[:2]))
+    measure("pop 1 message", lambda: driver.messages.pop(PROJECT, "q", 1))
+    measure("purge a queue of 1", lambda: driver.queues.purge(PROJECT, "q"))
+    measure("delete a queue", lambda: driver.queues.delete(PROJECT, "q"))
     measure("post to a new queue", lambda: post(driver, "new", 1))
     return costs
 
@@ -1444,7 +1445,7 @@ def test_the_trail_costs_one_put_per_request_that_changes_messages(make_driver):
 
 def test_with_the_trail_off_nothing_of_it_is_stored(make_driver, prefix, clock, raw):
     driver = make_driver(clock=clock, events_settings=events.OFF)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     broker.create_queue(PROJECT, "q", POLICY)
     ids = post(driver, "q", 3)
     claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=1)
@@ -1456,7 +1457,7 @@ def test_with_the_trail_off_nothing_of_it_is_stored(make_driver, prefix, clock, 
     assert claim is not None
     _, containers = raw.get_account(prefix=layout.events_prefix(prefix))
     assert containers == []
-    assert driver.trail_queues(PROJECT) == [(PROJECT, "dlq")]
+    assert driver.trail.queues(PROJECT) == [(PROJECT, "dlq")]
 
 
 class FailingTrail:
@@ -1480,9 +1481,9 @@ def test_an_event_write_that_fails_loses_the_events_not_the_request(make_driver,
     driver = make_driver(clock=clock, wrap=lambda conn: FailingTrail(conn, prefix))
     with caplog.at_level(logging.WARNING, logger="delayq.storage.trail"):
         ids = post(driver, "q", 2)
-    assert [m.id for m in driver.get_messages(PROJECT, "q", ids)] == ids
+    assert [m.id for m in driver.messages.get(PROJECT, "q", ids)] == ids
     assert any("event(s) of the trail lost" in r.getMessage() for r in caplog.records)
-    assert list(driver.read_events(PROJECT, "q")) == []
+    assert list(driver.trail.events(PROJECT, "q")) == []
 
 
 class DeletedFirst:
@@ -1506,23 +1507,23 @@ def test_only_the_request_whose_delete_found_the_message_records_its_end(make_dr
     driver = make_driver(clock=clock)
     loser = make_driver(clock=clock, wrap=DeletedFirst)
     ids = post(driver, "q", 3)
-    loser.delete_messages(PROJECT, "q", ids[:1])
-    loser.delete_message(PROJECT, "q", ids[1], None)
-    assert [m.id for m in loser.pop_messages(PROJECT, "q", 1)] == ids[2:]
-    assert [e.kind for e in driver.read_events(PROJECT, "q")] == [events.POSTED] * 3
-    assert driver.get_messages(PROJECT, "q", ids) == []
+    loser.messages.delete_many(PROJECT, "q", ids[:1])
+    loser.messages.delete(PROJECT, "q", ids[1], None)
+    assert [m.id for m in loser.messages.pop(PROJECT, "q", 1)] == ids[2:]
+    assert [e.kind for e in driver.trail.events(PROJECT, "q")] == [events.POSTED] * 3
+    assert driver.messages.get(PROJECT, "q", ids) == []
 
 
 def test_trail_queues_names_a_hashed_project_from_its_events(make_driver, clock):
     project = "p" * 200  # past layout.LONG_PROJECT: hashed in container names
     assert layout.project_part(project).startswith(layout.HASHED)
     driver = make_driver(clock=clock)
-    driver.post_messages(project, "traced", CLIENT, [NewMessage(1, 60, 0)])
-    driver.delete_queue(project, "traced")
+    driver.messages.post(project, "traced", CLIENT, [NewMessage(1, 60, 0)])
+    driver.queues.delete(project, "traced")
     silent = make_driver(clock=clock, events_settings=events.OFF)
-    silent.post_messages(project, "untraced", CLIENT, [NewMessage(1, 60, 0)])
+    silent.messages.post(project, "untraced", CLIENT, [NewMessage(1, 60, 0)])
     expected = [(project, "traced"), (project, "untraced")]
-    assert driver.trail_queues(None) == driver.trail_queues(project) == expected
+    assert driver.trail.queues(None) == driver.trail.queues(project) == expected
 
 
 def test_the_trail_has_the_fields_sqlite_writes_for_the_same_history(make_driver, tmp_path):
@@ -1537,7 +1538,7 @@ def test_a_purge_or_deletion_racing_this_process_tally_writes_leaves_nothing_cou
     """The flusher writes every 5 ms: a write that took changes before a purge must not
     put them back after it (found by a suite run: -5 free, 3 claimed after a purge)."""
     driver = make_driver(clock=clock, tally_flush_interval=0.005)
-    broker = Broker(driver, Limits())
+    broker = Synchronous(Broker(driver.target, Limits()))
     for round_ in range(12):
         post(driver, "q", 3)
         post(driver, "q", 2, delay=60)
@@ -1547,7 +1548,7 @@ def test_a_purge_or_deletion_racing_this_process_tally_writes_leaves_nothing_cou
             broker.purge_queue(PROJECT, "q")
         else:
             broker.delete_queue(PROJECT, "q")
-        assert driver.queue_counts(PROJECT, "q") == QueueCounts(0, 0, 0), round_
+        assert driver.queues.counts(PROJECT, "q") == QueueCounts(0, 0, 0), round_
     driver.close()
     assert counted_by_a_new_process(make_driver, clock) == QueueCounts(0, 0, 0)
 
@@ -1563,19 +1564,19 @@ def test_a_deleted_queue_brought_back_by_a_racing_tally_write_is_no_queue(make_d
     _, listing = raw.get_container(container, prefix=layout.TALLY_PREFIX)
     written = {item["name"]: raw.get_object(container, item["name"])[1] for item in listing}
     assert written
-    other.delete_queue(PROJECT, "q")
+    other.queues.delete(PROJECT, "q")
     # What the race leaves: the container again, with the tally write and nothing else.
     raw.put_container(container)
     for name, body in written.items():
         raw.put_object(container, name, body)
 
     for reader in (other, make_driver(clock=clock)):
-        assert reader.get_queue(PROJECT, "q") is None
-        assert reader.list_queues(PROJECT, None, 10) == []
+        assert reader.queues.get(PROJECT, "q") is None
+        assert reader.queues.page(PROJECT, None, 10) == []
     # The read dropped the stray sums: a queue created again under the name counts
     # nothing of the one that was, nor does the writer's next write bring them back.
     assert names(raw, prefix, "q") == []
-    assert other.create_queue(PROJECT, "q", {})
+    assert other.queues.create(PROJECT, "q", {})
     assert counted_by_a_new_process(make_driver, clock) == QueueCounts(0, 0, 0)
     post(writer, "q", 2)
     writer.flush_tallies()
@@ -1634,13 +1635,13 @@ def test_a_deletion_outlasts_another_process_s_tally_writes_but_not_posts(make_d
     writes.start()
     while not writes.written:
         time.sleep(0.01)
-    driver.delete_queue(PROJECT, "q")
+    driver.queues.delete(PROJECT, "q")
     writes.join()
     assert writes.written > 10
     # A write landing after the deletion may bring the container back, holding tally
     # objects only: no queue (see the test above).
-    assert driver.get_queue(PROJECT, "q") is None
-    assert driver.list_queues(PROJECT, None, 10) == []
+    assert driver.queues.get(PROJECT, "q") is None
+    assert driver.queues.page(PROJECT, None, 10) == []
 
     post(driver, "p", 2)
     posts = Refiller(layout.container(prefix, PROJECT, "p"), layout.MESSAGE_PREFIX,
@@ -1649,6 +1650,6 @@ def test_a_deletion_outlasts_another_process_s_tally_writes_but_not_posts(make_d
     while not posts.written:
         time.sleep(0.01)
     with pytest.raises(errors.StorageUnavailable):
-        driver.delete_queue(PROJECT, "p")
+        driver.queues.delete(PROJECT, "p")
     posts.stop.set()
     posts.join()

@@ -14,6 +14,7 @@ from delayq import events
 from delayq.broker import Broker
 from delayq.idempotency import PostKey
 from delayq.storage.swift.post_keys import ROLL_FORWARD_AFTER
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage
 from tests.contract.drivers import FakeClock, open_driver
 from tests.contract.drivers import _swift as swift_spec
@@ -32,7 +33,7 @@ def test_a_repeat_completes_a_keyed_post_whose_process_died(tmp_path, kind):
 
     spec = swift_spec(tmp_path)
     clock = FakeClock(START)
-    driver = open_driver(spec, clock)
+    driver = Synchronous(open_driver(spec, clock))
     try:
         auth = SWIFT.auth()
         child = SPAWN.Process(target=keyed_post_and_die, args=(
@@ -42,7 +43,7 @@ def test_a_repeat_completes_a_keyed_post_whose_process_died(tmp_path, kind):
         child.join(timeout=60)
         assert child.exitcode == -signal.SIGKILL
 
-        broker = Broker(driver, Limits())
+        broker = Synchronous(Broker(driver.target, Limits()))
         clock.advance(ROLL_FORWARD_AFTER + 1)
         ids = broker.post(PROJECT, "q", "keyed-producer",
                           [PostedMessage(b, None, None) for b in BODIES], size=0, key=KEY)
@@ -58,19 +59,19 @@ def test_a_repeat_completes_a_keyed_post_whose_process_died(tmp_path, kind):
         # Counted and recorded by whoever ended phase 1: the repeat, unless the dead
         # process had (and died before it could count).
         counted = kind != "after-visible"
-        posted = [e.message_id for e in driver.read_events(PROJECT, "q")
+        posted = [e.message_id for e in driver.trail.events(PROJECT, "q")
                   if e.kind == events.POSTED]
         assert sorted(posted) == (sorted(ids) if counted else [])
         driver.flush_tallies()
-        assert driver.queue_counts(PROJECT, "q").total == (5 if counted else 0)
+        assert driver.queues.counts(PROJECT, "q").total == (5 if counted else 0)
     finally:
         driver.close()
 
 
 def test_an_unrelated_key_is_untouched(tmp_path):
-    driver = open_driver(swift_spec(tmp_path), FakeClock(START))
+    driver = Synchronous(open_driver(swift_spec(tmp_path), FakeClock(START)))
     try:
-        broker = Broker(driver, Limits())
+        broker = Synchronous(Broker(driver.target, Limits()))
         other = PostKey(f"k-{uuid.uuid4().hex}", "e" * 64, 300)
         first = broker.post(PROJECT, "q", "c", [PostedMessage("x", None, None)], size=0,
                             key=other)

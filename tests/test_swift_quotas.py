@@ -28,13 +28,13 @@ DRIVERS = 4  # each with leases of its own, as separate API servers have
 
 
 def post(driver: Driver, queue: str, count: int = 1, **quota: int) -> list[str]:
-    return driver.post_messages(PROJECT, queue, CLIENT,
+    return driver.messages.post(PROJECT, queue, CLIENT,
                                 [NewMessage({"n": i}, 3600, 0) for i in range(count)],
                                 **quota)
 
 
 def held(driver: Driver, queue: str) -> int:
-    return driver.queue_stats(PROJECT, queue).total
+    return driver.queues.stats(PROJECT, queue).total
 
 
 def burst(drivers: list[Driver], count: int, work: Callable[[Driver, int], Any]
@@ -78,7 +78,7 @@ def test_posts_through_drivers_sharing_only_swift_store_exactly_the_quota(make_d
 def test_creations_through_drivers_sharing_only_swift_make_exactly_the_quota(make_driver):
     drivers = [make_driver(clock=FakeClock(START)) for _ in range(DRIVERS)]
     outcomes = burst(drivers, 60, lambda d, i: (
-        d.create_queue(PROJECT, f"q{i}", {}, queue_quota=4) if i % 2
+        d.queues.create(PROJECT, f"q{i}", {}, queue_quota=4) if i % 2
         else post(d, f"q{i}", queue_quota=4)))
     assert refused(outcomes) == 56
     assert drivers[0].count_queues(PROJECT) == 4
@@ -146,9 +146,9 @@ def costs(make_driver, **quota: int) -> dict[str, tuple[int, dict[str, int]]]:
     queue_quota = quota.get("queue_quota", 0)
     spent = {}
     for name, operation in (
-            ("create", lambda: driver.create_queue(PROJECT, "q", {},
+            ("create", lambda: driver.queues.create(PROJECT, "q", {},
                                                    queue_quota=queue_quota)),
-            ("create again", lambda: driver.create_queue(PROJECT, "q", {},
+            ("create again", lambda: driver.queues.create(PROJECT, "q", {},
                                                          queue_quota=queue_quota)),
             ("post", lambda: post(driver, "q", 2, **quota))):
         total, counts, _ = log.measure(operation)

@@ -15,6 +15,7 @@ import pytest
 from delayq import events
 from delayq.broker import Broker
 from delayq.storage.swift import layout
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.drivers import FakeClock
 from tests.swift_server import SWIFT
@@ -44,7 +45,7 @@ def counts(broker: Broker, queue: str = "q") -> tuple[int, int, int]:
 def test_a_claimed_messages_entry_is_at_the_later_of_its_due_time_and_its_claims_end(
         make_driver, raw, prefix):
     clock = FakeClock(START)
-    broker = Broker(make_driver(clock=clock), Limits())
+    broker = Synchronous(Broker(make_driver(clock=clock).target, Limits()))
     retrying_queue(broker)
     [mid] = post(broker.driver, "q", 1)
     claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=1)
@@ -63,7 +64,7 @@ def test_a_claimed_messages_entry_is_at_the_later_of_its_due_time_and_its_claims
     clock.now = START + 60 + WAIT
     assert counts(broker) == (1, 0, 0)
     # A claim without a wait (no policy) keeps the entry's six parts.
-    broker.driver.set_queue_metadata(PROJECT, "q", {})
+    broker.driver.queues.set_metadata(PROJECT, "q", {})
     broker.claim(PROJECT, "q", ttl=60, grace=60, limit=1)
     [entry] = entries(raw, prefix)
     assert entry.claim_ends == 0 and entry.name.count(".") == 5
@@ -71,7 +72,7 @@ def test_a_claimed_messages_entry_is_at_the_later_of_its_due_time_and_its_claims
 
 def test_a_claimer_killed_after_winning_leaves_the_wait_it_chose(make_driver, prefix):
     clock = FakeClock(START)
-    broker = Broker(make_driver(clock=clock), Limits())
+    broker = Synchronous(Broker(make_driver(clock=clock).target, Limits()))
     retrying_queue(broker)
     [mid] = post(broker.driver, "q", 1)
     crash("after-claim-bid", prefix, "q", clock.now)  # claimed it for 60 s, then died
@@ -79,7 +80,7 @@ def test_a_claimer_killed_after_winning_leaves_the_wait_it_chose(make_driver, pr
     # The next claim repairs the stale entry from the marker: the dead claimer's claim,
     # and the due time it set, its wait after that claim's end.
     assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=1) is None
-    [held] = broker.driver.get_messages(PROJECT, "q", [mid])
+    [held] = broker.driver.messages.get(PROJECT, "q", [mid])
     assert (held.claim_count, held.claim_expires, held.due) == (
         1, START + 60, START + 60 + WAIT)
     # Clock readings set, not added up: whole microseconds at START's magnitude.
@@ -107,7 +108,7 @@ def hand_back_and_die(kind: str, prefix: str, now: float, message_id: str, claim
 def test_a_hand_back_cut_short_loses_nothing_and_its_message_comes_back_once(
         make_driver, prefix, kind):
     clock = FakeClock(START)
-    broker = Broker(make_driver(clock=clock), Limits())
+    broker = Synchronous(Broker(make_driver(clock=clock).target, Limits()))
     handed, kept = post(broker.driver, "q", 2)
     claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=2)
     hand_back_and_die(kind, prefix, clock.now, handed, claim.id, 5)
@@ -116,7 +117,7 @@ def test_a_hand_back_cut_short_loses_nothing_and_its_message_comes_back_once(
     clock.now = START + 5
     if kind == "after-hand-back-marker":
         # The message's state still names the claim: it is held until the claim ends.
-        [held] = broker.driver.get_messages(PROJECT, "q", [handed])
+        [held] = broker.driver.messages.get(PROJECT, "q", [handed])
         assert held.claim_id == claim.id
     # Its index entry is still the claimed one: no claim takes it before the claim ends.
     assert broker.claim(PROJECT, "q", ttl=60, grace=60, limit=10) is None
@@ -131,7 +132,8 @@ def test_a_hand_back_cut_short_loses_nothing_and_its_message_comes_back_once(
 def test_a_hand_back_costs_a_release_of_one_message_and_the_events(make_driver):
     log = RequestLog()
     clock = FakeClock(START)
-    broker = Broker(make_driver(clock=clock, wrap=log.wrap, **NO_FLUSH), Limits())
+    driver = make_driver(clock=clock, wrap=log.wrap, **NO_FLUSH)
+    broker = Synchronous(Broker(driver.target, Limits()))
     handed, _ = post(broker.driver, "q", 2)
     claim = broker.claim(PROJECT, "q", ttl=60, grace=60, limit=2)
     total, spent, released = log.measure(
@@ -141,14 +143,14 @@ def test_a_hand_back_costs_a_release_of_one_message_and_the_events(make_driver):
     # the new entry, DELETE of the old; HEAD m/; PUT of the events.
     assert (total, dict(spent)) == (8, {"get_object": 2, "put_object": 3, "post_object": 1,
                                         "delete_object": 1, "head_object": 1})
-    assert [e.message_id for e in broker.driver.read_events(PROJECT, "q")
+    assert [e.message_id for e in broker.driver.trail.events(PROJECT, "q")
             if e.kind == events.RELEASED] == [handed]
 
 
 def test_a_retry_policy_costs_a_claim_no_request(make_driver):
     log = RequestLog()
-    broker = Broker(make_driver(clock=FakeClock(START), wrap=log.wrap, **NO_FLUSH),
-                    Limits())
+    driver = make_driver(clock=FakeClock(START), wrap=log.wrap, **NO_FLUSH)
+    broker = Synchronous(Broker(driver.target, Limits()))
     retrying_queue(broker, "retrying")
     broker.create_queue(PROJECT, "plain", {})
     costs = {}

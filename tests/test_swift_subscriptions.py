@@ -29,7 +29,7 @@ OTHER = "http://127.0.0.1:9/other"
 
 def subscribe(driver, queue: str = "q", subscriber: str = HOOK, ttl: int = 3600,
               project: str = PROJECT) -> str | None:
-    return driver.create_subscription(project, queue, subscriber, ttl, {"n": 1})
+    return driver.subscriptions.create(project, queue, subscriber, ttl, {"n": 1})
 
 
 def stored(raw, prefix: str, start: str = "") -> list[str]:
@@ -72,10 +72,10 @@ def test_of_creators_racing_for_one_subscriber_exactly_one_wins_every_round(make
 def test_a_deleted_or_purged_subscriber_may_subscribe_again_at_once(make_driver):
     driver = make_driver(clock=FakeClock(START))
     first = subscribe(driver)
-    driver.delete_subscription(PROJECT, "q", first)
+    driver.subscriptions.delete(PROJECT, "q", first)
     second = subscribe(driver)
     assert second not in (None, first)
-    driver.purge_subscriptions(PROJECT, "q")
+    driver.subscriptions.purge(PROJECT, "q")
     assert subscribe(driver) not in (None, second)
 
 
@@ -94,7 +94,7 @@ def test_a_creator_that_died_after_winning_holds_the_subscriber_until_abandoned(
     clock.now = START + ABANDONED / 1_000_000
     created = subscribe(driver)
     assert created is not None
-    assert [s.id for s in driver.list_subscriptions(PROJECT, "q", None, 10)
+    assert [s.id for s in driver.subscriptions.page(PROJECT, "q", None, 10)
             if s.subscriber == HOOK] == [created]
 
 
@@ -103,12 +103,12 @@ def test_an_update_to_another_subscriber_takes_the_new_one_and_frees_the_old(mak
     moved = subscribe(driver)
     subscribe(driver, subscriber=OTHER)
     with pytest.raises(errors.SubscriptionExists):
-        driver.update_subscription(PROJECT, "q", moved, SubscriptionChange(subscriber=OTHER))
+        driver.subscriptions.update(PROJECT, "q", moved, SubscriptionChange(subscriber=OTHER))
     third = "https://example.com/third"
-    driver.update_subscription(PROJECT, "q", moved, SubscriptionChange(subscriber=third))
+    driver.subscriptions.update(PROJECT, "q", moved, SubscriptionChange(subscriber=third))
     assert subscribe(driver, subscriber=third) is None
     assert subscribe(driver) is not None  # the old subscriber is free at once
-    assert driver.get_subscription(PROJECT, "q", moved).subscriber == third
+    assert driver.subscriptions.get(PROJECT, "q", moved).subscriber == third
 
 
 class FailingVersionDeletes:
@@ -135,16 +135,16 @@ def test_an_update_cut_short_leaves_an_older_version_that_reads_pass_over(
     sid = subscribe(driver, ttl=600)
     clock.now = START + 10
     with pytest.raises(errors.StorageUnavailable):
-        updater.update_subscription(PROJECT, "q", sid, SubscriptionChange(ttl=60))
+        updater.subscriptions.update(PROJECT, "q", sid, SubscriptionChange(ttl=60))
     assert len(stored(raw, prefix, layout.SUBSCRIPTION_PREFIX)) == 2
-    got = driver.get_subscription(PROJECT, "q", sid)
+    got = driver.subscriptions.get(PROJECT, "q", sid)
     assert (got.ttl, got.expires) == (60, START + 70)
-    assert [s.id for s in driver.list_subscriptions(PROJECT, "q", None, 10)] == [sid]
+    assert [s.id for s in driver.subscriptions.page(PROJECT, "q", None, 10)] == [sid]
     # Once the newer version has expired the older one, whose ttl ran longer, stays
     # passed over: the newest version is the subscription.
     clock.now = START + 70
-    assert driver.get_subscription(PROJECT, "q", sid) is None
-    assert driver.subscribed_queues() == []
+    assert driver.subscriptions.get(PROJECT, "q", sid) is None
+    assert driver.subscriptions.subscribed_queues() == []
     driver.reap()
     assert stored(raw, prefix, layout.SUBSCRIPTION_PREFIX) == []
 
@@ -160,10 +160,10 @@ def test_subscribed_queues_is_one_listing_whatever_the_queues_and_projects(make_
             subscribe(driver, f"q{n}", subscriber=OTHER, project=project)
             expected.append((project, f"q{n}"))
     # The first reading reads one subscription of the hashed project, once.
-    total, spent, queues = log.measure(driver.subscribed_queues)
+    total, spent, queues = log.measure(driver.subscriptions.subscribed_queues)
     assert queues == sorted(expected)
     assert (total, dict(spent)) == (2, {"get_container": 1, "get_object": 1})
-    total, spent, queues = log.measure(driver.subscribed_queues)
+    total, spent, queues = log.measure(driver.subscriptions.subscribed_queues)
     assert queues == sorted(expected)
     assert (total, dict(spent)) == (1, {"get_container": 1})
 
@@ -176,11 +176,11 @@ def test_subscription_requests(make_driver):
     costs = {"create (a new subscriber)": log.measure(lambda: subscribe(driver))}
     sid = costs["create (a new subscriber)"][2]
     costs["create (a subscriber held)"] = log.measure(lambda: subscribe(driver))
-    costs["get"] = log.measure(lambda: driver.get_subscription(PROJECT, "q", sid))
-    costs["list"] = log.measure(lambda: driver.list_subscriptions(PROJECT, "q", None, 10))
-    costs["update the ttl"] = log.measure(lambda: driver.update_subscription(
+    costs["get"] = log.measure(lambda: driver.subscriptions.get(PROJECT, "q", sid))
+    costs["list"] = log.measure(lambda: driver.subscriptions.page(PROJECT, "q", None, 10))
+    costs["update the ttl"] = log.measure(lambda: driver.subscriptions.update(
         PROJECT, "q", sid, SubscriptionChange(ttl=100)))
-    costs["delete"] = log.measure(lambda: driver.delete_subscription(PROJECT, "q", sid))
+    costs["delete"] = log.measure(lambda: driver.subscriptions.delete(PROJECT, "q", sid))
     costs["create (a subscriber released)"] = log.measure(lambda: subscribe(driver))
     assert {name: total for name, (total, _, _) in costs.items()} == {
         # A listing of the subscriber's locks; the bid's PUT and GET; the PUT of the

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from delayq.broker import Broker
 from delayq.storage.base import Driver
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, MessageEdit
 from tests.contract import helpers as contract
 from tests.contract.drivers import DriverSpec, FakeClock, open_driver
@@ -62,8 +63,8 @@ def comparable(driver, names: dict[str, str]) -> list[tuple]:
     """Every queue's trail with ids replaced by their names and bodies parsed."""
     named = {value: name for name, value in names.items()}
     rows = []
-    for project, queue in driver.trail_queues(contract.PROJECT):
-        for event in driver.read_events(project, queue):
+    for project, queue in driver.trail.queues(contract.PROJECT):
+        for event in driver.trail.events(project, queue):
             row = event.as_row()
             row["message_id"] = named.get(row["message_id"], row["message_id"])
             row["claim_id"] = named.get(row["claim_id"], row["claim_id"])
@@ -76,15 +77,16 @@ def replayed_trail(make_driver: Callable[[FakeClock], Driver], start: float) -> 
     """The trail of the history played on a driver from *make_driver*, clock at *start*."""
     clock = FakeClock(start)
     driver = make_driver(clock)
-    return comparable(driver, trail_scenario(Broker(driver, Limits()), clock))
+    return comparable(driver, trail_scenario(Synchronous(Broker(driver.target, Limits())), clock))
 
 
 def sqlite_trail(directory: Path, start: float) -> list[tuple]:
     """The trail SQLite writes of the history, in a file in *directory*."""
     spec = DriverSpec("sqlite", {"path": str(directory / "trail.sqlite")})
     clock = FakeClock(start)
-    driver = open_driver(spec, clock)
+    driver = Synchronous(open_driver(spec, clock))
     try:
-        return comparable(driver, trail_scenario(Broker(driver, Limits()), clock))
+        broker = Synchronous(Broker(driver.target, Limits()))
+        return comparable(driver, trail_scenario(broker, clock))
     finally:
         driver.close()

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from delayq.broker import Broker
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.drivers import DRIVERS, DriverSpec, FakeClock, open_driver
 
@@ -23,7 +24,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def driver(spec, clock):
-    drv = open_driver(spec, clock)
+    drv = Synchronous(open_driver(spec, clock))
     yield drv
     drv.close()
 
@@ -31,14 +32,14 @@ def driver(spec, clock):
 @pytest.fixture
 def broker(driver) -> Broker:
     """The broker with Zaqar's default limits over the driver on the fake clock."""
-    return Broker(driver, Limits())
+    return Synchronous(Broker(driver.target, Limits()))
 
 
 @pytest.fixture
 def live_broker(spec):
     """The broker over the driver on the real clock, for tests across processes."""
-    drv = open_driver(spec)
-    yield Broker(drv, Limits())
+    drv = Synchronous(open_driver(spec))
+    yield Synchronous(Broker(drv.target, Limits()))
     drv.close()
 
 

@@ -203,7 +203,7 @@ def test_projects_are_isolated(broker):
     assert broker.list_queues("beta", None, 10) == []
     with pytest.raises(errors.QueueNotFound):
         broker.queue_metadata("beta", "q")
-    assert broker.driver.get_messages("beta", "q", [mid]) == []
+    assert broker.driver.messages.get("beta", "q", [mid]) == []
     assert claim(broker, "q", project="beta") is None
     broker.delete_message("beta", "q", mid, None)
     broker.delete_messages("beta", "q", [mid])

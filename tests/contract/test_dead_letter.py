@@ -42,7 +42,7 @@ def claim_and_expire(broker, clock, queue="q", **kwargs):
 def test_invalid_dead_letter_attributes_are_refused_by_name(broker, metadata, attribute):
     with pytest.raises(errors.ValidationError, match=attribute):
         create(broker, "q", **metadata)
-    assert broker.driver.get_queue(PROJECT, "q") is None
+    assert broker.driver.queues.get(PROJECT, "q") is None
 
 
 def test_patch_cannot_leave_half_a_dead_letter_policy(broker):
@@ -149,9 +149,9 @@ def test_dead_letter_queue_is_created_by_the_first_move(broker, clock):
     dead_letter_queue(broker, target="graveyard", max_claim_count=1)
     post(broker, "q", "x")
     claim_and_expire(broker, clock)
-    assert broker.driver.get_queue(PROJECT, "graveyard") is None
+    assert broker.driver.queues.get(PROJECT, "graveyard") is None
     assert claim(broker, "q") is None
-    assert broker.driver.get_queue(PROJECT, "graveyard") == {}
+    assert broker.driver.queues.get(PROJECT, "graveyard") == {}
     assert broker.stats(PROJECT, "graveyard").total == 1
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from delayq import errors
 from delayq.broker import Broker
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.helpers import (
     PROJECT,
@@ -34,7 +35,7 @@ def test_default_delay_set_at_creation_and_later(broker):
 def test_default_delay_out_of_range_or_wrong_type_is_refused(broker, value):
     with pytest.raises(errors.ValidationError, match="_default_message_delay"):
         create(broker, "q", _default_message_delay=value)
-    assert broker.driver.get_queue(PROJECT, "q") is None
+    assert broker.driver.queues.get(PROJECT, "q") is None
 
 
 @pytest.mark.parametrize("value", [-1, 901, "5", 2.5, False])
@@ -156,7 +157,7 @@ def test_expired_delayed_message_is_removed_from_storage(broker, clock):
     post(broker, "q", *range(3), ttl=60)
     clock.advance(61)
     post(broker, "other", "trigger a write")  # expiry runs on writes, no daemon needed
-    assert broker.driver.get_messages(PROJECT, "q", listed_ids(broker, "q")) == []
+    assert broker.driver.messages.get(PROJECT, "q", listed_ids(broker, "q")) == []
     assert broker.stats(PROJECT, "q").total == 0
     if broker.driver.name == "sqlite":
         db = broker.driver._db()
@@ -188,7 +189,8 @@ def test_turning_a_delayed_queue_normal_does_not_release_waiting_messages(broker
 
 
 def test_operator_may_raise_max_message_delay_to_years(driver, clock):
-    broker = Broker(driver, Limits(max_message_delay=10 * YEAR, max_message_ttl=20 * YEAR))
+    limits = Limits(max_message_delay=10 * YEAR, max_message_ttl=20 * YEAR)
+    broker = Synchronous(Broker(driver.target, limits))
     create(broker, "q", _default_message_delay=3 * YEAR)
     [mid] = post(broker, "q", "see you", ttl=4 * YEAR)
     clock.advance(3 * YEAR - 1)

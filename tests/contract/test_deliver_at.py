@@ -29,7 +29,7 @@ def test_a_message_is_due_at_its_deliver_at_to_the_millisecond(broker, clock):
     create(broker, "q", _default_message_delay=600)
     at = clock.now + 42.25
     [mid] = post_at(broker, "q", {"body": 1, "deliver_at": rfc3339(at)})
-    [message] = broker.driver.get_messages(PROJECT, "q", [mid])
+    [message] = broker.driver.messages.get(PROJECT, "q", [mid])
     assert at <= message.due <= at + 0.001
     clock.advance(42.25 - 0.002)
     assert claim(broker, "q") is None
@@ -96,4 +96,4 @@ def test_delay_and_deliver_at_together_are_refused(broker, clock):
 def test_a_deliver_at_that_is_not_an_rfc3339_date_time_is_refused(broker, value):
     with pytest.raises(errors.ValidationError, match=r"messages\[0\]\.deliver_at"):
         post_at(broker, "q", {"body": 1, "deliver_at": value})
-    assert broker.driver.get_queue(PROJECT, "q") is None
+    assert broker.driver.queues.get(PROJECT, "q") is None

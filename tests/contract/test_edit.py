@@ -212,7 +212,7 @@ def test_each_edit_is_in_the_trail_with_the_due_it_leaves(broker, clock):
     clock.advance(3)
     edit(broker, "q", mid, body="y")
     edit(broker, "q", mid, delay=10)
-    edited = [e for e in broker.driver.read_events(PROJECT, "q") if e.kind == events.EDITED]
+    edited = [e for e in broker.driver.trail.events(PROJECT, "q") if e.kind == events.EDITED]
     assert [(e.message_id, e.claim_count) for e in edited] == [(mid, 0), (mid, 0)]
     assert edited[0].due == pytest.approx(clock.now - 3 + 600, abs=0.002)
     assert edited[1].due == pytest.approx(clock.now + 10, abs=0.002)

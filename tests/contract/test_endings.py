@@ -8,6 +8,7 @@ import pytest
 
 from delayq import events
 from delayq.broker import Broker
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.drivers import open_driver
 from tests.contract.helpers import PROJECT, claim, create, post, write
@@ -18,8 +19,8 @@ def reported(request, spec, clock):
     """A broker over a fresh driver whose endings land in a list, and that list."""
     settings = None if request.param == "trail on" else events.OFF
     ended: list[str] = []
-    driver = open_driver(spec, clock, settings, ended.extend)
-    yield Broker(driver, Limits()), ended
+    driver = Synchronous(open_driver(spec, clock, settings, ended.extend))
+    yield Synchronous(Broker(driver.target, Limits())), ended
     driver.close()
 
 

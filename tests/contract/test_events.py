@@ -21,6 +21,7 @@ import pytest
 from delayq import errors, events
 from delayq.broker import Broker
 from delayq.events import Event
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.drivers import open_driver
 from tests.contract.helpers import PROJECT, claim, create, post, write
@@ -29,7 +30,7 @@ OTHER_PROJECT = "contract-other"
 
 
 def trail(driver, queue: str, project: str = PROJECT) -> list[Event]:
-    return list(driver.read_events(project, queue))
+    return list(driver.trail.events(project, queue))
 
 
 def of_kind(driver, queue: str, kind: str) -> list[Event]:
@@ -350,7 +351,7 @@ def test_a_purge_records_purged_and_keeps_the_trail(broker, driver, clock):
     clock.advance(3)
     broker.purge_queue(PROJECT, "q")
     assert trail(driver, "q") == before + [Event(PROJECT, "q", events.PURGED, clock.now)]
-    assert list(driver.read_messages(PROJECT, "q")) == []
+    assert list(driver.trail.messages(PROJECT, "q")) == []
     clock.advance(1)
     [again] = post(broker, "q", "after the purge")
     assert trail(driver, "q")[-1] == posted_event(broker.get_message(PROJECT, "q", again))
@@ -363,11 +364,11 @@ def test_a_queue_delete_records_purged_and_the_trail_outlives_the_queue(broker, 
     shown = [broker.get_message(PROJECT, "q", mid) for mid in ids]
     clock.advance(3)
     broker.delete_queue(PROJECT, "q")
-    assert driver.get_queue(PROJECT, "q") is None
+    assert driver.queues.get(PROJECT, "q") is None
     assert trail(driver, "q") == [posted_event(m) for m in shown] + [
         Event(PROJECT, "q", events.PURGED, clock.now)]
-    assert driver.trail_queues(PROJECT) == [(PROJECT, "q")]
-    assert list(driver.read_messages(PROJECT, "q")) == []
+    assert driver.trail.queues(PROJECT) == [(PROJECT, "q")]
+    assert list(driver.trail.messages(PROJECT, "q")) == []
 
 
 # order, queues, messages
@@ -414,11 +415,11 @@ def test_event_rows_are_the_events_fields_in_order(broker, driver, clock):
     claim(broker, "q", limit=1, ttl=60, grace=60)  # moves a to dlq
     broker.delete_message(PROJECT, "dlq", a, None)
     for queue in ("q", "dlq"):
-        rows = list(driver.read_event_rows(PROJECT, queue))
+        rows = list(driver.trail.event_rows(PROJECT, queue))
         assert rows == [tuple(e.as_row().values()) for e in trail(driver, queue)]
-    assert [row[2] for row in driver.read_event_rows(PROJECT, "q")] == [
+    assert [row[2] for row in driver.trail.event_rows(PROJECT, "q")] == [
         events.POSTED, events.CLAIMED, events.DEAD_LETTERED]
-    assert list(driver.read_event_rows(PROJECT, "nowhere")) == []
+    assert list(driver.trail.event_rows(PROJECT, "nowhere")) == []
 
 
 def test_trail_queues_lists_the_queues_of_one_project_or_all(broker, driver, clock):
@@ -427,17 +428,17 @@ def test_trail_queues_lists_the_queues_of_one_project_or_all(broker, driver, clo
     post(broker, "a", "y", project=OTHER_PROJECT)
     post(broker, "gone", "x")
     broker.delete_queue(PROJECT, "gone")
-    assert driver.trail_queues(PROJECT) == [(PROJECT, "a"), (PROJECT, "b"),
+    assert driver.trail.queues(PROJECT) == [(PROJECT, "a"), (PROJECT, "b"),
                                             (PROJECT, "gone")]
-    assert driver.trail_queues(OTHER_PROJECT) == [(OTHER_PROJECT, "a")]
-    assert driver.trail_queues(None) == [(PROJECT, "a"), (PROJECT, "b"), (PROJECT, "gone"),
+    assert driver.trail.queues(OTHER_PROJECT) == [(OTHER_PROJECT, "a")]
+    assert driver.trail.queues(None) == [(PROJECT, "a"), (PROJECT, "b"), (PROJECT, "gone"),
                                          (OTHER_PROJECT, "a")]
-    assert driver.trail_queues("nobody") == []
+    assert driver.trail.queues("nobody") == []
     # Each project's trail of its queue "a" holds its own events only.
     for project, body in ((PROJECT, "x"), (OTHER_PROJECT, "y")):
         [event] = trail(driver, "a", project)
         assert (event.project, event.queue, event.kind) == (project, "a", events.POSTED)
-        [message] = driver.get_messages(project, "a", [event.message_id])
+        [message] = driver.messages.get(project, "a", [event.message_id])
         assert message.body == body
 
 
@@ -453,13 +454,13 @@ def test_read_messages_gives_every_live_message_in_post_order(broker, driver, cl
     assert [m.id for m in result.messages] == [held]
     broker.delete_message(PROJECT, "q", deleted, None)
     clock.advance(60)  # "expiring" has expired, not yet reaped; "held" is still claimed
-    read = list(driver.read_messages(PROJECT, "q"))
+    read = list(driver.trail.messages(PROJECT, "q"))
     expected = [broker.get_message(PROJECT, "q", mid) for mid in (held, delayed, free)]
     assert [m.id for m in read] == [held, delayed, free]
     assert read == expected
     assert read[0].live_claim_id == result.id and read[1].is_delayed
     assert expiring not in {m.id for m in read}
-    assert list(driver.read_messages(PROJECT, "nowhere")) == []
+    assert list(driver.trail.messages(PROJECT, "nowhere")) == []
 
 
 def test_read_messages_includes_a_dead_lettered_message_in_its_new_queue(broker, driver,
@@ -470,20 +471,20 @@ def test_read_messages_includes_a_dead_lettered_message_in_its_new_queue(broker,
     [before] = post(broker, "dlq", "already there")
     assert claim(broker, "q") is None
     # Where a moved message falls among the queue's own is the driver's listing order.
-    read = {m.id: m for m in driver.read_messages(PROJECT, "dlq")}
+    read = {m.id: m for m in driver.trail.messages(PROJECT, "dlq")}
     assert sorted(read) == sorted([before, mid])
     assert read[mid] == broker.get_message(PROJECT, "dlq", mid)
     assert (read[mid].source_queue, read[mid].body) == ("q", {"k": "v"})
-    assert list(driver.read_messages(PROJECT, "q")) == []
+    assert list(driver.trail.messages(PROJECT, "q")) == []
 
 
 # the trail off
 
 
 def test_a_driver_with_the_trail_off_writes_no_event(spec, clock):
-    driver = open_driver(spec, clock, events_settings=events.OFF)
+    driver = Synchronous(open_driver(spec, clock, events_settings=events.OFF))
     try:
-        broker = Broker(driver, Limits())
+        broker = Synchronous(Broker(driver.target, Limits()))
         dead_letter_queue(broker, max_claim_count=1)
         create(broker, "delayed", _default_message_delay=30)
         post(broker, "delayed", "later")
@@ -507,8 +508,8 @@ def test_a_driver_with_the_trail_off_writes_no_event(spec, clock):
         broker.delete_queue(PROJECT, "gone")
         for queue in ("q", "dlq", "delayed", "gone"):
             assert trail(driver, queue) == [], queue
-        assert (PROJECT, "gone") not in driver.trail_queues(PROJECT)
-        assert (PROJECT, "gone") not in driver.trail_queues(None)
-        assert [m.body for m in driver.read_messages(PROJECT, "delayed")] == ["later"]
+        assert (PROJECT, "gone") not in driver.trail.queues(PROJECT)
+        assert (PROJECT, "gone") not in driver.trail.queues(None)
+        assert [m.body for m in driver.trail.messages(PROJECT, "delayed")] == ["later"]
     finally:
         driver.close()

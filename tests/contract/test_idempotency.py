@@ -14,6 +14,7 @@ import pytest
 from delayq import errors, events
 from delayq.broker import Broker
 from delayq.idempotency import PostKey, digest
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage, Quotas
 from tests.contract.helpers import CLIENT, PROJECT, claim, post
 
@@ -37,7 +38,7 @@ def held(broker: Broker, queue: str, project: str = PROJECT) -> list:
 
 
 def posted_events(driver, queue: str) -> int:
-    return sum(e.kind == events.POSTED for e in driver.read_events(PROJECT, queue))
+    return sum(e.kind == events.POSTED for e in driver.trail.events(PROJECT, queue))
 
 
 def test_a_repeat_is_answered_with_the_first_ids_and_stores_nothing(broker, driver):
@@ -92,7 +93,7 @@ def test_a_repeat_after_the_messages_left_is_still_answered(broker, clock):
 
 
 def test_a_refused_post_keeps_no_key(driver):
-    broker = Broker(driver, Limits(), quotas=Quotas(max_messages_per_queue=1))
+    broker = Synchronous(Broker(driver.target, Limits(), quotas=Quotas(max_messages_per_queue=1)))
     keyed(broker, "q", "first", "a")
     with pytest.raises(errors.QuotaExceeded):
         keyed(broker, "q", "k", "b")

@@ -34,7 +34,7 @@ def test_dotted_names_are_queues_of_their_own(broker, driver):
                                                                             "b.a"]
     assert broker.count_queues(PROJECT) == len(NEIGHBOURS)
     assert broker.count_queues("acme") == 0
-    assert [queue for _, queue in driver.trail_queues(PROJECT)] == sorted(NEIGHBOURS)
+    assert [queue for _, queue in driver.trail.queues(PROJECT)] == sorted(NEIGHBOURS)
 
     broker.delete_queue(PROJECT, "a.b")
     assert broker.stats(PROJECT, "a.b").total == 0
@@ -54,14 +54,14 @@ def test_a_dotted_dead_letter_queue_receives_moves_and_redrives_send_them_back(b
 
     [moved] = broker.get_messages(PROJECT, target, [mid])
     assert moved.source_queue == source
-    [move] = [e for e in driver.read_events(PROJECT, source)
+    [move] = [e for e in driver.trail.events(PROJECT, source)
               if e.kind == events.DEAD_LETTERED]
     assert (move.source, move.target) == (source, target)
-    assert [m.id for m in driver.read_messages(PROJECT, target)] == [mid]
+    assert [m.id for m in driver.trail.messages(PROJECT, target)] == [mid]
 
     assert broker.redrive(PROJECT, target) == 1
     assert listed(broker, source) == ["order 1"]
-    [redriven] = [e for e in driver.read_events(PROJECT, target)
+    [redriven] = [e for e in driver.trail.events(PROJECT, target)
                   if e.kind == events.REDRIVEN]
     assert (redriven.source, redriven.target) == (target, source)
     assert broker.redrive(PROJECT, source, destination="orders.retry.v2") == 1

@@ -13,8 +13,8 @@ from tests.contract.helpers import PROJECT, claim, create, post
 
 
 def agree(driver, queue: str) -> QueueCounts:
-    stats = driver.queue_stats(PROJECT, queue)
-    counts = driver.queue_counts(PROJECT, queue)
+    stats = driver.queues.stats(PROJECT, queue)
+    counts = driver.queues.counts(PROJECT, queue)
     assert counts == QueueCounts(stats.free, stats.claimed, stats.delayed)
     return counts
 

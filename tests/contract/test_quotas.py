@@ -14,17 +14,18 @@ import pytest
 
 from delayq.broker import Broker
 from delayq.errors import QuotaExceeded
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits, Quotas
 from tests.contract.helpers import PROJECT, claim, create, post
 
 
 def quota_broker(driver, **quotas: int) -> Broker:
-    return Broker(driver, Limits(), quotas=Quotas(**quotas))
+    return Synchronous(Broker(driver.target, Limits(), quotas=Quotas(**quotas)))
 
 
 def held(driver, queue: str) -> int:
     """The queue's live messages as its stats count them."""
-    return driver.queue_stats(PROJECT, queue).total
+    return driver.queues.stats(PROJECT, queue).total
 
 
 def all_ids(broker: Broker, queue: str, limit: int = 20) -> set[str]:
@@ -56,7 +57,7 @@ def test_a_post_past_the_quota_does_not_create_its_queue(driver):
     broker = quota_broker(driver, max_messages_per_queue=3)
     with pytest.raises(QuotaExceeded, match="Queue 'new' holds 0 messages; 4 more"):
         post(broker, "new", "a", "b", "c", "d")
-    assert driver.get_queue(PROJECT, "new") is None
+    assert driver.queues.get(PROJECT, "new") is None
     assert broker.count_queues(PROJECT) == 0
     post(broker, "new", "a", "b", "c")
     assert held(driver, "new") == 3
@@ -78,7 +79,7 @@ def test_delayed_and_claimed_messages_count(driver, clock):
     post(broker, "q", "due", "due too", delay=0)
     taken = claim(broker, "q", limit=2, ttl=600)
     assert len(taken.messages) == 2
-    assert driver.queue_counts(PROJECT, "q").free == 0
+    assert driver.queues.counts(PROJECT, "q").free == 0
     with pytest.raises(QuotaExceeded, match="holds 4 messages"):
         post(broker, "q", "one more")
 
@@ -136,7 +137,7 @@ def test_a_project_at_its_queue_quota_creates_no_queue(driver):
         "The project already has 2 queues: max_queues_per_project is 2.")
     with pytest.raises(QuotaExceeded):
         post(broker, "c", "would create c")
-    assert driver.get_queue(PROJECT, "c") is None
+    assert driver.queues.get(PROJECT, "c") is None
 
     # Queues that exist are used as ever; other projects have quotas of their own.
     assert broker.create_queue(PROJECT, "a", {}) is False
@@ -169,7 +170,7 @@ def test_a_redrive_to_a_missing_destination_at_the_queue_quota_moves_nothing(dri
     with pytest.raises(QuotaExceeded, match="max_queues_per_project is 2"):
         broker.redrive(PROJECT, "dlq", destination="retry")
     assert held(driver, "dlq") == 1
-    assert driver.get_queue(PROJECT, "retry") is None
+    assert driver.queues.get(PROJECT, "retry") is None
     # To a queue that exists, or back to the source, it moves as ever.
     assert broker.redrive(PROJECT, "dlq", destination="q") == 1
     assert held(driver, "q") == 1

@@ -165,7 +165,7 @@ def test_each_redrive_is_in_the_trail_of_the_dead_letter_queue(broker, clock):
     [mid] = worn_out(broker, clock, "x")
     clock.advance(7)
     broker.redrive(PROJECT, "dlq")
-    [event] = [e for e in broker.driver.read_events(PROJECT, "dlq")
+    [event] = [e for e in broker.driver.trail.events(PROJECT, "dlq")
                if e.kind == events.REDRIVEN]
     assert (event.message_id, event.claim_count, event.source, event.target) == (
         mid, 1, "dlq", "q")

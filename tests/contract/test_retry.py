@@ -28,7 +28,7 @@ WAITS = [10, 10, 15, 20, 25, 30, 30]
 def counts(broker, queue: str = "q") -> tuple[int, int, int]:
     """(free, claimed, delayed) from the stats, after checking the gauges agree."""
     stats = broker.stats(PROJECT, queue)
-    gauges = broker.driver.queue_counts(PROJECT, queue)
+    gauges = broker.driver.queues.counts(PROJECT, queue)
     assert (gauges.free, gauges.claimed, gauges.delayed) == (
         stats.free, stats.claimed, stats.delayed)
     return stats.free, stats.claimed, stats.delayed

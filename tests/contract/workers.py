@@ -5,6 +5,7 @@ from __future__ import annotations
 import traceback
 
 from delayq.broker import Broker
+from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.drivers import DriverSpec, open_driver
 from tests.contract.helpers import PROJECT
@@ -15,8 +16,8 @@ def claim_until_empty(spec: DriverSpec, queue: str, barrier, results, limit: int
 
     A failing claim is reported instead, as its traceback (a string).
     """
-    driver = open_driver(spec)
-    broker = Broker(driver, Limits())
+    driver = Synchronous(open_driver(spec))
+    broker = Synchronous(Broker(driver.target, Limits()))
     barrier.wait(timeout=60)
     got: list[str] = []
     try:
@@ -38,8 +39,8 @@ def claim_and_release_forever(spec: DriverSpec, queue: str, working) -> None:
 
     Sets *working* once the first claim is done; runs until killed.
     """
-    driver = open_driver(spec)
-    broker = Broker(driver, Limits())
+    driver = Synchronous(open_driver(spec))
+    broker = Synchronous(Broker(driver.target, Limits()))
     while True:
         claim = broker.claim(PROJECT, queue, ttl=60, grace=60, limit=3)
         if claim is not None:
