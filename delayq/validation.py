@@ -175,7 +175,7 @@ def sequence_marker(marker: str | None) -> int:
     except ValueError:
         after = -1
     if not 0 <= after < 2**63:
-        raise ValidationError(f"marker {marker[:40]!r} is not valid.")
+        raise ValidationError(f"marker {(marker or '')[:40]!r} is not valid.")
     return after
 
 
@@ -197,13 +197,15 @@ def queue_filter(params: dict[str, str | list[str]]) -> q.QueueFilter:
     part of the names listed; every parameter but ``QUEUE_LISTING_PARAMETERS``, a
     metadata key and the value it must have (an integer when it reads as one, else the
     string)."""
+    single: dict[str, str] = {}
     for key, value in params.items():
         if isinstance(value, list):
             raise ValidationError(f"Query parameter {key[:40]!r} is given more than once.")
-    name = params.get("name") or None
+        single[key] = value
+    name = single.get("name") or None
     metadata = tuple(sorted(
         (key, int(value) if INTEGER.fullmatch(value) else value)
-        for key, value in params.items() if key not in QUEUE_LISTING_PARAMETERS))
+        for key, value in single.items() if key not in QUEUE_LISTING_PARAMETERS))
     return q.QueueFilter(name, metadata)
 
 
@@ -370,7 +372,7 @@ def rfc3339(value: Any, name: str) -> float:
         raise ValidationError(f"{name} must be an RFC 3339 date-time such as "
                               f'"2026-11-24T18:30:00Z", not {json.dumps(value)[:60]}.')
     whole, _, rest = text.partition(".")
-    digits = re.match(r"\d*", rest).group() if rest else ""
+    digits = rest[:len(rest) - len(rest.lstrip("0123456789"))]
     # fromisoformat takes at most microseconds: the rest of a longer fraction is cut.
     trimmed = whole + ("." + digits[:6] if digits else "") + rest[len(digits):]
     try:

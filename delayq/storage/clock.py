@@ -57,8 +57,9 @@ class ServerClock:
         self._interval = interval
         self._lock = threading.Lock()
         self._fetching = threading.Lock()
-        self._base_ms: int | None = None  # server time at _base_mono
+        self._base_ms = 0  # server time at _base_mono
         self._base_mono = 0.0
+        self._synced = False
 
     def _sync(self) -> None:
         """Ask the server for its time now (under ``_fetching``)."""
@@ -66,9 +67,10 @@ class ServerClock:
         with self._lock:
             self._base_ms = stamp.server_ms
             self._base_mono = (stamp.sent + stamp.received) / 2
+            self._synced = True
 
     def _stale(self, now: float) -> bool:
-        return self._base_ms is None or now - self._base_mono >= self._interval
+        return not self._synced or now - self._base_mono >= self._interval
 
     def __call__(self) -> float:
         if self._stale(time.monotonic()):
