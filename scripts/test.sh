@@ -81,6 +81,9 @@ echo "==> installing delayq and its test dependencies"
 echo "==> ruff"
 .venv/bin/ruff check delayq tests benchmarks
 
+echo "==> mypy"
+.venv/bin/mypy
+
 echo "==> pytest"
 # Two pytest workers (pytest-xdist), each test file on one of them: much of the suite
 # waits on Swift, Redis, Spark and real clocks rather than computing. A worker starts its
