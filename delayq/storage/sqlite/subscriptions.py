@@ -10,14 +10,12 @@ read, and are removed in batches by creates and by the driver's expiry.
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 from delayq import errors
 from delayq.storage.sqlite import sql
+from delayq.storage.sqlite.database import Database
 from delayq.subscription import Subscription, SubscriptionChange
 
 
@@ -29,47 +27,41 @@ def _subscription(row: tuple, as_of: float) -> Subscription:
 
 
 class Subscriptions:
-    """Subscriptions over the driver's connections: *read* gives the thread's
-    connection, *write* one write transaction, *now* the driver's clock."""
+    """Subscriptions of every queue, blocking (``base.offloaded.BlockingSubscriptions``)."""
 
-    def __init__(self, read: Callable[[], sqlite3.Connection],
-                 write: Callable[[], AbstractContextManager[sqlite3.Connection]],
-                 now: Callable[[], float], batch: int) -> None:
-        self._read = read
-        self._write = write
-        self._now = now
-        self._batch = batch
+    def __init__(self, database: Database) -> None:
+        self.database = database
 
     def create(self, project: str, queue: str, subscriber: str, ttl: int,
                options: dict[str, Any]) -> str | None:
-        with self._write() as db:
-            now = self._now()
+        with self.database.write() as db:
+            now = self.database.now()
             if db.execute(sql.SUBSCRIPTION_OF_SUBSCRIBER,
                           (project, queue, subscriber, now)).fetchone():
                 return None
-            db.execute(sql.EXPIRED_SUBSCRIPTIONS_DELETE, (now, self._batch))
+            db.execute(sql.EXPIRED_SUBSCRIPTIONS_DELETE, (now, self.database.expiry_batch))
             subscription_id = uuid.uuid4().hex
             db.execute(sql.SUBSCRIPTION_INSERT, (project, subscription_id, queue, subscriber,
                                                  ttl, json.dumps(options), now, now + ttl))
             return subscription_id
 
     def get(self, project: str, queue: str, subscription_id: str) -> Subscription | None:
-        now = self._now()
-        row = self._read().execute(sql.SUBSCRIPTION_GET,
+        now = self.database.now()
+        row = self.database.db().execute(sql.SUBSCRIPTION_GET,
                                    (project, queue, subscription_id, now)).fetchone()
         return _subscription(row, now) if row else None
 
     def page(self, project: str, queue: str, marker: str | None,
              limit: int) -> list[Subscription]:
-        now = self._now()
-        rows = self._read().execute(sql.SUBSCRIPTIONS_PAGE,
+        now = self.database.now()
+        rows = self.database.db().execute(sql.SUBSCRIPTIONS_PAGE,
                                     (project, queue, marker or "", now, limit))
         return [_subscription(row, now) for row in rows]
 
     def update(self, project: str, queue: str, subscription_id: str,
                change: SubscriptionChange) -> None:
-        with self._write() as db:
-            now = self._now()
+        with self.database.write() as db:
+            now = self.database.now()
             if change.subscriber is not None:
                 taken = db.execute(sql.SUBSCRIPTION_OF_SUBSCRIBER,
                                    (project, queue, change.subscriber, now)).fetchone()
@@ -84,13 +76,13 @@ class Subscriptions:
                 raise errors.SubscriptionNotFound.with_id(subscription_id)
 
     def delete(self, project: str, queue: str, subscription_id: str) -> None:
-        with self._write() as db:
+        with self.database.write() as db:
             db.execute(sql.SUBSCRIPTION_DELETE, (project, queue, subscription_id))
 
     def purge(self, project: str, queue: str) -> None:
-        with self._write() as db:
+        with self.database.write() as db:
             db.execute(sql.SUBSCRIPTIONS_DELETE_QUEUE, (project, queue))
 
-    def queues(self) -> list[tuple[str, str]]:
-        rows = self._read().execute(sql.SUBSCRIBED_QUEUES, (self._now(),))
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        rows = self.database.db().execute(sql.SUBSCRIBED_QUEUES, (self.database.now(),))
         return [(project, queue) for project, queue in rows]

@@ -1,0 +1,39 @@
+"""The SQLite driver's audit reads (``base.Trail``): the ``events`` table and the live
+messages of a queue, read whole on the calling thread's connection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from delayq.events import Event
+from delayq.message import Message
+from delayq.storage import base
+from delayq.storage.sqlite import rows, sql
+from delayq.storage.sqlite.database import Database
+
+
+class Trail(base.Trail):
+    """The event trail and the live messages of every queue, blocking."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    def queues(self, project: str | None) -> list[tuple[str, str]]:
+        return [(found, queue) for found, queue in self.database.db().execute(
+            sql.QUEUE_NAMES, (project,))]
+
+    def events(self, project: str, queue: str) -> Iterator[Event]:
+        for row in self.event_rows(project, queue):
+            yield Event(*row)
+
+    def event_rows(self, project: str, queue: str) -> Iterator[tuple]:
+        return iter(self.database.db().execute(sql.EVENTS_OF_QUEUE, (project, queue)))
+
+    def messages(self, project: str, queue: str) -> Iterator[Message]:
+        db = self.database.db()
+        now = self.database.now()
+        queue_id = rows.queue_id(db, project, queue)
+        if queue_id is None:
+            return
+        for row in db.execute(sql.MESSAGES_OF_QUEUE, (queue_id, now)):
+            yield rows.message(row, now)
