@@ -43,7 +43,7 @@ def test_an_older_database_is_counted_once_when_first_opened(tmp_path):
 
 def test_a_count_reads_only_the_tallies_index(tmp_path):
     driver = Synchronous(Driver(str(tmp_path / "plan.sqlite")))
-    plan = driver._db().execute("EXPLAIN QUERY PLAN " + sql.TALLIES_AFTER,
+    plan = driver.database.db().execute("EXPLAIN QUERY PLAN " + sql.TALLIES_AFTER,
                                 {"queue_id": 1, **tally_ranges(1.8e9)}).fetchall()
     details = [row[-1] for row in plan]
     assert details and all("messages" not in d for d in details), details

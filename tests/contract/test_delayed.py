@@ -160,7 +160,7 @@ def test_expired_delayed_message_is_removed_from_storage(broker, clock):
     assert broker.driver.messages.get(PROJECT, "q", listed_ids(broker, "q")) == []
     assert broker.stats(PROJECT, "q").total == 0
     if broker.driver.name == "sqlite":
-        db = broker.driver._db()
+        db = broker.driver.database.db()
         assert db.execute("SELECT count(*) FROM messages WHERE body != ?",
                           ('"trigger a write"',)).fetchone()[0] == 0
 
