@@ -84,4 +84,5 @@ def http_client(name: str, conf: cfg.ConfigOpts) -> testing.TestClient:
         conf.set_override("container_prefix", f"t{uuid.uuid4().hex[:12]}", group=group)
         # Tests that want a reaper pass call the driver's reap themselves.
         conf.set_override("reap_interval", 0, group=group)
-    return project_client(create_app(conf, driver=driver.target, metrics=metrics))
+    return project_client(create_app(conf, driver=None if driver is None else driver.target,
+                                     metrics=metrics))
