@@ -48,14 +48,14 @@ class Subscriptions:
     def get(self, project: str, queue: str, subscription_id: str) -> Subscription | None:
         now = self.database.now()
         row = self.database.db().execute(sql.SUBSCRIPTION_GET,
-                                   (project, queue, subscription_id, now)).fetchone()
+                                         (project, queue, subscription_id, now)).fetchone()
         return _subscription(row, now) if row else None
 
     def page(self, project: str, queue: str, marker: str | None,
              limit: int) -> list[Subscription]:
         now = self.database.now()
         rows = self.database.db().execute(sql.SUBSCRIPTIONS_PAGE,
-                                    (project, queue, marker or "", now, limit))
+                                          (project, queue, marker or "", now, limit))
         return [_subscription(row, now) for row in rows]
 
     def update(self, project: str, queue: str, subscription_id: str,

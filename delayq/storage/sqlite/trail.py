@@ -19,7 +19,7 @@ class Trail(base.Trail):
         self.database = database
 
     def queues(self, project: str | None) -> list[tuple[str, str]]:
-        return [(found, queue) for found, queue in self.database.db().execute(
+        return [(owner, name) for owner, name in self.database.db().execute(
             sql.QUEUE_NAMES, (project,))]
 
     def events(self, project: str, queue: str) -> Iterator[Event]:
