@@ -57,7 +57,7 @@ class RequestTimer:
     async def process_shutdown(self, scope: dict, event: dict) -> None:
         self.metrics.stop()
 
-    async def process_response(self, req: falcon.Request, resp: falcon.Response,
+    async def process_response(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                                resource: object, req_succeeded: bool) -> None:
         route = req.uri_template
         if route != PATH:
@@ -87,7 +87,7 @@ class MetricsResource:
         self.offload = offload
         self.metrics = metrics
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         projects = req.get_param_as_list("project") or []
         if len(projects) > MAX_GAUGE_PROJECTS:
             raise ValidationError(f"At most {MAX_GAUGE_PROJECTS} project parameters.")
