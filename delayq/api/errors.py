@@ -11,7 +11,7 @@ from delayq import errors, jsontext
 
 LOG = logging.getLogger(__name__)
 
-STATUS = {
+STATUS: dict[type[errors.DelayqError], tuple[str, str]] = {
     errors.ValidationError: (falcon.HTTP_400, "Invalid API request"),
     errors.QueueNotFound: (falcon.HTTP_404, "Not found"),
     errors.MessageNotFound: (falcon.HTTP_404, "Not found"),
