@@ -41,7 +41,7 @@ class QueueCollection(_QueueResource):
                                                matching)
         listed = []
         for name, metadata in page.queues:
-            view = {"name": name, "href": views.queue_href(name)}
+            view: dict[str, object] = {"name": name, "href": views.queue_href(name)}
             if detailed:
                 view["metadata"] = metadata
             listed.append(view)
