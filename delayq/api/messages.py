@@ -114,6 +114,7 @@ class MessageCollection(_MessageResource):
                                               validation.message_ids(ids, limits), claim_ids)
             resp.status = falcon.HTTP_204
             return
+        assert pop is not None  # exactly one of ids and pop is given (checked above)
         if not pop.strip():
             raise ValidationError("pop must be an integer: how many messages to pop.")
         count = validation.query_integer(pop, "pop", 1, limits.max_messages_per_claim_or_pop,
