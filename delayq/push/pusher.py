@@ -217,9 +217,11 @@ class Pusher:
             if self._agenda:
                 until = min(until, self._agenda[0][0])
             running.wake.clear()
+            # asyncio.timeout, not wait_for: wait_for swallows a cancellation (stop) that
+            # arrives as the event fires, and the loop would go on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(running.wake.wait(),
-                                       max(0.0, until - running.loop.time()))
+                async with asyncio.timeout(max(0.0, until - running.loop.time())):
+                    await running.wake.wait()
 
     async def _round(self) -> None:
         """Read which queues are subscribed, and when each has a message due."""
