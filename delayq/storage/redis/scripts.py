@@ -11,17 +11,22 @@ whatever the number of clients and processes.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from redis.commands.core import Script
-
 from delayq.retry import Backoff
-from delayq.storage.redis.calls import Commands, ScriptCall
-from delayq.storage.redis.client import Clients
+from delayq.storage.redis.calls import Calls
 
 LUA_DIR = Path(__file__).with_name("lua")
+
+# Work bounds per script call: Redis runs one script at a time, so no call may run long.
+CLAIM_BUDGET = 256  # expired or dead-lettered candidates a claim or pop skips per call
+LIST_BUDGET = 1000  # records a listing reads per call
+WRITE_REAP_BUDGET = 2  # expiry buckets each write reaps on the side
+REDRIVE_SKIP_BUDGET = 10_000  # messages without a source a redrive steps over per call
+READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
 
 NAMES = (
     "post", "claim", "pop", "get", "list", "stats", "delete", "delete_many",
@@ -86,21 +91,20 @@ def wrapped(common: str, body: str) -> str:
 
 
 class CountedScript:
-    """A registered script whose ENDED counts go to *report*.
+    """A script (SHA1 ``sha`` of ``source``) whose ENDED counts go to *report*;
+    ``await call(keys, args)`` is one call of it (``calls.py`` says how it is made)."""
 
-    ``call(keys, args)`` is one call of it, for an operation to yield
-    (``delayq.operations``; ``calls.py`` says how it is made).
-    """
+    __slots__ = ("sha", "source", "report", "calls")
 
-    def __init__(self, script: Script, report: Callable[[Iterable[str]], None],
-                 clients: Clients) -> None:
-        self.script = script
+    def __init__(self, source: str, report: Callable[[Iterable[str]], None],
+                 calls: Calls) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
         self.report = report
-        self.clients = clients
+        self.calls = calls
 
-    def call(self, keys: list[Any], args: list[Any]) -> ScriptCall:
-        return ScriptCall(self.clients, self.script.sha, self.script.script, self.counted,
-                          keys, args)
+    async def call(self, keys: list[Any], args: list[Any]) -> Any:
+        return self.counted(await self.calls.script(self.sha, self.source, keys, args))
 
     def counted(self, reply: list) -> Any:
         """The script's own reply, the messages it ended reported."""
@@ -113,13 +117,14 @@ class CountedScript:
 
 
 class Scripts:
-    """One ``CountedScript`` per name in ``NAMES``, as attributes.
+    """One ``CountedScript`` per name in ``NAMES``, as attributes, called through
+    *calls* (whose plain commands the driver makes too).
 
     *report* hears of every message a call ended (deleted, popped, dead_lettered,
     expired), once the script has run: a Redis script either runs whole or not at all.
     """
 
-    def __init__(self, clients: Clients, events_retention: int,
+    def __init__(self, calls: Calls, events_retention: int,
                  report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
@@ -127,16 +132,15 @@ class Scripts:
                   f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
                   f"local QUEUE_MISSING = '{QUEUE_MISSING.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
-        self.clients = clients
-        self.commands = Commands(clients)
-        self._all: list[Script] = []
+        self.calls = calls
+        self._all: list[CountedScript] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()
-            script = clients.blocking.register_script(wrapped(common, body))
-            setattr(self, name, CountedScript(script, report, clients))
+            script = CountedScript(wrapped(common, body), report, calls)
+            setattr(self, name, script)
             self._all.append(script)
 
-    def load(self, client: Any) -> None:
+    async def load(self, client: Any) -> None:
         """Load every script now (on every primary of a cluster), not at first call."""
         for script in self._all:
-            client.script_load(script.script)
+            await client.script_load(script.source)

@@ -1,22 +1,85 @@
-"""The event trail in Redis, read for the audits: each queue's stream (``lua/common.lua``,
-"Event trail", writes it inside the scripts) turned back into ``delayq.events.Event``s.
+"""The audit reads of the Redis driver: the event trail, each queue's stream
+(``lua/common.lua``, "Event trail", writes it inside the scripts) turned back into
+``delayq.events.Event``s, and the live messages of a queue.
 
-Not atomic across calls: a snapshot of a busy queue may be a little ragged at its edges,
-which audits of history can afford.
+They block, as the interface has them (``delayq.storage.base.trail``), on the driver's
+blocking client. Not atomic across calls: a snapshot of a busy queue may be a little
+ragged at its edges, which audits of history can afford.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 
 import redis
 from redis.cluster import RedisCluster
 
 from delayq import events
-from delayq.storage.redis.client import unavailable
+from delayq.message import Message
+from delayq.storage import base
+from delayq.storage.redis import layout
+from delayq.storage.redis.client import Connection, unavailable
 from delayq.storage.redis.layout import US, Keys
 
 PAGE = 1000  # stream entries read at a time
+
+
+class Trail(base.Trail):
+    """The audits' reads of Redis, on *connection*'s blocking client; *clock* is the
+    driver's given clock (None: the server's ``TIME``)."""
+
+    def __init__(self, connection: Connection, keys: Keys,
+                 clock: Callable[[], float] | None) -> None:
+        self.connection = connection
+        self.keys = keys
+        self.clock = clock
+
+    def queues(self, project: str | None) -> list[tuple[str, str]]:
+        with unavailable:
+            return queues(self.connection.blocking(), self.keys, project)
+
+    def events(self, project: str, queue: str) -> Iterator[events.Event]:
+        return events_of(self.connection.blocking(), self.keys, project, queue)
+
+    def messages(self, project: str, queue: str) -> Iterator[Message]:
+        client = self.connection.blocking()
+        key = self.keys.queue(project, queue)
+        prefix = key[:-1]
+        with unavailable:
+            nonce = client.hget(key, "nonce") or b""
+            buckets = client.zrange(prefix + "bi", 0, -1)
+            # The claims, read first: one made meanwhile is not seen (its messages show
+            # no claim), a ragged edge like the others.
+            claims = {int(number): layout.claim_name(int(number), raw)
+                      for number, raw in client.hscan_iter(prefix + "cl")}
+            as_of = round(self._now(client) * US)
+        for bucket in buckets:
+            with unavailable:
+                records = client.hgetall(f"{prefix}b:{bucket.decode()}")
+                seqs = sorted(records)
+                pipe = client.pipeline(transaction=False)
+                for seq in seqs:
+                    pipe.zscore(prefix + "c", seq)
+                    pipe.zscore(prefix + "wc", seq)  # claimed, due after the claim
+                scores = pipe.execute()
+            for seq, in_c, in_wc in zip(seqs, scores[::2], scores[1::2], strict=True):
+                claim_expires = in_c if in_c is not None else in_wc
+                message = layout.message(nonce, seq, records[seq], as_of, claims)
+                if message.expires * US <= as_of:
+                    continue
+                if claim_expires is not None and message.claim_id is not None:
+                    message = dataclasses.replace(message, claim_expires=claim_expires / US)
+                yield message
+
+    def _now(self, client: redis.Redis | RedisCluster) -> float:
+        if self.clock is not None:
+            return self.clock()
+        reply = client.execute_command("TIME")
+        if isinstance(reply, dict):  # a cluster answers per node
+            reply = next(iter(reply.values()))
+        seconds, micros = reply
+        return int(seconds) + int(micros) / US
 
 
 def queues(client: redis.Redis | RedisCluster, keys: Keys, project: str | None
