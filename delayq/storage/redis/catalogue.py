@@ -96,7 +96,7 @@ class Catalogue:
 
     async def list_queue(self, project: str, name: str) -> None:
         """Add an existing queue to its project's catalogue, then mark it listed."""
-        await self.list(project, name)
+        await self.list_name(project, name)
         await self.scripts.queue_update.call([self.keys.queue(project, name)],
                                              ["listed", "1"])
 
@@ -128,7 +128,7 @@ class Catalogue:
         await self.scripts.catalogue_settle.call(
             [self.keys.catalogue(hold.project)], [hold.name, hold.token, int(exists)])
 
-    async def list(self, project: str, name: str) -> None:
+    async def list_name(self, project: str, name: str) -> None:
         """List an existing queue, with no hold: made by a creation the quota does not
         bound (a queue that exists is never refused), or left unlisted by a crash."""
         await self.scripts.catalogue_settle.call([self.keys.catalogue(project)],

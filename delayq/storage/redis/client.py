@@ -14,7 +14,7 @@ import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 from urllib.parse import unquote
 
 import redis
@@ -35,6 +35,14 @@ NAME = "redis"  # the store a 503 names
 CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
 
 AsyncClient: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
+
+
+class Options(TypedDict):
+    """How the driver connects, as its options say (``options.py``)."""
+
+    socket_timeout: float
+    connect_timeout: float
+    max_connections: int
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
@@ -172,8 +180,8 @@ class Clients:
                  connect_timeout: float, max_connections: int) -> None:
         self.clustered = clustered
         self.resend = clustered
-        options = dict(socket_timeout=socket_timeout, connect_timeout=connect_timeout,
-                       max_connections=max_connections)
+        options = Options(socket_timeout=socket_timeout, connect_timeout=connect_timeout,
+                          max_connections=max_connections)
         self.fast = None if clustered else fast_path(uri, **options)
         limit = max_connections if clustered else 0
         self._loops: PerLoop[tuple[AsyncClient, asyncio.Semaphore | None]] = PerLoop(
@@ -217,8 +225,9 @@ class Connection:
         # A malformed URI stops the server at start, not at each request.
         parse_uri(uri)
         self.uri = uri
-        self.options = dict(socket_timeout=socket_timeout, connect_timeout=connect_timeout,
-                            max_connections=max_connections)
+        self.options = Options(socket_timeout=socket_timeout,
+                               connect_timeout=connect_timeout,
+                               max_connections=max_connections)
         self._prepare = prepare
         self._clients: Clients | None = None
         self._blocking: redis.Redis | RedisCluster | None = None

@@ -46,7 +46,7 @@ def shortfalls(config: Mapping[str, str]) -> list[str]:
     return found
 
 
-def _text(value: bytes | str | None) -> str | None:
+def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -54,7 +54,7 @@ async def read_config(client: AsyncClient, node: Any = None) -> dict[str, str]:
     """``PARAMETERS`` as one server reports them (names and values as text): *client*'s,
     or its cluster's *node*."""
     options = {} if node is None else {"target_nodes": node}
-    reply = await client.config_get(*PARAMETERS, **options)
+    reply: dict[Any, Any] = await client.config_get(*PARAMETERS, **options)
     return {_text(name): _text(value) for name, value in reply.items()}
 
 

@@ -124,6 +124,38 @@ class Scripts:
     expired), once the script has run: a Redis script either runs whole or not at all.
     """
 
+    post: CountedScript
+    claim: CountedScript
+    pop: CountedScript
+    get: CountedScript
+    list: CountedScript
+    stats: CountedScript
+    delete: CountedScript
+    delete_many: CountedScript
+    claim_get: CountedScript
+    renew: CountedScript
+    release: CountedScript
+    release_message: CountedScript
+    queue_create: CountedScript
+    queue_update: CountedScript
+    queue_drop: CountedScript
+    move_in: CountedScript
+    reap: CountedScript
+    redrive: CountedScript
+    available_in: CountedScript
+    edit: CountedScript
+    subscription_create: CountedScript
+    subscription_get: CountedScript
+    subscription_list: CountedScript
+    subscription_update: CountedScript
+    subscription_delete: CountedScript
+    subscribed: CountedScript
+    subscribed_reserve: CountedScript
+    subscribed_settle: CountedScript
+    catalogue_reserve: CountedScript
+    catalogue_settle: CountedScript
+    catalogue_unlist: CountedScript
+
     def __init__(self, calls: Calls, events_retention: int,
                  report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"

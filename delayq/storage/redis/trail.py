@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
-
-import redis
-from redis.cluster import RedisCluster
+from typing import Any
 
 from delayq import events
 from delayq.message import Message
@@ -43,7 +41,8 @@ class Trail(base.Trail):
         return events_of(self.connection.blocking(), self.keys, project, queue)
 
     def messages(self, project: str, queue: str) -> Iterator[Message]:
-        client = self.connection.blocking()
+        # Any: redis-py types replies for either decoding; this client's are bytes.
+        client: Any = self.connection.blocking()
         key = self.keys.queue(project, queue)
         prefix = key[:-1]
         with unavailable:
@@ -72,7 +71,7 @@ class Trail(base.Trail):
                     message = dataclasses.replace(message, claim_expires=claim_expires / US)
                 yield message
 
-    def _now(self, client: redis.Redis | RedisCluster) -> float:
+    def _now(self, client: Any) -> float:
         if self.clock is not None:
             return self.clock()
         reply = client.execute_command("TIME")
@@ -82,7 +81,7 @@ class Trail(base.Trail):
         return int(seconds) + int(micros) / US
 
 
-def queues(client: redis.Redis | RedisCluster, keys: Keys, project: str | None
+def queues(client: Any, keys: Keys, project: str | None
            ) -> list[tuple[str, str]]:
     """Every ``(project, queue)`` with a catalogue entry or a trail, sorted."""
     found: set[tuple[str, str]] = set()
@@ -98,7 +97,7 @@ def queues(client: redis.Redis | RedisCluster, keys: Keys, project: str | None
     return sorted(found)
 
 
-def events_of(client: redis.Redis | RedisCluster, keys: Keys, project: str, queue: str
+def events_of(client: Any, keys: Keys, project: str, queue: str
               ) -> Iterator[events.Event]:
     """The retained events of one queue, oldest first."""
     key = keys.trail(project, queue)
@@ -114,7 +113,7 @@ def events_of(client: redis.Redis | RedisCluster, keys: Keys, project: str, queu
 
 
 # Stream entry fields (lua/common.lua, "Event trail") and how each becomes an Event field.
-TRAIL_FIELDS = {
+TRAIL_FIELDS: dict[bytes, tuple[str, Callable[[bytes], Any]]] = {
     b"m": ("message_id", bytes.decode),
     b"cl": ("claim_id", bytes.decode),
     b"c": ("claim_count", int),
