@@ -105,7 +105,7 @@ POLICY = {"_default_message_delay": 30, "_max_claim_count": 1, "_dead_letter_que
 
 def busy_queue(driver: Broker, clock: FakeClock) -> None:
     """Messages in every state: free, delayed, claimed, dead-lettered, with claims."""
-    driver.queues.create(PROJECT, "q", POLICY)
+    driver.create_queue(PROJECT, "q", POLICY)
 
     def post_some(delay: int | None, n: int = 300) -> None:
         driver.post(PROJECT, "q", CLIENT, [PostedMessage({"n": i}, 120, delay)
@@ -114,10 +114,10 @@ def busy_queue(driver: Broker, clock: FakeClock) -> None:
     post_some(0)
     post_some(None)  # the queue's default delay
     post_some(0)
-    claim = driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)
-    driver.claims.release(PROJECT, "q", claim.id)
-    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)  # moves the released ones
-    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)
+    claim = driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
+    driver.release_claim(PROJECT, "q", claim.id)
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)  # moves the released ones
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
 
 
 @pytest.mark.parametrize("ending", ["expiry", "deletion"])
@@ -358,7 +358,7 @@ def test_purging_the_source_completes_moves_that_arrive_during_the_purge():
     from tests.redis_crash import CompletesMovesLate
 
     uri, ns, driver, broker, source, target, ids = crashed_moves("after-outbox", 3)
-    late = CompletesMovesLate(uri, namespace=ns)
+    late = Synchronous(CompletesMovesLate(uri, namespace=ns))
     late.queues.purge(PROJECT, source)
     assert late.skipped
     assert sorted(m.id for m in driver.messages.get(PROJECT, target, ids)) == sorted(ids)
@@ -582,7 +582,7 @@ def test_metadata_changed_by_another_process_rules_the_next_post_and_claim(own_s
     shared = namespace()
     a = Synchronous(Broker(Driver(own_server.uri, namespace=shared), Limits()))
     b = Synchronous(Broker(Driver(own_server.uri, namespace=shared), Limits()))
-    a.queues.create("p", "q", {})
+    a.create_queue("p", "q", {})
     first, = a.post("p", "q", "client", [PostedMessage(body="before", ttl=None, delay=None)], 10)
     b.patch_queue("p", "q", [{"op": "add", "path": "/metadata/_default_message_delay",
                               "value": 600}])
@@ -590,14 +590,14 @@ def test_metadata_changed_by_another_process_rules_the_next_post_and_claim(own_s
     stored = {m.id: m for m in a.driver.messages.get("p", "q", [first, second])}
     assert stored[first].due == stored[first].created
     assert stored[second].due == pytest.approx(stored[second].created + 600)
-    claim = a.claims.create("p", "q", ttl=60, grace=60, limit=10)
+    claim = a.claim("p", "q", ttl=60, grace=60, limit=10)
     assert [m.id for m in claim.messages] == [first]  # the second is delayed now
 
     b.patch_queue("p", "q", [
         {"op": "add", "path": "/metadata/_max_claim_count", "value": 1},
         {"op": "add", "path": "/metadata/_dead_letter_queue", "value": "dlq"}])
-    a.claims.release("p", "q", claim.id)
-    assert a.claims.create("p", "q", ttl=60, grace=60, limit=10) is None  # moved instead
+    a.release_claim("p", "q", claim.id)
+    assert a.claim("p", "q", ttl=60, grace=60, limit=10) is None  # moved instead
     stats = b.stats("p", "dlq")
     assert (stats.free, stats.claimed, stats.delayed) == (1, 0, 0)
     a.driver.close()
