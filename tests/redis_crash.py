@@ -131,7 +131,7 @@ def create_and_die(point: str, uri: str, namespace: str, project: str, queue: st
     """Create *queue* under the queue *quota* with a driver that dies at *point* of the
     creation, at time *now* (a fake clock's)."""
     driver = Synchronous(Driver(uri, namespace=namespace, clock=lambda: now))
-    driver.context.catalogue = CatalogueDying(driver.keys, driver._scripts,
+    driver.context.catalogue = CatalogueDying(driver.key_names, driver._scripts,
                                               driver._now_arg)
     driver.context.catalogue.point = point
     driver.queues.create(project, queue, {}, queue_quota=quota)

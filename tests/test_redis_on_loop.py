@@ -193,7 +193,7 @@ def test_the_loops_connection_authenticates_and_selects_the_database(server, run
         posted, taken = run_loop(main())
         assert [m.id for m in taken.messages] == [posted]
         with redis.Redis(port=server.port, password="s3cret", db=3) as observer:
-            assert observer.exists(driver.keys.queue(PROJECT, "q"))
+            assert observer.exists(driver.key_names.queue(PROJECT, "q"))
     finally:
         driver.close()
 
@@ -353,7 +353,7 @@ def test_on_a_cluster_operations_are_awaited_on_the_loop_too(run_loop):
 def test_on_a_cluster_a_call_that_timed_out_is_not_sent_again(awaited):
     driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace(), socket_timeout=0.5))
     post_one(driver, "q", "first")
-    node = driver._client.get_node_from_key(driver.keys.queue(PROJECT, "q"))
+    node = driver._client.get_node_from_key(driver.key_names.queue(PROJECT, "q"))
 
     async def post_awaited() -> None:
         await warm(driver)

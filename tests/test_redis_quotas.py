@@ -35,7 +35,7 @@ def names(driver: Driver) -> list[str]:
 
 def holds(driver: Driver) -> int:
     """The holds the project's catalogue keeps (``lua/catalogue_reserve.lua``)."""
-    return driver._client.zcard(driver.keys.catalogue(PROJECT)[:-len("queues")] + "qh")
+    return driver._client.zcard(driver.key_names.catalogue(PROJECT)[:-len("queues")] + "qh")
 
 
 def die_creating(uri: str, ns: str, point: str, queue: str, quota: int,
@@ -102,7 +102,7 @@ def test_a_write_past_its_holds_deadline_makes_no_queue_and_holds_the_name_again
     ns, clock = namespace(), FakeClock()
     driver = Synchronous(Driver(uri, namespace=ns, clock=clock))
     driver.messages.post(PROJECT, "source", "client", ONE, queue_quota=2)
-    stalling = StallsAfterItsFirstHold(driver.keys, driver._scripts, driver._now_arg)
+    stalling = StallsAfterItsFirstHold(driver.key_names, driver._scripts, driver._now_arg)
     stalling.clock = clock
     driver.context.catalogue = stalling
     match how:
@@ -125,7 +125,7 @@ def test_a_write_under_a_late_hold_makes_nothing(uri):
     driver = Synchronous(Driver(uri, namespace=namespace(), clock=clock))
     hold = shared_loop().run(driver.context.catalogue.reserve(PROJECT, "q", 1))
     clock.advance(HOLD_LEASE + 0.001)
-    key = driver.keys.queue(PROJECT, "q")
+    key = driver.key_names.queue(PROJECT, "q")
     created, _listed, exists = shared_loop().run(driver._scripts.queue_create.call(
         [key], ["{}", "nonce", driver._now_arg(), hold.fence]))
     assert (created, exists) == (0, 0)

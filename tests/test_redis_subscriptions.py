@@ -81,7 +81,7 @@ def test_the_reaper_removes_expired_subscriptions_of_deleted_queues():
     driver.queues.create(PROJECT, "gone", {})
     driver.subscriptions.create(PROJECT, "gone", HOOK, 60, {})
     driver.queues.delete(PROJECT, "gone")
-    prefix = driver.keys.queue(PROJECT, "gone")[:-1]
+    prefix = driver.key_names.queue(PROJECT, "gone")[:-1]
     subscription_keys = [prefix + name for name in ("u", "ui", "ux", "us")]
     assert client.exists(*subscription_keys) == 4
     clock.advance(60)

@@ -1,7 +1,7 @@
 """The project catalogues in Redis, which list each project's queues for GET /v2/queues
 and count them for the queue quota (``max_queues_per_project``): holds in the catalogue.
 
-A project's catalogue (``Keys.catalogue``) lists its queues, and its size is what the
+A project's catalogue (``KeyNames.catalogue``) lists its queues, and its size is what the
 quota counts; in a cluster it lives in a slot of its own, so no script can count it and
 make a queue at once. A creation the quota bounds therefore goes in steps
 (``lua/catalogue_reserve.lua`` documents the keys and the protocol): its write in the
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from delayq import errors
 from delayq.storage.redis.client import NAME
-from delayq.storage.redis.layout import US, Keys, new_nonce
+from delayq.storage.redis.layout import US, KeyNames, new_nonce
 from delayq.storage.redis.scripts import Scripts
 
 # Seconds a hold lets its creation make the queue: several round trips, each bounded
@@ -70,8 +70,8 @@ class Catalogue:
     the time argument of every script (``Context.now_arg``).
     """
 
-    def __init__(self, keys: Keys, scripts: Scripts, now: Callable[[], str]) -> None:
-        self.keys = keys
+    def __init__(self, key_names: KeyNames, scripts: Scripts, now: Callable[[], str]) -> None:
+        self.key_names = key_names
         self.scripts = scripts
         self._now = now
 
@@ -79,7 +79,7 @@ class Catalogue:
                            ) -> bool:
         """Make the queue unless it exists, under the queue *quota* (0: none); True
         when this call made it."""
-        key = self.keys.queue(project, name)
+        key = self.key_names.queue(project, name)
         creation = Creation(self, project, name, quota)
         while True:
             created, listed, exists = await self.scripts.queue_create.call(
@@ -97,7 +97,7 @@ class Catalogue:
     async def list_queue(self, project: str, name: str) -> None:
         """Add an existing queue to its project's catalogue, then mark it listed."""
         await self.list_name(project, name)
-        await self.scripts.queue_update.call([self.keys.queue(project, name)],
+        await self.scripts.queue_update.call([self.key_names.queue(project, name)],
                                              ["listed", "1"])
 
     async def reserve(self, project: str, name: str, quota: int) -> Hold:
@@ -105,7 +105,7 @@ class Catalogue:
         until the hold's fence; raises ``QuotaExceeded`` when the catalogue lists
         *quota* names and *name* is not among them. Late holds the reservation meets
         are settled first (a refusal is decided again once they are)."""
-        catalogue = self.keys.catalogue(project)
+        catalogue = self.key_names.catalogue(project)
         for _ in range(2):
             token = new_nonce()
             reply = await self.scripts.catalogue_reserve.call(
@@ -116,7 +116,7 @@ class Catalogue:
                 await self._settle_late(project, late)
             if held:
                 # Before the queue can exist: the reaper finds projects by this set.
-                await self.scripts.calls.command("SADD", self.keys.projects(), project)
+                await self.scripts.calls.command("SADD", self.key_names.projects(), project)
                 return Hold(project, name, token, value)
             if not late:
                 break
@@ -126,19 +126,19 @@ class Catalogue:
         """Drop *hold*: its name stays listed if the queue *exists* (made or found by
         the creation), else goes unless listed for good or held by another."""
         await self.scripts.catalogue_settle.call(
-            [self.keys.catalogue(hold.project)], [hold.name, hold.token, int(exists)])
+            [self.key_names.catalogue(hold.project)], [hold.name, hold.token, int(exists)])
 
     async def list_name(self, project: str, name: str) -> None:
         """List an existing queue, with no hold: made by a creation the quota does not
         bound (a queue that exists is never refused), or left unlisted by a crash."""
-        await self.scripts.catalogue_settle.call([self.keys.catalogue(project)],
+        await self.scripts.catalogue_settle.call([self.key_names.catalogue(project)],
                                                  [name, "", 1])
-        await self.scripts.calls.command("SADD", self.keys.projects(), project)
+        await self.scripts.calls.command("SADD", self.key_names.projects(), project)
 
     async def unlist(self, project: str, name: str) -> None:
         """Take a queue being deleted out of the listing (a held name stays, tentative,
         for its holds to settle)."""
-        await self.scripts.catalogue_unlist.call([self.keys.catalogue(project)], [name])
+        await self.scripts.catalogue_unlist.call([self.key_names.catalogue(project)], [name])
 
     async def _settle_late(self, project: str, late: list[bytes]) -> None:
         """Settle holds past their deadline and the skew, left by dying processes: no
@@ -146,7 +146,7 @@ class Catalogue:
         for member in late:
             name, _, token = member.decode().partition(" ")
             exists = await self.scripts.calls.command(
-                "HEXISTS", self.keys.queue(project, name), "meta")
+                "HEXISTS", self.key_names.queue(project, name), "meta")
             await self.settle(Hold(project, name, token, 0), bool(exists))
 
 

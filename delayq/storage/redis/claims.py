@@ -35,14 +35,14 @@ class Claims(base.Claims):
                      dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
                      backoff: Backoff | None = None) -> Claim | None:
         context = self.context
-        key = context.keys.queue(project, queue)
+        key = context.key_names.queue(project, queue)
         script_keys = [key]
         policy: list[Any] = ["", "", ""]
         target_nonce = ""  # only a dead-letter queue in this slot can be created here
         waits = backoff_args(backoff)
         with unavailable:
             if dead_letter is not None:
-                target = context.keys.queue(project, dead_letter.queue)
+                target = context.key_names.queue(project, dead_letter.queue)
                 if await context.same_slot(key, target):
                     script_keys.append(target)
                     target_nonce = new_nonce()
@@ -72,7 +72,7 @@ class Claims(base.Claims):
         context = self.context
         with unavailable:
             reply = await context.scripts.claim_get.call(
-                [context.keys.queue(project, queue)], [context.now_arg(), claim_id])
+                [context.key_names.queue(project, queue)], [context.now_arg(), claim_id])
         if len(reply) == 2:
             raise errors.ClaimNotFound.with_id(claim_id)
         nonce, as_of, ttl, grace, created, expires = reply[:6]
@@ -85,7 +85,7 @@ class Claims(base.Claims):
         context = self.context
         with unavailable:
             missing = await context.scripts.renew.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), claim_id, ttl, grace, *backoff_args(backoff)])
         if missing:
             raise errors.ClaimNotFound.with_id(claim_id)
@@ -95,7 +95,7 @@ class Claims(base.Claims):
         context = self.context
         with unavailable:
             await context.scripts.release.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), claim_id, *backoff_args(backoff)])
 
     async def release_message(self, project: str, queue: str, message_id: str,
@@ -103,7 +103,7 @@ class Claims(base.Claims):
         context = self.context
         with unavailable:
             reply = await context.scripts.release_message.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), message_id, claim_id, repr(delay)])
         if len(reply) == 1:
             if reply[0] < 0:
@@ -116,5 +116,5 @@ class Claims(base.Claims):
         context = self.context
         with unavailable:
             reply = await context.scripts.available_in.call(
-                [context.keys.queue(project, queue)], [context.now_arg()])
+                [context.key_names.queue(project, queue)], [context.now_arg()])
         return reply[0] / US if reply else None

@@ -13,7 +13,7 @@ from delayq import errors
 from delayq.storage.redis.calls import Calls
 from delayq.storage.redis.catalogue import Catalogue
 from delayq.storage.redis.client import NAME, Connection
-from delayq.storage.redis.layout import Keys
+from delayq.storage.redis.layout import KeyNames
 from delayq.storage.redis.moves import Moves
 from delayq.storage.redis.scripts import Scripts
 
@@ -27,14 +27,14 @@ class Context:
     long a dead-letter queue remembers a move received from another slot.
     """
 
-    def __init__(self, connection: Connection, scripts: Scripts, keys: Keys,
+    def __init__(self, connection: Connection, scripts: Scripts, key_names: KeyNames,
                  now_arg: Callable[[], str], marker_ttl: int) -> None:
         self.connection = connection
         self.scripts = scripts
         self.calls: Calls = scripts.calls
-        self.keys = keys
+        self.key_names = key_names
         self.now_arg = now_arg
-        self.catalogue = Catalogue(keys, scripts, now_arg)
+        self.catalogue = Catalogue(key_names, scripts, now_arg)
         self.moves = Moves(self, marker_ttl)
         # Queue key → the metadata last read for a write, decoded and raw; posts and
         # claims check the raw text in their script (Queues.for_write), so a stale
@@ -54,4 +54,4 @@ class Context:
                                       store=NAME)
 
     def forget_metadata(self, project: str, name: str) -> None:
-        self.metadata.pop(self.keys.queue(project, name), None)
+        self.metadata.pop(self.key_names.queue(project, name), None)

@@ -42,7 +42,7 @@ from delayq.storage.redis.calls import Calls
 from delayq.storage.redis.claims import Claims
 from delayq.storage.redis.client import NAME, AsyncClient, Connection, unavailable
 from delayq.storage.redis.context import Context
-from delayq.storage.redis.layout import US, Keys
+from delayq.storage.redis.layout import US, KeyNames
 from delayq.storage.redis.messages import Messages
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.queues import Queues
@@ -71,7 +71,7 @@ class Driver(base.Driver):
                  events_settings: events.Settings = events.ON,
                  endings: base.Endings = base.ignore_endings) -> None:
         super().__init__(endings=endings, reap_interval=reap_interval)
-        self.keys = Keys(namespace)
+        self.key_names = KeyNames(namespace)
         self._clock = clock
         self.connection = Connection(uri, self._prepare, socket_timeout=socket_timeout,
                                      connect_timeout=connect_timeout,
@@ -81,13 +81,13 @@ class Driver(base.Driver):
         # ARGV[1] of every script: without a clock "" (what str() returns, with no Python
         # call), so the script reads the server's clock.
         self._now_arg: Callable[[], str] = str if clock is None else self._clock_arg
-        self.context = Context(self.connection, self._scripts, self.keys, self._now_arg,
+        self.context = Context(self.connection, self._scripts, self.key_names, self._now_arg,
                                move_marker_ttl)
         self.queues = Queues(self.context)
         self.messages = Messages(self.context)
         self.claims = Claims(self.context)
         self.subscriptions = Subscriptions(self.context)
-        self.trail = Trail(self.connection, self.keys, clock)
+        self.trail = Trail(self.connection, self.key_names, clock)
         if not _on_a_loop():
             try:
                 asyncio.run(self.connection.clients())
@@ -154,7 +154,7 @@ class Driver(base.Driver):
     async def reap_queue(self, project: str, queue: str, rounds: int = 16) -> bool:
         """Remove a queue's expired messages (bounded); True when none is left."""
         context = self.context
-        key = context.keys.queue(project, queue)
+        key = context.key_names.queue(project, queue)
         for _ in range(rounds):
             finished, outbox = await context.scripts.reap.call(
                 [key], [context.now_arg(), READ_REAP_BUDGET, context.moves.marker_ttl])
@@ -166,19 +166,19 @@ class Driver(base.Driver):
 
     async def reap_lease(self, seconds: float) -> bool:
         client = await self.context.calls.client()
-        return bool(await client.set(self.keys.reaper(), str(time.time()), nx=True,
+        return bool(await client.set(self.key_names.reaper(), str(time.time()), nx=True,
                                      px=int(seconds * 1000)))
 
     async def reap(self) -> None:
         """One pass over every queue of every project, and over the deleted queues that
         ever had subscriptions (which outlive them), the reaper's work."""
         client = await self.context.calls.client()
-        subscribed = {self.keys.subscribed_owner(entry.decode()) async for entry, _version
-                      in client.hscan_iter(self.keys.subscribed_versions())}
-        projects_key = self.keys.projects()
+        subscribed = {self.key_names.subscribed_owner(entry.decode()) async for entry, _version
+                      in client.hscan_iter(self.key_names.subscribed_versions())}
+        projects_key = self.key_names.projects()
         async for raw_project in client.sscan_iter(projects_key):
             project = raw_project.decode()
-            catalogue = self.keys.catalogue(project)
+            catalogue = self.key_names.catalogue(project)
             async for name, _score in client.zscan_iter(catalogue):
                 await self.reap_queue(project, name.decode())
                 subscribed.discard((project, name.decode()))

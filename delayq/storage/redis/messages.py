@@ -48,7 +48,7 @@ class Messages(base.Messages):
         told the hold's fence, makes the queue only while the hold lasts."""
         context = self.context
         client = client_bytes(client_id)
-        state = context.keys.queue(project, queue)
+        state = context.key_names.queue(project, queue)
         creation = Creation(context.catalogue, project, queue, queue_quota)
         args: list[Any] = [context.now_arg(), new_nonce(), WRITE_REAP_BUDGET,
                            metadata_token or "", message_quota, creation.fence]
@@ -104,7 +104,7 @@ class Messages(base.Messages):
             raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
         context = self.context
         exclude = client_bytes(exclude_client) if exclude_client else b""
-        key = context.keys.queue(project, queue)
+        key = context.key_names.queue(project, queue)
         page: list[Message] = []
         next_marker = None
         with unavailable:
@@ -127,7 +127,7 @@ class Messages(base.Messages):
 
     async def get(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         context = self.context
-        key = context.keys.queue(project, queue)
+        key = context.key_names.queue(project, queue)
         with unavailable:
             reply = await context.scripts.get.call([key], [context.now_arg(), *ids])
             if reply[2]:
@@ -140,19 +140,19 @@ class Messages(base.Messages):
         context = self.context
         with unavailable:
             code = await context.scripts.delete.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), message_id, claim_id or ""])
         refuse_delete(code, message_id, claim_id)
 
     async def delete_many(self, project: str, queue: str, ids: list[str]) -> None:
         context = self.context
         with unavailable:
-            await context.scripts.delete_many.call([context.keys.queue(project, queue)],
+            await context.scripts.delete_many.call([context.key_names.queue(project, queue)],
                                                    [context.now_arg(), *ids])
 
     async def pop(self, project: str, queue: str, limit: int) -> list[Message]:
         context = self.context
-        key = context.keys.queue(project, queue)
+        key = context.key_names.queue(project, queue)
         with unavailable:
             while True:
                 reply = await context.scripts.pop.call(
@@ -169,7 +169,7 @@ class Messages(base.Messages):
         text = "" if body is NO_CHANGE else jsontext.dumps_compact(body)
         with unavailable:
             reply = await context.scripts.edit.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), message_id, text, "" if delay is None else repr(delay)])
         if reply[0] == 1:
             raise errors.MessageNotFound.with_id(message_id)
@@ -185,7 +185,7 @@ class Messages(base.Messages):
             if destination and queue_quota:
                 await self._make_destination(project, queue, destination, queue_quota)
             moved, outbox = await context.scripts.redrive.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), limit, destination or "", queue, REDRIVE_SKIP_BUDGET,
                  WRITE_REAP_BUDGET])
             if outbox:
@@ -198,9 +198,9 @@ class Messages(base.Messages):
         message moves, since a message that has left its queue is moved whatever comes;
         made (empty) even if none then moves, unless the source *queue* is missing."""
         context = self.context
-        if await context.calls.command("HEXISTS", context.keys.queue(project, destination),
+        if await context.calls.command("HEXISTS", context.key_names.queue(project, destination),
                                        "meta"):
             return
-        if await context.calls.command("HEXISTS", context.keys.queue(project, queue),
+        if await context.calls.command("HEXISTS", context.key_names.queue(project, queue),
                                        "meta"):
             await context.catalogue.create_queue(project, destination, "{}", quota)

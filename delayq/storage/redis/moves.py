@@ -33,7 +33,7 @@ class Moves:
         Each move is copied into its dead-letter queue once (``move_in`` remembers the
         token), then deleted from the outbox; any process may do it, any number of times.
         """
-        outbox = self.context.keys.outbox(project, queue)
+        outbox = self.context.key_names.outbox(project, queue)
         moves = await self.context.calls.command("HGETALL", outbox)
         for token, payload in moves.items():
             target, record = msgpack.unpackb(payload, raw=True)
@@ -45,7 +45,7 @@ class Moves:
         """Step 2 of a move across slots: the dead-letter queue receives the message."""
         context = self.context
         _received, listed = await context.scripts.move_in.call(
-            [context.keys.queue(project, target)],
+            [context.key_names.queue(project, target)],
             [context.now_arg(), token, new_nonce(), record, self.marker_ttl])
         if not listed:
             await context.catalogue.list_queue(project, target)

@@ -1,4 +1,4 @@
-"""The queues of the Redis driver: each a state hash (``layout.Keys.queue``), listed in
+"""The queues of the Redis driver: each a state hash (``layout.KeyNames.queue``), listed in
 its project's catalogue (``catalogue.py``)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Queues(base.Queues):
     async def get(self, project: str, name: str) -> dict[str, Any] | None:
         context = self.context
         with unavailable:
-            raw = await context.calls.command("HGET", context.keys.queue(project, name),
+            raw = await context.calls.command("HGET", context.key_names.queue(project, name),
                                               "meta")
         return json.loads(raw) if raw is not None else None
 
@@ -40,7 +40,7 @@ class Queues(base.Queues):
         compares the token (the metadata as read) with the stored metadata, so a post
         or claim costs one round trip instead of two."""
         context = self.context
-        key = context.keys.queue(project, name)
+        key = context.key_names.queue(project, name)
         cached = context.metadata.get(key)
         if cached is None:
             with unavailable:
@@ -58,7 +58,7 @@ class Queues(base.Queues):
         context.forget_metadata(project, name)
         with unavailable:
             done = await context.scripts.queue_update.call(
-                [context.keys.queue(project, name)], ["meta", json.dumps(metadata)])
+                [context.key_names.queue(project, name)], ["meta", json.dumps(metadata)])
         if not done:
             raise errors.QueueNotFound.named(name)
 
@@ -78,7 +78,7 @@ class Queues(base.Queues):
         """Empty (or delete) a queue; dead-letter moves it started still complete."""
         context = self.context
         await context.moves.complete(project, name)
-        if await context.scripts.queue_drop.call([context.keys.queue(project, name)],
+        if await context.scripts.queue_drop.call([context.key_names.queue(project, name)],
                                                  [how, context.now_arg()]):
             await context.moves.complete(project, name)  # a concurrent claim's moves
 
@@ -90,12 +90,12 @@ class Queues(base.Queues):
         with unavailable:
             while len(found) < limit:
                 names = await context.calls.command(
-                    "ZRANGEBYLEX", context.keys.catalogue(project), start, "+", "LIMIT", 0,
+                    "ZRANGEBYLEX", context.key_names.catalogue(project), start, "+", "LIMIT", 0,
                     limit - len(found))
                 if not names:
                     break
                 metadata = await context.calls.batch(*(
-                    ("HGET", context.keys.queue(project, name.decode()), "meta")
+                    ("HGET", context.key_names.queue(project, name.decode()), "meta")
                     for name in names))
                 for name, raw in zip(names, metadata, strict=True):
                     # A queue whose delete crashed half-way is listed but gone: skip it.
@@ -107,11 +107,11 @@ class Queues(base.Queues):
     async def count(self, project: str) -> int:
         context = self.context
         with unavailable:
-            return await context.calls.command("ZCARD", context.keys.catalogue(project))
+            return await context.calls.command("ZCARD", context.key_names.catalogue(project))
 
     async def stats(self, project: str, name: str) -> QueueStats:
         context = self.context
-        key = context.keys.queue(project, name)
+        key = context.key_names.queue(project, name)
         with unavailable:
             while True:
                 reply = await context.scripts.stats.call(

@@ -5,7 +5,7 @@ them); they outlive the queue, as in Zaqar. Each write of them is one script, so
 uniqueness of a subscriber is checked and kept atomically.
 
 ``subscribed_queues``, read by every pushing process every few seconds, is one read of
-an index in a slot of its own (``Keys.subscribed``; ``lua/subscribed.lua``): each queue
+an index in a slot of its own (``KeyNames.subscribed``; ``lua/subscribed.lua``): each queue
 with the expiry of its latest live subscription. No script can write a queue's slot and
 the index's at once in a cluster, so a write tells the index in a step of its own
 after it (``_update_index``), passing the queue's subscription version: the index keeps the
@@ -48,7 +48,7 @@ class Subscriptions(base.Subscriptions):
         with unavailable:
             token = await self._reserve(project, queue, ttl)
             created, version, expires = await context.scripts.subscription_create.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), subscription_id, subscriber, ttl, json.dumps(options),
                  REAP_BUDGET])
             await self._update_index(project, queue, version, expires, token)
@@ -59,7 +59,7 @@ class Subscriptions(base.Subscriptions):
         context = self.context
         with unavailable:
             reply = await context.scripts.subscription_get.call(
-                [context.keys.queue(project, queue)], [context.now_arg(), subscription_id])
+                [context.key_names.queue(project, queue)], [context.now_arg(), subscription_id])
         if len(reply) == 1:
             return None
         return layout.subscription(subscription_id.encode(), queue, reply[1], reply[0])
@@ -69,7 +69,7 @@ class Subscriptions(base.Subscriptions):
         context = self.context
         with unavailable:
             reply = await context.scripts.subscription_list.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), marker or "", limit])
         as_of = reply[0]
         return [layout.subscription(reply[i], queue, reply[i + 1], as_of)
@@ -84,7 +84,7 @@ class Subscriptions(base.Subscriptions):
             token = ("" if change.ttl is None else
                      await self._reserve(project, queue, change.ttl))
             status, version, expires = await context.scripts.subscription_update.call(
-                [context.keys.queue(project, queue)],
+                [context.key_names.queue(project, queue)],
                 [context.now_arg(), subscription_id, change.subscriber or "",
                  "" if change.ttl is None else change.ttl, options, REAP_BUDGET])
             if version or token:
@@ -106,16 +106,16 @@ class Subscriptions(base.Subscriptions):
         context = self.context
         with unavailable:
             version, expires = await context.scripts.subscription_delete.call(
-                [context.keys.queue(project, queue)], [context.now_arg(), subscription_id])
+                [context.key_names.queue(project, queue)], [context.now_arg(), subscription_id])
             if version:
                 await self._update_index(project, queue, version, expires, "")
 
     async def subscribed_queues(self) -> list[tuple[str, str]]:
         context = self.context
         with unavailable:
-            entries = await context.scripts.subscribed.call([context.keys.subscribed()],
+            entries = await context.scripts.subscribed.call([context.key_names.subscribed()],
                                                             [context.now_arg()])
-        return sorted({context.keys.subscribed_owner(entry.decode()) for entry in entries})
+        return sorted({context.key_names.subscribed_owner(entry.decode()) for entry in entries})
 
     async def _reserve(self, project: str, queue: str, ttl: int) -> str:
         """Before a write that may make the queue subscribed for *ttl* seconds: list it
@@ -124,8 +124,8 @@ class Subscriptions(base.Subscriptions):
         context = self.context
         token = new_nonce()
         await context.scripts.subscribed_reserve.call(
-            [context.keys.subscribed()],
-            [context.now_arg(), context.keys.subscribed_queue(project, queue), token,
+            [context.key_names.subscribed()],
+            [context.now_arg(), context.key_names.subscribed_queue(project, queue), token,
              ttl + RESERVATION_MARGIN])
         return token
 
@@ -136,5 +136,5 @@ class Subscriptions(base.Subscriptions):
         ('' = none) goes."""
         context = self.context
         await context.scripts.subscribed_settle.call(
-            [context.keys.subscribed()],
-            [context.keys.subscribed_queue(project, queue), version, expires, token])
+            [context.key_names.subscribed()],
+            [context.key_names.subscribed_queue(project, queue), version, expires, token])

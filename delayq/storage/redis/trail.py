@@ -18,7 +18,7 @@ from delayq.message import Message
 from delayq.storage import base
 from delayq.storage.redis import layout
 from delayq.storage.redis.client import Connection, unavailable
-from delayq.storage.redis.layout import US, Keys
+from delayq.storage.redis.layout import US, KeyNames
 
 PAGE = 1000  # stream entries read at a time
 
@@ -27,23 +27,23 @@ class Trail(base.Trail):
     """The audits' reads of Redis, on *connection*'s blocking client; *clock* is the
     driver's given clock (None: the server's ``TIME``)."""
 
-    def __init__(self, connection: Connection, keys: Keys,
+    def __init__(self, connection: Connection, key_names: KeyNames,
                  clock: Callable[[], float] | None) -> None:
         self.connection = connection
-        self.keys = keys
+        self.key_names = key_names
         self.clock = clock
 
     def queues(self, project: str | None) -> list[tuple[str, str]]:
         with unavailable:
-            return queues(self.connection.blocking(), self.keys, project)
+            return queues(self.connection.blocking(), self.key_names, project)
 
     def events(self, project: str, queue: str) -> Iterator[events.Event]:
-        return events_of(self.connection.blocking(), self.keys, project, queue)
+        return events_of(self.connection.blocking(), self.key_names, project, queue)
 
     def messages(self, project: str, queue: str) -> Iterator[Message]:
         # Any: redis-py types replies for either decoding; this client's are bytes.
         client: Any = self.connection.blocking()
-        key = self.keys.queue(project, queue)
+        key = self.key_names.queue(project, queue)
         prefix = key[:-1]
         with unavailable:
             nonce = client.hget(key, "nonce") or b""
@@ -81,26 +81,26 @@ class Trail(base.Trail):
         return int(seconds) + int(micros) / US
 
 
-def queues(client: Any, keys: Keys, project: str | None
+def queues(client: Any, key_names: KeyNames, project: str | None
            ) -> list[tuple[str, str]]:
     """Every ``(project, queue)`` with a catalogue entry or a trail, sorted."""
     found: set[tuple[str, str]] = set()
     projects = ([project] if project is not None else
-                [p.decode() for p in client.smembers(keys.projects())])
+                [p.decode() for p in client.smembers(key_names.projects())])
     for name in projects:
         found.update((name, queue.decode()) for queue in
-                     client.zrange(keys.catalogue(name), 0, -1))
+                     client.zrange(key_names.catalogue(name), 0, -1))
     # Streams of deleted queues (and of projects no longer catalogued) are found by
     # name: an offline audit can afford a SCAN.
-    for key in client.scan_iter(match=keys.trail_pattern(project), count=1000):
-        found.add(keys.trail_owner(key.decode()))
+    for key in client.scan_iter(match=key_names.trail_pattern(project), count=1000):
+        found.add(key_names.trail_owner(key.decode()))
     return sorted(found)
 
 
-def events_of(client: Any, keys: Keys, project: str, queue: str
+def events_of(client: Any, key_names: KeyNames, project: str, queue: str
               ) -> Iterator[events.Event]:
     """The retained events of one queue, oldest first."""
-    key = keys.trail(project, queue)
+    key = key_names.trail(project, queue)
     start = "-"
     while True:
         with unavailable:

@@ -5,7 +5,7 @@
 --   I..'v'  HASH  queue -> the subscription version (P..'uv') of that entry
 --   I..'r'  ZSET  'queue token' -> reservation: a subscription write in progress may
 --                 make the queue subscribed until then
--- A queue is 'PROJECT/QUEUE', PROJECT percent-encoded (layout.py, Keys.subscribed).
+-- A queue is 'PROJECT/QUEUE', PROJECT percent-encoded (layout.py, KeyNames.subscribed).
 -- Returns the queues, reserved ones among them (a queue may come twice).
 local I = string.sub(KEYS[1], 1, -2)
 local now = clock(ARGV[1])
