@@ -33,7 +33,7 @@ NAMES = (
     "claim_get", "renew", "release", "release_message", "queue_create", "queue_update",
     "queue_drop", "move_in", "reap", "redrive", "available_in", "edit",
     "subscription_create", "subscription_get", "subscription_list", "subscription_update",
-    "subscription_delete", "subscribed", "subscribed_reserve", "subscribed_settle",
+    "subscription_delete", "subscribed", "subscribed_reserve", "subscribed_update",
     "catalogue_reserve", "catalogue_settle", "catalogue_unlist",
 )
 
@@ -45,14 +45,14 @@ ENDED_TABLE = "local ENDED = {" + ", ".join(f"{kind} = 0" for kind in ENDED) + "
 ONE_ENDED = {tuple(int(i == j) for j in range(len(ENDED))): (kind,)
              for i, kind in enumerate(ENDED)}
 # The first element of a post's or claim's reply when the queue's metadata is no longer
-# the one the driver passed (``Driver.queue_for_write``); no nonce looks like it.
+# the one the driver passed (``Queues.for_write``); no nonce looks like it.
 METADATA_CHANGED = b"metadata-changed"
 # The first element of a post's reply when the post would take the queue past its
 # message quota; then the messages it holds and whether no expired one is left among
 # them (post.lua).
 QUOTA_EXCEEDED = b"quota-exceeded"
 # The only element of a post's reply when the queue does not exist and the post's fence
-# forbids making it (post.lua): the queue quota needs a hold first (quotas.py).
+# forbids making it (post.lua): the queue quota needs a hold first (catalogue.py).
 QUEUE_MISSING = b"queue-missing"
 # The two arguments of a claim, renewal or release without a retry policy.
 NO_BACKOFF = ("", "")
@@ -151,7 +151,7 @@ class Scripts:
     subscription_delete: CountedScript
     subscribed: CountedScript
     subscribed_reserve: CountedScript
-    subscribed_settle: CountedScript
+    subscribed_update: CountedScript
     catalogue_reserve: CountedScript
     catalogue_settle: CountedScript
     catalogue_unlist: CountedScript

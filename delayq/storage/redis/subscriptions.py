@@ -5,14 +5,14 @@ them); they outlive the queue, as in Zaqar. Each write of them is one script, so
 uniqueness of a subscriber is checked and kept atomically.
 
 ``subscribed_queues``, read by every pushing process every few seconds, is one read of
-an index in a slot of its own (``KeyNames.subscribed``; ``lua/subscribed.lua``): each queue
-with the expiry of its latest live subscription. No script can write a queue's slot and
-the index's at once in a cluster, so a write tells the index in a step of its own
-after it (``_update_index``), passing the queue's subscription version: the index keeps the
-latest version it was told of, whatever order writers settle in. A write that may make
-a queue subscribed for longer first reserves the queue's place in the index
-(``_reserve``), for its ttl and ``RESERVATION_MARGIN``, so a process dying between the
-steps leaves the queue listed a little too long, never missing.
+an index in a slot of its own (``KeyNames.subscribed``; ``lua/subscribed.lua``): each
+queue with the expiry of its latest live subscription. No script can write a queue's
+slot and the index's at once in a cluster, so a write tells the index in a step of its
+own after it (``_update_index``), passing the queue's subscription version: the index
+keeps the latest version it was told of, whatever order writers update it in. A write
+that may make a queue subscribed for longer first reserves the queue's place in the
+index (``_reserve``), for its ttl and ``RESERVATION_MARGIN``, so a process dying between
+the steps leaves the queue listed a little too long, never missing.
 """
 
 from __future__ import annotations
@@ -135,6 +135,6 @@ class Subscriptions(base.Subscriptions):
         (its *version*, subscribed until *expires*), and the write's reservation *token*
         ('' = none) goes."""
         context = self.context
-        await context.scripts.subscribed_settle.call(
+        await context.scripts.subscribed_update.call(
             [context.key_names.subscribed()],
             [context.key_names.subscribed_queue(project, queue), version, expires, token])
