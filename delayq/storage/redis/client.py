@@ -264,7 +264,10 @@ class Connection:
             self._lock.release()
 
     async def _connect(self) -> Clients:
-        tls, username, password, nodes, db = parse_uri(self.uri)
+        """Detect a cluster (several seeds, or one that says so) and prepare it, each
+        with a client of its own, closed after: the clients calls use belong to their
+        loops."""
+        *_, nodes, db = parse_uri(self.uri)
         clustered = len(nodes) > 1
         if not clustered:
             probe = connect_async(self.uri, False, **self.options)

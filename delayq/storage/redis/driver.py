@@ -80,7 +80,7 @@ class Driver(base.Driver):
                                 self.endings)
         # ARGV[1] of every script: without a clock "" (what str() returns, with no Python
         # call), so the script reads the server's clock.
-        self._now_arg: Callable[[], str] = str if clock is None else self._clock_arg
+        self._now_arg: Callable[[], str] = str if clock is None else _in_micros(clock)
         self.context = Context(self.connection, self._scripts, self.key_names, self._now_arg,
                                move_marker_ttl)
         self.queues = Queues(self.context)
@@ -108,11 +108,6 @@ class Driver(base.Driver):
         """Before the first call: the scripts loaded, the persistence settings checked."""
         await self._scripts.load(client)
         await persistence.check(client)
-
-    def _clock_arg(self) -> str:
-        """ARGV[1] of every script with a clock given (tests): its time in microseconds."""
-        assert self._clock is not None
-        return str(round(self._clock() * US))
 
     @property
     def _client(self) -> redis.Redis | RedisCluster:
@@ -189,6 +184,11 @@ class Driver(base.Driver):
                     await client.sadd(projects_key, project)
         for project, name in sorted(subscribed):
             await self.reap_queue(project, name)
+
+
+def _in_micros(clock: Callable[[], float]) -> Callable[[], str]:
+    """ARGV[1] of every script with a clock given (tests): its time in microseconds."""
+    return lambda: str(round(clock() * US))
 
 
 def _on_a_loop() -> bool:
