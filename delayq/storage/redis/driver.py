@@ -89,10 +89,7 @@ class Driver(base.Driver):
         self.subscriptions = Subscriptions(self.context)
         self.trail = Trail(self.connection, self.key_names, clock)
         if not _on_a_loop():
-            try:
-                asyncio.run(self.connection.clients())
-            except errors.StorageUnavailable as exc:
-                LOG.warning("%s; connecting again at the next request.", exc.description)
+            self._connect_at_start()
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts, *,
@@ -103,6 +100,17 @@ class Driver(base.Driver):
                    max_connections=group.max_connections, reap_interval=group.reap_interval,
                    move_marker_ttl=group.move_marker_ttl,
                    events_settings=events_settings(conf), endings=endings)
+
+    def _connect_at_start(self) -> None:
+        """Connect on a loop of its own, left as soon as connected: the thread's current
+        loop, if it has one set, stays as it is."""
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self.connection.clients())
+        except errors.StorageUnavailable as exc:
+            LOG.warning("%s; connecting again at the next request.", exc.description)
+        finally:
+            loop.close()
 
     async def _prepare(self, client: AsyncClient) -> None:
         """Before the first call: the scripts loaded, the persistence settings checked."""
