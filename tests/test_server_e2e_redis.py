@@ -305,7 +305,8 @@ def test_dead_letter_queue(server, store, backend, slots):
     c = make_client(server.url)
     project = PROJECT
     name, dlq_name = queue_pair(store, project, same_slot=slots == "same-slot")
-    source_key, dlq_key = store.key_names.queue(project, name), store.key_names.queue(project, dlq_name)
+    source_key = store.key_names.queue(project, name)
+    dlq_key = store.key_names.queue(project, dlq_name)
     assert (key_slot(source_key.encode()) != key_slot(dlq_key.encode())) is (
         slots == "cross-slot")
     # On the cluster the move then goes through the source queue's outbox.
