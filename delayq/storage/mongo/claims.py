@@ -32,7 +32,7 @@ from delayq.message import Message
 from delayq.retry import Backoff
 from delayq.storage.mongo import claimer, tallies
 from delayq.storage.mongo import layout as lay
-from delayq.storage.mongo.trail import Trail
+from delayq.storage.mongo.event_log import EventLog
 
 # What a renewal or release reads of each message: enough for its new due time.
 DUE_FIELDS = {lay.CREATED: 1, lay.DUE: 1, lay.CLAIM_COUNT: 1}
@@ -53,7 +53,7 @@ class Claims:
     counted in the tallies, a hand-back recorded in the trail."""
 
     def __init__(self, messages: Collection, claim_docs: Collection, tally: tallies.Tallies,
-                 trail: Trail) -> None:
+                 trail: EventLog) -> None:
         self._messages = messages
         self._claim_docs = claim_docs
         self._tallies = tally

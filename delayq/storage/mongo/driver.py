@@ -23,7 +23,7 @@ skewed agree on when a message is due.
 Each other concern has a module of its own: ``layout.py`` (documents, fields, index
 definitions), ``claimer.py`` (a claim's bulk write and what it won), ``claims.py`` (a
 claim once made: read, renewed, released, one message handed back), ``tallies.py`` (the
-/metrics gauges' counts), ``trail.py`` (the event trail), ``expiry.py`` (removing expired
+/metrics gauges' counts), ``event_log.py`` (the event trail), ``expiry.py`` (removing expired
 messages, the reaper's lease), ``subscriptions.py`` (the webhook subscriptions),
 ``indexes.py`` (creating the indexes), ``post_keys.py`` (idempotent posts),
 ``quotas.py`` (the quotas, each checked in the transaction of the write it admits) and
@@ -70,7 +70,7 @@ from delayq.storage.mongo.options import GROUP
 from delayq.storage.mongo.post_keys import PostKeys
 from delayq.storage.mongo.quotas import Quotas
 from delayq.storage.mongo.subscriptions import Subscriptions
-from delayq.storage.mongo.trail import Trail
+from delayq.storage.mongo.event_log import EventLog
 from delayq.subscription import Subscription, SubscriptionChange
 
 LOG = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class Driver(base.Driver):
         self._clock = clock or ServerClock(timed(self._server_time_ms),
                                             clock_sync_interval)
         self._tallies = tallies.Tallies(db[lay.TALLIES])
-        self._trail = Trail(db[lay.EVENTS], events_settings, endings)
+        self._trail = EventLog(db[lay.EVENTS], events_settings, endings)
         self._expiry = Expiry(self._messages, db[lay.LOCKS], self._now_ms, self._delete_each,
                               self._tallies, self._trail)
         self._claimer = claimer.Claimer(self._messages, self._allocate, self._expiry.reap_each)

@@ -29,7 +29,7 @@ from delayq.storage.mongo.client import unavailable
 LOG = logging.getLogger(__name__)
 
 
-class Trail:
+class EventLog:
     """The ``events`` collection: a request's events written, a queue's trail read.
 
     *endings* is called with the kinds of the events that end a message (expired,
