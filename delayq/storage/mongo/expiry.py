@@ -39,7 +39,7 @@ DeleteEach = Callable[..., list[dict[str, Any]]]
 class Expiry:
     """Removes expired messages: a reaper pass over every queue, or those a request met.
 
-    *delete_each* is the driver's ``_delete_each``: one ``find_one_and_delete`` per filter,
+    *delete_each* is ``Database.delete_each``: one ``find_one_and_delete`` per filter,
     returning the documents this request deleted; *now_ms* the primary's clock (ms).
     """
 
