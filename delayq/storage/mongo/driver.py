@@ -177,6 +177,10 @@ class Driver(OffloadedDriver):
         """The reaper's lease, in the ``locks`` collection (``Expiry.lease``)."""
         return self._expiry.lease(seconds)
 
-    def close_blocking(self) -> None:
+    async def close(self) -> None:
+        # The reaper first: a pass under way finishes before the client goes. Closing
+        # the client sends endSessions to the server, a round trip kept off the loop.
+        await self.stop_reaper()
         if self._owns_client:
-            self._client.close()
+            await self.offload.in_thread(self._client.close)
+        await super().close()
