@@ -12,25 +12,39 @@ import os
 import signal
 
 from delayq.broker import Broker
+from delayq.storage.redis.catalogue import Catalogue, Hold
 from delayq.storage.redis.driver import Driver
-from delayq.storage.redis.quotas import Catalogue, Hold
+from delayq.storage.redis.moves import Moves
 from delayq.storage.redis.subscriptions import Subscriptions
 from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 
 
+class MovesDyingAfterOutbox(Moves):
+    async def complete(self, project: str, queue: str) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class DiesAfterOutbox(Driver):
     """Dies once the claim script has put moves in the outbox (after step 1)."""
 
-    def _complete_moves(self, project: str, queue: str) -> None:
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.context.moves = MovesDyingAfterOutbox(self.context, self.context.moves.marker_ttl)
+
+
+class MovesDyingAfterMoveIn(Moves):
+    async def forget(self, outbox: str, token: bytes) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 class DiesAfterMoveIn(Driver):
     """Dies once the dead-letter queue has received a move (after step 2)."""
 
-    def _forget_move(self, outbox: str, token: bytes) -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.context.moves = MovesDyingAfterMoveIn(self.context,
+                                                   self.context.moves.marker_ttl)
 
 
 KINDS = {"after-outbox": DiesAfterOutbox, "after-move-in": DiesAfterMoveIn}
@@ -43,41 +57,53 @@ def claim_and_die(kind: str, uri: str, namespace: str, project: str, queue: str)
     raise SystemExit("the claim finished without reaching the crash point")
 
 
+class MovesCompletedLate(Moves):
+    """Skips its first completion of the outbox's moves."""
+
+    skipped = False
+
+    async def complete(self, project: str, queue: str) -> None:
+        if self.skipped:
+            await super().complete(project, queue)
+        self.skipped = True
+
+
 class CompletesMovesLate(Driver):
     """Skips its first completion of the outbox's moves, as if a claim's moves arrived
     just after it."""
 
-    skipped = False
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.late = MovesCompletedLate(self.context, self.context.moves.marker_ttl)
+        self.context.moves = self.late
 
-    def _complete_moves(self, project: str, queue: str):
-        if self.skipped:
-            yield from super()._complete_moves(project, queue)
-        self.skipped = True
+    @property
+    def skipped(self) -> bool:
+        return self.late.skipped
 
 
-class SubscriptionsDyingBeforeSettle(Subscriptions):
+class SubscriptionsDyingBeforeIndexUpdate(Subscriptions):
     """Dies once a subscription write is stored, before the subscribed-queues index is
     told of it."""
 
-    def _settle(self, project: str, queue: str, version: int, expires: int,
-                token: str) -> None:
+    async def _update_index(self, project: str, queue: str, version: int, expires: int,
+                            token: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class DiesBeforeIndexSettle(Driver):
+class DiesBeforeIndexUpdate(Driver):
     """A driver whose subscription writes die before their index step."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._subscriptions = SubscriptionsDyingBeforeSettle(
-            self.keys, lambda: self._scripts, self._now_arg)
+        self.subscriptions = SubscriptionsDyingBeforeIndexUpdate(self.context)
 
 
 def subscribe_and_die(uri: str, namespace: str, project: str, queue: str, ttl: int,
                       now: float) -> None:
     """Subscribe to *queue* with a driver that dies before the index hears of it, at
     time *now* (a fake clock's)."""
-    driver = Synchronous(DiesBeforeIndexSettle(uri, namespace=namespace, clock=lambda: now))
+    driver = Synchronous(DiesBeforeIndexUpdate(uri, namespace=namespace, clock=lambda: now))
     driver.subscriptions.create(project, queue, "http://127.0.0.1:9/hook", ttl, {})
     raise SystemExit("the subscription finished without reaching the crash point")
 
@@ -88,16 +114,16 @@ class CatalogueDying(Catalogue):
 
     point = ""
 
-    def reserve(self, project: str, name: str, quota: int):
-        hold = yield from super().reserve(project, name, quota)
+    async def reserve(self, project: str, name: str, quota: int) -> Hold:
+        hold = await super().reserve(project, name, quota)
         if self.point == "after-hold":
             os.kill(os.getpid(), signal.SIGKILL)
         return hold
 
-    def settle(self, hold: Hold, exists: bool):
+    async def settle(self, hold: Hold, exists: bool) -> None:
         if self.point == "before-settle":
             os.kill(os.getpid(), signal.SIGKILL)
-        yield from super().settle(hold, exists)
+        await super().settle(hold, exists)
 
 
 def create_and_die(point: str, uri: str, namespace: str, project: str, queue: str,
@@ -105,8 +131,8 @@ def create_and_die(point: str, uri: str, namespace: str, project: str, queue: st
     """Create *queue* under the queue *quota* with a driver that dies at *point* of the
     creation, at time *now* (a fake clock's)."""
     driver = Synchronous(Driver(uri, namespace=namespace, clock=lambda: now))
-    driver._catalogue = CatalogueDying(driver.keys, lambda: driver._scripts,
-                                       driver._now_arg)
-    driver._catalogue.point = point
+    driver.context.catalogue = CatalogueDying(driver.key_names, driver._scripts,
+                                              driver._now_arg)
+    driver.context.catalogue.point = point
     driver.queues.create(project, queue, {}, queue_quota=quota)
     raise SystemExit("the creation finished without reaching the crash point")

@@ -1463,7 +1463,7 @@ def test_two_reapers_at_once_report_each_expired_message_once(backend, clock,
     ids: dict[tuple[str, str], list[str]] = {}
     for project, queue in queues:
         batch = [NewMessage(n, 60, 0) for n in range(40)]
-        ids[(project, queue)] = drivers[0].post_messages(project, queue, CLIENT, batch)
+        ids[(project, queue)] = drivers[0].messages.post(project, queue, CLIENT, batch)
     kept = post(drivers[0], "a", 5, ttl=3600)
     clock.advance(61)
     start = threading.Barrier(len(drivers) + 1)
@@ -1491,7 +1491,7 @@ def test_two_reapers_at_once_report_each_expired_message_once(backend, clock,
     assert backend.db.messages.count_documents({}) == len(kept)
     assert agree(drivers[0], "a") == QueueCounts(0, 5, 0)  # the claim took the live ones
     for project, queue in queues[1:]:
-        assert drivers[0].queue_counts(project, queue) == QueueCounts(0, 0, 0)
+        assert drivers[0].queues.counts(project, queue) == QueueCounts(0, 0, 0)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
@@ -1513,8 +1513,9 @@ def test_the_reaper_thread_empties_the_queues_nobody_touches(backend, clock):
     assert [doc["_id"] for doc in backend.db.messages.find()] == [ObjectId(kept)]
     lease = backend.db.locks.find_one({"_id": "reaper"})
     assert lease["h"] == f"{socket.gethostname()}:{os.getpid()}"
+    reaper = driver._reaper
     driver.close()
-    assert not driver._reaper.is_alive()
+    assert not reaper.running
 
 
 def test_a_driver_reaps_in_the_background_only_when_told_to(backend, clock):
@@ -1546,7 +1547,7 @@ def test_the_lease_grants_one_pass_at_a_time_across_processes(backend, clock):
 def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch):
     passes: list[float] = []
     bids: list[bool] = []
-    lease, reap = Expiry.lease, Driver.reap
+    lease, reap = Expiry.lease, Driver.reap_blocking
 
     def bidding(bidder: Expiry, seconds: float) -> bool:
         granted = lease(bidder, seconds)
@@ -1558,7 +1559,7 @@ def test_of_two_processes_reapers_one_runs_each_pass(backend, clock, monkeypatch
         reap(driver)
 
     monkeypatch.setattr(Expiry, "lease", bidding)
-    monkeypatch.setattr(Driver, "reap", reaping)
+    monkeypatch.setattr(Driver, "reap_blocking", reaping)
     ended: list[str] = []
     for _ in range(2):
         backend.driver(clock, reap_interval=1, endings=ended.extend)

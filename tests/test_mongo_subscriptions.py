@@ -92,7 +92,7 @@ def test_of_concurrent_subscriptions_of_one_subscriber_one_is_stored(backend, cl
     with ThreadPoolExecutor(len(drivers)) as pool:
         created = list(pool.map(create, range(12)))
     [sid] = [c for c in created if c is not None]
-    assert [s.id for s in drivers[0].list_subscriptions(PROJECT, "q", None, 10)] == [sid]
+    assert [s.id for s in drivers[0].subscriptions.page(PROJECT, "q", None, 10)] == [sid]
     assert backend.db.subscriptions.count_documents({}) == 1
 
 

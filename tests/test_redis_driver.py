@@ -64,7 +64,7 @@ def used_memory(client: redis.Redis) -> int:
 
 
 def queue_keys(client: redis.Redis, driver: Driver, queue: str) -> set[bytes]:
-    prefix = driver.keys.queue(PROJECT, queue)[:-1]
+    prefix = driver.key_names.queue(PROJECT, queue)[:-1]
     return set(client.scan_iter(match=prefix.replace("[", "\\[") + "*", count=1000))
 
 
@@ -105,7 +105,7 @@ POLICY = {"_default_message_delay": 30, "_max_claim_count": 1, "_dead_letter_que
 
 def busy_queue(driver: Broker, clock: FakeClock) -> None:
     """Messages in every state: free, delayed, claimed, dead-lettered, with claims."""
-    driver.queues.create(PROJECT, "q", POLICY)
+    driver.create_queue(PROJECT, "q", POLICY)
 
     def post_some(delay: int | None, n: int = 300) -> None:
         driver.post(PROJECT, "q", CLIENT, [PostedMessage({"n": i}, 120, delay)
@@ -114,10 +114,10 @@ def busy_queue(driver: Broker, clock: FakeClock) -> None:
     post_some(0)
     post_some(None)  # the queue's default delay
     post_some(0)
-    claim = driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)
-    driver.claims.release(PROJECT, "q", claim.id)
-    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)  # moves the released ones
-    driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=20)
+    claim = driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
+    driver.release_claim(PROJECT, "q", claim.id)
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)  # moves the released ones
+    driver.claim(PROJECT, "q", ttl=60, grace=60, limit=20)
 
 
 @pytest.mark.parametrize("ending", ["expiry", "deletion"])
@@ -171,7 +171,7 @@ def test_the_reaper_empties_a_queue_nobody_touches(own_server):
     while len(queue_keys(client, driver, "idle")) > 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     reaper.close()
-    assert queue_keys(client, driver, "idle") == {driver.keys.queue(PROJECT, "idle").encode()}
+    assert queue_keys(client, driver, "idle") == {driver.key_names.queue(PROJECT, "idle").encode()}
     driver.close()
 
 
@@ -215,7 +215,7 @@ def test_every_key_of_a_queue_shares_one_cluster_slot():
     by_queue: dict[bytes, set[int]] = {}
     for node in driver._client.get_primaries():
         client = driver._client.get_redis_connection(node)
-        for key in client.scan_iter(match=f"{driver.keys.namespace}:*", count=1000):
+        for key in client.scan_iter(match=f"{driver.key_names.namespace}:*", count=1000):
             if b"}" in key:
                 tag = key[key.index(b"{"):key.index(b"}") + 1]
                 by_queue.setdefault(tag, set()).add(key_slot(key))
@@ -231,8 +231,8 @@ def cross_slot_names(driver: Driver) -> tuple[str, str]:
     source = "orders"
     for n in range(100):
         target = f"dead-{n}"
-        if not driver.same_slot(driver.keys.queue(PROJECT, source),
-                                driver.keys.queue(PROJECT, target)):
+        if not driver.same_slot(driver.key_names.queue(PROJECT, source),
+                                driver.key_names.queue(PROJECT, target)):
             return source, target
     raise AssertionError("no queue name in another slot")
 
@@ -262,7 +262,7 @@ def test_a_move_across_slots_survives_the_mover_dying_between_steps(kind):
     child.join(timeout=60)
     assert child.exitcode == -signal.SIGKILL
 
-    outbox = driver.keys.outbox(PROJECT, source)
+    outbox = driver.key_names.outbox(PROJECT, source)
     assert driver._client.hlen(outbox) == 5  # the crash left every move unfinished
     # Died after the first move-in: that message is in the dead-letter queue and still
     # in the outbox, the worst case for a repeat.
@@ -358,11 +358,11 @@ def test_purging_the_source_completes_moves_that_arrive_during_the_purge():
     from tests.redis_crash import CompletesMovesLate
 
     uri, ns, driver, broker, source, target, ids = crashed_moves("after-outbox", 3)
-    late = CompletesMovesLate(uri, namespace=ns)
+    late = Synchronous(CompletesMovesLate(uri, namespace=ns))
     late.queues.purge(PROJECT, source)
     assert late.skipped
     assert sorted(m.id for m in driver.messages.get(PROJECT, target, ids)) == sorted(ids)
-    assert driver._client.hlen(driver.keys.outbox(PROJECT, source)) == 0
+    assert driver._client.hlen(driver.key_names.outbox(PROJECT, source)) == 0
     late.close()
     driver.close()
 
@@ -389,7 +389,7 @@ def test_a_queue_whose_slot_is_migrating_answers_unavailable_not_an_error():
 
     driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace()))
     post(driver, "moving", 1)
-    key = driver.keys.queue(PROJECT, "moving")
+    key = driver.key_names.queue(PROJECT, "moving")
     slot = key_slot(key.encode())
     cluster = driver._client
     owner = cluster.nodes_manager.get_node_from_slot(slot)
@@ -437,7 +437,7 @@ def test_the_trail_outlives_its_queue_and_then_goes_with_its_retention(own_serve
                     events_settings=events.Settings(retention=1)))
     post(driver, "q", 3)
     driver.queues.delete(PROJECT, "q")
-    key = driver.keys.trail(PROJECT, "q")
+    key = driver.key_names.trail(PROJECT, "q")
     assert [e.kind for e in driver.trail.events(PROJECT, "q")] == ["posted"] * 3 + ["purged"]
     assert (PROJECT, "q") in driver.trail.queues(PROJECT)
     assert 0 < client.pttl(key) <= 1000
@@ -453,7 +453,7 @@ def test_old_events_are_trimmed_as_new_ones_arrive(own_server):
     post(driver, "q", 1000)  # ten stream nodes of 100 entries: MINID ~ trims whole nodes
     time.sleep(1.1)
     post(driver, "q", 1)
-    assert client.xlen(driver.keys.trail(PROJECT, "q")) <= 101
+    assert client.xlen(driver.key_names.trail(PROJECT, "q")) <= 101
 
 
 def test_no_trail_is_written_when_it_is_off(own_server):
@@ -462,7 +462,7 @@ def test_no_trail_is_written_when_it_is_off(own_server):
     post(driver, "q", 5)
     driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=5, dead_letter=None)
     driver.queues.purge(PROJECT, "q")
-    assert not client.exists(driver.keys.trail(PROJECT, "q"))
+    assert not client.exists(driver.key_names.trail(PROJECT, "q"))
     assert list(driver.trail.events(PROJECT, "q")) == []
 
 
@@ -582,7 +582,7 @@ def test_metadata_changed_by_another_process_rules_the_next_post_and_claim(own_s
     shared = namespace()
     a = Synchronous(Broker(Driver(own_server.uri, namespace=shared), Limits()))
     b = Synchronous(Broker(Driver(own_server.uri, namespace=shared), Limits()))
-    a.queues.create("p", "q", {})
+    a.create_queue("p", "q", {})
     first, = a.post("p", "q", "client", [PostedMessage(body="before", ttl=None, delay=None)], 10)
     b.patch_queue("p", "q", [{"op": "add", "path": "/metadata/_default_message_delay",
                               "value": 600}])
@@ -590,14 +590,14 @@ def test_metadata_changed_by_another_process_rules_the_next_post_and_claim(own_s
     stored = {m.id: m for m in a.driver.messages.get("p", "q", [first, second])}
     assert stored[first].due == stored[first].created
     assert stored[second].due == pytest.approx(stored[second].created + 600)
-    claim = a.claims.create("p", "q", ttl=60, grace=60, limit=10)
+    claim = a.claim("p", "q", ttl=60, grace=60, limit=10)
     assert [m.id for m in claim.messages] == [first]  # the second is delayed now
 
     b.patch_queue("p", "q", [
         {"op": "add", "path": "/metadata/_max_claim_count", "value": 1},
         {"op": "add", "path": "/metadata/_dead_letter_queue", "value": "dlq"}])
-    a.claims.release("p", "q", claim.id)
-    assert a.claims.create("p", "q", ttl=60, grace=60, limit=10) is None  # moved instead
+    a.release_claim("p", "q", claim.id)
+    assert a.claim("p", "q", ttl=60, grace=60, limit=10) is None  # moved instead
     stats = b.stats("p", "dlq")
     assert (stats.free, stats.claimed, stats.delayed) == (1, 0, 0)
     a.driver.close()
@@ -657,7 +657,7 @@ def test_messages_and_claims_stored_before_ids_had_tokens_keep_their_ids():
     driver = Synchronous(Driver(SERVERS.single().uri, namespace=namespace()))
     try:
         fresh, stored = post(driver, "q", 2)
-        prefix = driver.keys.queue(PROJECT, "q")[:-1]
+        prefix = driver.key_names.queue(PROJECT, "q")[:-1]
         nonce = client.hget(prefix + "s", "nonce").decode()
         seq = stored[len(nonce):len(nonce) + 8]
         without_token(client, f"{prefix}b:{int(seq, 36) // 64}", seq)

@@ -17,7 +17,6 @@ import pytest
 import redis
 
 from delayq.message import NewMessage
-from delayq.operations import on_loop
 from delayq.storage.redis.driver import Driver
 from delayq.synchronous import Synchronous
 from tests.redis_servers import SERVERS, free_ports
@@ -69,19 +68,19 @@ def debug_loop(caplog):
 
 
 OPERATIONS = {
-    "get_queue": lambda d: d.queues.get.steps(PROJECT, "q"),
-    "list_queues": lambda d: d.queues.page.steps(PROJECT, None, 10),
-    "count_queues": lambda d: d.queues.count.steps(PROJECT),
-    "delete_queue": lambda d: d.queues.delete.steps(PROJECT, "gone"),
-    # Its first call reads the queue's outbox of dead-letter moves (_settle).
-    "purge_queue": lambda d: d.queues.purge.steps(PROJECT, "q"),
-    "queue_stats": lambda d: d.queues.stats.steps(PROJECT, "q"),
-    "post_messages": lambda d: d.messages.post.steps(PROJECT, "q", CLIENT,
+    "get_queue": lambda d: d.queues.get(PROJECT, "q"),
+    "list_queues": lambda d: d.queues.page(PROJECT, None, 10),
+    "count_queues": lambda d: d.queues.count(PROJECT),
+    "delete_queue": lambda d: d.queues.delete(PROJECT, "gone"),
+    # Its first call reads the queue's outbox of dead-letter moves (moves.py).
+    "purge_queue": lambda d: d.queues.purge(PROJECT, "q"),
+    "queue_stats": lambda d: d.queues.stats(PROJECT, "q"),
+    "post_messages": lambda d: d.messages.post(PROJECT, "q", CLIENT,
                                                       [NewMessage(1, 600, 0)]),
-    "claim": lambda d: d.claims.create.steps(PROJECT, "q", ttl=60, grace=60, limit=1,
+    "claim": lambda d: d.claims.create(PROJECT, "q", ttl=60, grace=60, limit=1,
                                      dead_letter=None),
-    "ping": lambda d: d.ping.steps(),
-    "now": lambda d: d.now.steps(),
+    "ping": lambda d: d.ping(),
+    "now": lambda d: d.now(),
 }
 
 
@@ -96,7 +95,7 @@ def test_no_operation_blocks_the_loop_while_redis_is_slow(server, driver, debug_
         with redis.Redis(port=server.port) as observer:
             observer.client_pause(PAUSE_MS)  # every command waits, then runs
         started = time.monotonic()
-        await on_loop(OPERATIONS[name](driver))
+        await OPERATIONS[name](driver.target)
         # The operation waited for Redis, whichever way.
         assert time.monotonic() - started >= PAUSE_MS / 1000 - 0.1
 
@@ -134,11 +133,11 @@ def test_over_tls_operations_are_awaited_without_blocking_the_loop(tls_server, d
         with redis.Redis(port=server.port) as observer:
             observer.client_pause(PAUSE_MS)
         started = time.monotonic()
-        ids = await on_loop(driver.messages.post.steps(PROJECT, "q", CLIENT,
-                                                       [NewMessage("over TLS", 600, 0)]))
+        ids = await driver.target.messages.post(PROJECT, "q", CLIENT,
+                                                [NewMessage("over TLS", 600, 0)])
         assert time.monotonic() - started >= PAUSE_MS / 1000 - 0.1
-        taken = await on_loop(driver.claims.create.steps(PROJECT, "q", ttl=60, grace=60, limit=5,
-                                                 dead_letter=None))
+        taken = await driver.target.claims.create(PROJECT, "q", ttl=60, grace=60,
+                                                  limit=5, dead_letter=None)
         return ids, taken
 
     try:

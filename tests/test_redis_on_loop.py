@@ -1,13 +1,13 @@
 """Redis calls on the event loop.
 
-The API awaits the Redis driver's operations on its loop (``delayq.operations.on_loop``):
-every store call an operation yields is awaited, a script call on one server on the
-loop's connection of the fast path (``storage/redis/fastpath.py``), any other call by
-the loop's ``redis.asyncio`` client, while the loop serves other requests. These tests
-drive a real Redis from a real loop (asyncio's own and uvloop, which the server uses):
-replies reach the calls that made them however calls overlap, the loop keeps running
-while Redis is slow, and timeouts, restarts, lost scripts and cancelled calls behave as
-on the blocking path, on one server and on a cluster.
+The API awaits the Redis driver's controllers on its loop: every call they make to
+Redis is awaited, a script call on one server on the loop's connection of the fast path
+(``storage/redis/fastpath.py``), any other call by the loop's ``redis.asyncio`` client,
+while the loop serves other requests. These tests drive a real Redis from a real loop
+(asyncio's own and uvloop, which the server uses): replies reach the calls that made
+them however calls overlap, the loop keeps running while Redis is slow, and timeouts,
+restarts, lost scripts and cancelled calls follow the rules of
+``storage/redis/calls.py``, on one server and on a cluster.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ import redis
 import uvloop
 
 from delayq import errors
-from delayq.api.execution import Execution
 from delayq.broker import Broker
 from delayq.message import NewMessage
-from delayq.operations import Steps, on_loop, operation
 from delayq.storage.redis.driver import Driver
 from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage
@@ -74,20 +72,20 @@ def post_one(driver: Driver, queue: str, body: object) -> str:
 
 async def post(driver: Driver, queue: str, body: object) -> str:
     """One message posted on the loop; its id."""
-    [message_id] = await on_loop(driver.messages.post.steps(
-        PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)]))
+    [message_id] = await driver.target.messages.post(
+        PROJECT, queue, CLIENT, [NewMessage(body, 600, 0)])
     return message_id
 
 
 async def claim(driver: Driver, queue: str):
-    return await on_loop(driver.claims.create.steps(PROJECT, queue, ttl=60, grace=60, limit=5,
-                                            dead_letter=None))
+    return await driver.target.claims.create(PROJECT, queue, ttl=60, grace=60, limit=5,
+                                             dead_letter=None)
 
 
 async def warm(driver: Driver) -> None:
     """Open a connection of the loop's client, so that a paused Redis holds the call
     under test, not the new connection's handshake."""
-    await on_loop(driver.queues.stats.steps(PROJECT, "warm"))
+    await driver.target.queues.stats(PROJECT, "warm")
 
 
 def connections(port: int) -> int:
@@ -168,10 +166,10 @@ def test_a_call_that_timed_out_is_not_sent_again_and_the_next_one_reconnects(ser
         assert 0.4 < time.monotonic() - started < 0.8
         await asyncio.sleep(1.0)
         # The timed-out post's connection was closed: Redis dropped it unrun.
-        stats = await on_loop(driver.queues.stats.steps(PROJECT, "q"))
+        stats = await driver.target.queues.stats(PROJECT, "q")
         assert stats.total == 1
         await post(driver, "q", "on a new connection")
-        assert (await on_loop(driver.queues.stats.steps(PROJECT, "q"))).total == 2
+        assert (await driver.target.queues.stats(PROJECT, "q")).total == 2
 
     try:
         run_loop(main())
@@ -195,7 +193,7 @@ def test_the_loops_connection_authenticates_and_selects_the_database(server, run
         posted, taken = run_loop(main())
         assert [m.id for m in taken.messages] == [posted]
         with redis.Redis(port=server.port, password="s3cret", db=3) as observer:
-            assert observer.exists(driver.keys.queue(PROJECT, "q"))
+            assert observer.exists(driver.key_names.queue(PROJECT, "q"))
     finally:
         driver.close()
 
@@ -211,7 +209,7 @@ def test_calls_survive_a_restart_and_a_flushed_script_cache(server, driver, run_
         again = [await post(driver, "q", 2)]
         redis.Redis(port=server.port).script_flush()
         again.append(await post(driver, "q", 3))
-        found = await on_loop(driver.messages.get.steps(PROJECT, "q", [first, *again]))
+        found = await driver.target.messages.get(PROJECT, "q", [first, *again])
         assert [m.id for m in found] == again
 
     run_loop(main())
@@ -228,7 +226,7 @@ def test_calls_in_flight_when_redis_restarts_are_each_sent_again_once(server, dr
         # The call that takes the dead connection finds it broken and is sent once
         # more on a new one; the others open new connections.
         posted = await asyncio.gather(*(post(driver, q, q) for q in queues))
-        return [[m.id for m in await on_loop(driver.messages.get.steps(PROJECT, q, [i]))]
+        return [[m.id for m in await driver.target.messages.get(PROJECT, q, [i])]
                 for q, i in zip(queues, posted, strict=True)]
 
     found = run_loop(main())
@@ -251,20 +249,20 @@ def test_a_cancelled_call_leaves_the_replies_of_later_calls_in_place(server, dri
             await waiting
         # The cancelled call's reply comes first on the connection and is dropped: this
         # call gets its own.
-        [message] = await on_loop(driver.messages.get.steps(PROJECT, "other", [other]))
+        [message] = await driver.target.messages.get(PROJECT, "other", [other])
         assert (message.id, message.body) == (other, "other")
 
     run_loop(main())
 
 
-def test_called_operations_block_on_connections_the_threads_share(server, driver):
+def test_calls_from_threads_share_the_facades_connections(server, driver):
     ids = [post_one(driver, "q", i) for i in range(3)]
     before = connections(server.port)
     for i in range(10):
         thread = threading.Thread(target=post_one, args=(driver, "q", 3 + i))
         thread.start()
         thread.join()
-    # One after another, the threads' calls reuse the blocking client's connection.
+    # One after another, the threads' calls reuse the facade loop's connections.
     assert connections(server.port) == before
     assert driver.queues.stats(PROJECT, "q").total == 13
     assert [m.id for m in driver.messages.get(PROJECT, "q", ids)] == ids
@@ -277,27 +275,25 @@ class Posting:
         self.broker = broker
         self.threads: list[bool] = []
 
-    @operation
-    def post(self, body: object) -> Steps[list[str]]:
+    async def post(self, body: object) -> list[str]:
         self.threads.append(threading.current_thread() is threading.main_thread())
-        return (yield from self.broker.post.steps(PROJECT, "q", CLIENT, [posted(body)], 10))
+        return await self.broker.post(PROJECT, "q", CLIENT, [posted(body)], 10)
 
 
-def test_the_execution_awaits_redis_on_the_loop_and_a_slow_call_keeps_it_there(
+def test_the_broker_awaits_redis_on_the_loop_and_a_slow_call_keeps_it_there(
         server, driver, run_loop):
-    broker = Synchronous(Broker(driver.target, Limits()))
-    execute = Execution(driver)
+    broker = Broker(driver.target, Limits())
     posting = Posting(broker)
 
     async def main() -> tuple[list[str], list[str]]:
-        ids = await execute(posting.post, 1)  # opens the loop's connection
+        ids = await posting.post(1)  # opens the loop's connection
         with redis.Redis(port=server.port) as observer:
             observer.client_pause(300)
-        ids += await execute(posting.post, 2)  # slow, but the loop went on: no hand-off
-        ids += await execute(posting.post, 3)
-        taken = await execute(broker.claim, PROJECT, "q", ttl=60, grace=60, limit=5)
+        ids += await posting.post(2)  # slow, but the loop went on: no hand-off
+        ids += await posting.post(3)
+        taken = await broker.claim(PROJECT, "q", ttl=60, grace=60, limit=5)
         for message in taken.messages:
-            await execute(broker.delete_message, PROJECT, "q", message.id, taken.id)
+            await broker.delete_message(PROJECT, "q", message.id, taken.id)
         return [m.id for m in taken.messages], ids
 
     claimed, ids = run_loop(main())
@@ -312,24 +308,22 @@ def unreachable():
     """A driver of a Redis that cannot be reached."""
     [port] = free_ports(1)  # nothing listens there
     driver = Synchronous(Driver(f"redis://127.0.0.1:{port}/0", namespace=namespace(),
-                    connect_timeout=0.2))
+                                connect_timeout=0.2))
     yield driver
     driver.close()
 
 
-def test_the_execution_runs_operations_in_threads_while_redis_cannot_be_reached(
-        run_loop, unreachable):
-    execute = Execution(unreachable)
-    posting = Posting(Synchronous(Broker(unreachable.target, Limits())))
+def test_calls_stay_on_the_loop_while_redis_cannot_be_reached(run_loop, unreachable):
+    posting = Posting(Broker(unreachable.target, Limits()))
 
     async def main() -> None:
         for _ in range(2):
             with pytest.raises(errors.StorageUnavailable):
-                await execute(posting.post, "unreachable")
+                await posting.post("unreachable")
 
     run_loop(main())
-    # Connecting blocks the loop: after the first failure, operations run in the pool.
-    assert posting.threads == [True, False]
+    # Connecting is awaited too: no call leaves the loop.
+    assert posting.threads == [True, True]
 
 
 def posted(body: object) -> PostedMessage:
@@ -340,16 +334,15 @@ def test_on_a_cluster_operations_are_awaited_on_the_loop_too(run_loop):
     driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace()))
 
     async def main() -> tuple[list[str], object]:
-        ids = await on_loop(driver.messages.post.steps(
-            PROJECT, "q", CLIENT, [NewMessage("on a cluster", 600, 0)]))
-        taken = await on_loop(driver.claims.create.steps(PROJECT, "q", ttl=60, grace=60,
-                                                 limit=5, dead_letter=None))
-        await on_loop(driver.messages.delete.steps(PROJECT, "q", ids[0], taken.id))
+        ids = await driver.target.messages.post(
+            PROJECT, "q", CLIENT, [NewMessage("on a cluster", 600, 0)])
+        taken = await driver.target.claims.create(PROJECT, "q", ttl=60, grace=60,
+                                                  limit=5, dead_letter=None)
+        await driver.target.messages.delete(PROJECT, "q", ids[0], taken.id)
         return ids, taken
 
     try:
         ids, taken = run_loop(main())
-        assert driver.waits_on_loop  # by the loop's asyncio cluster client
         assert [(m.id, m.body) for m in taken.messages] == [(ids[0], "on a cluster")]
         assert driver.queues.stats(PROJECT, "q").total == 0
     finally:
@@ -360,7 +353,7 @@ def test_on_a_cluster_operations_are_awaited_on_the_loop_too(run_loop):
 def test_on_a_cluster_a_call_that_timed_out_is_not_sent_again(awaited):
     driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace(), socket_timeout=0.5))
     post_one(driver, "q", "first")
-    node = driver._client.get_node_from_key(driver.keys.queue(PROJECT, "q"))
+    node = driver._client.get_node_from_key(driver.key_names.queue(PROJECT, "q"))
 
     async def post_awaited() -> None:
         await warm(driver)

@@ -1,7 +1,7 @@
 """What only the Redis driver promises of the queue quota, beyond the contract suite:
 a creation holds its queue's name in the project catalogue (a slot of its own in a
 cluster) before it makes the queue, and a process dying between those steps leaves the
-project over-counted only until its hold is past its deadline (``quotas.py``)."""
+project over-counted only until its hold is past its deadline (``catalogue.py``)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 
 from delayq import errors
 from delayq.message import NewMessage
-from delayq.operations import drive
+from delayq.storage.redis.catalogue import HOLD_LEASE, HOLD_SKEW, Catalogue, Hold
 from delayq.storage.redis.driver import Driver
-from delayq.storage.redis.quotas import HOLD_LEASE, HOLD_SKEW, Catalogue
-from delayq.synchronous import Synchronous
+from delayq.synchronous import Synchronous, shared_loop
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
 from tests.test_redis_driver import PROJECT, namespace
@@ -36,7 +35,7 @@ def names(driver: Driver) -> list[str]:
 
 def holds(driver: Driver) -> int:
     """The holds the project's catalogue keeps (``lua/catalogue_reserve.lua``)."""
-    return driver._client.zcard(driver.keys.catalogue(PROJECT)[:-len("queues")] + "qh")
+    return driver._client.zcard(driver.key_names.catalogue(PROJECT)[:-len("queues")] + "qh")
 
 
 def die_creating(uri: str, ns: str, point: str, queue: str, quota: int,
@@ -89,8 +88,8 @@ class StallsAfterItsFirstHold(Catalogue):
     clock: FakeClock
     stalled = False
 
-    def reserve(self, project: str, name: str, quota: int):
-        hold = yield from super().reserve(project, name, quota)
+    async def reserve(self, project: str, name: str, quota: int) -> Hold:
+        hold = await super().reserve(project, name, quota)
         if not self.stalled:
             self.stalled = True
             self.clock.advance(HOLD_LEASE + 1)
@@ -103,10 +102,9 @@ def test_a_write_past_its_holds_deadline_makes_no_queue_and_holds_the_name_again
     ns, clock = namespace(), FakeClock()
     driver = Synchronous(Driver(uri, namespace=ns, clock=clock))
     driver.messages.post(PROJECT, "source", "client", ONE, queue_quota=2)
-    stalling = StallsAfterItsFirstHold(driver.keys, lambda: driver._scripts,
-                                       driver._now_arg)
+    stalling = StallsAfterItsFirstHold(driver.key_names, driver._scripts, driver._now_arg)
     stalling.clock = clock
-    driver._catalogue = stalling
+    driver.context.catalogue = stalling
     match how:
         case "create":
             assert driver.queues.create(PROJECT, "b", {}, queue_quota=2)
@@ -125,11 +123,11 @@ def test_a_write_past_its_holds_deadline_makes_no_queue_and_holds_the_name_again
 def test_a_write_under_a_late_hold_makes_nothing(uri):
     clock = FakeClock()
     driver = Synchronous(Driver(uri, namespace=namespace(), clock=clock))
-    hold = drive(driver._catalogue.reserve(PROJECT, "q", 1))
+    hold = shared_loop().run(driver.context.catalogue.reserve(PROJECT, "q", 1))
     clock.advance(HOLD_LEASE + 0.001)
-    key = driver.keys.queue(PROJECT, "q")
-    created, _listed, exists = driver._scripts.queue_create.call(
-        [key], ["{}", "nonce", driver._now_arg(), hold.fence]).wait()
+    key = driver.key_names.queue(PROJECT, "q")
+    created, _listed, exists = shared_loop().run(driver._scripts.queue_create.call(
+        [key], ["{}", "nonce", driver._now_arg(), hold.fence]))
     assert (created, exists) == (0, 0)
     assert driver.queues.get(PROJECT, "q") is None
     driver.close()
@@ -139,12 +137,13 @@ def test_a_queue_deleted_while_a_creation_holds_its_name_stays_counted_until_set
         uri):
     driver = Synchronous(Driver(uri, namespace=namespace()))
     assert driver.queues.create(PROJECT, "q", {}, queue_quota=1)
-    hold = drive(driver._catalogue.reserve(PROJECT, "q", 1))  # a creation of "q"
+    # A creation of "q":
+    hold = shared_loop().run(driver.context.catalogue.reserve(PROJECT, "q", 1))
     driver.queues.delete(PROJECT, "q")
     # The creation's write may yet make "q" again: its name keeps its place.
     with pytest.raises(errors.QuotaExceeded):
         driver.queues.create(PROJECT, "other", {}, queue_quota=1)
-    drive(driver._catalogue.settle(hold, False))  # it made none
+    shared_loop().run(driver.context.catalogue.settle(hold, False))  # it made none
     assert driver.queues.count(PROJECT) == 0
     assert driver.queues.create(PROJECT, "other", {}, queue_quota=1)
     assert names(driver) == ["other"]

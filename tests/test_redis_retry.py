@@ -65,7 +65,7 @@ def test_no_key_of_a_wait_outlives_the_messages(own_server, ending):
     driver.claims.release_message(PROJECT, "q", claims[2].messages[0].id, claims[2].id, 10)
     # Claims renewed and released without a policy: back to 'c' and 'r'.
     driver.claims.renew(PROJECT, "q", claims[2].id, 600, 60)
-    assert client.exists(driver.keys.queue(PROJECT, "q")[:-1] + "wc")
+    assert client.exists(driver.key_names.queue(PROJECT, "q")[:-1] + "wc")
     if ending == "expiry":
         clock.advance(2 * 3600)
         assert driver.reap_queue(PROJECT, "q")
@@ -87,7 +87,7 @@ def test_a_claimed_message_is_indexed_once_as_claimed_however_its_wait_changes(
     driver = Synchronous(Driver(own_server.uri, namespace=namespace(), clock=clock,
                     events_settings=events.OFF))
     client = redis.Redis(port=own_server.port)
-    prefix = driver.keys.queue(PROJECT, "q")[:-1]
+    prefix = driver.key_names.queue(PROJECT, "q")[:-1]
     [mid] = post(driver, "q", 1)
 
     def where() -> tuple[str, ...]:

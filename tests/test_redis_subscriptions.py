@@ -5,16 +5,17 @@ queues are reaped."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import signal
+import threading
 
-import pytest
 import redis
 
 from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.subscriptions import RESERVATION_MARGIN
 from delayq.subscription import SubscriptionChange
-from delayq.synchronous import Synchronous
+from delayq.synchronous import Synchronous, shared_loop
 from tests.contract.drivers import FakeClock
 from tests.redis_servers import SERVERS
 from tests.test_redis_driver import PROJECT, namespace
@@ -47,18 +48,27 @@ def test_the_index_takes_a_queues_writes_in_order_whatever_order_they_settle_in(
     clock = FakeClock()
     driver = Synchronous(Driver(SERVERS.cluster_uri(), namespace=namespace(), clock=clock))
     # A creation, run up to its last step (telling the index) and held there.
-    creation = driver.subscriptions.create.steps(PROJECT, "q", HOOK, 600, {})
-    call = creation.send(None)  # the reservation
-    call = creation.send(call.wait())  # the subscription itself
-    settle = creation.send(call.wait())
+    subscriptions = driver.target.subscriptions
+    update_index = subscriptions._update_index
+    reached, resume = threading.Event(), threading.Event()
+
+    async def held(*args) -> None:
+        reached.set()
+        await asyncio.get_running_loop().run_in_executor(None, resume.wait)
+        await update_index(*args)
+
+    subscriptions._update_index = held
+    creation = asyncio.run_coroutine_threadsafe(
+        subscriptions.create(PROJECT, "q", HOOK, 600, {}), shared_loop().loop)
+    assert reached.wait(30)
+    subscriptions._update_index = update_index
     [subscription] = driver.subscriptions.page(PROJECT, "q", None, 10)
     driver.subscriptions.update(PROJECT, "q", subscription.id, SubscriptionChange(ttl=60))
     driver.subscriptions.delete(PROJECT, "q", subscription.id)
     # the held creation's reservation
     assert driver.subscriptions.subscribed_queues() == [(PROJECT, "q")]
-    with pytest.raises(StopIteration) as done:
-        creation.send(settle.wait())
-    assert done.value.value == subscription.id
+    resume.set()
+    assert creation.result(30) == subscription.id
     assert driver.subscriptions.subscribed_queues() == []  # the creation's settle came too late
     driver.close()
 
@@ -71,7 +81,7 @@ def test_the_reaper_removes_expired_subscriptions_of_deleted_queues():
     driver.queues.create(PROJECT, "gone", {})
     driver.subscriptions.create(PROJECT, "gone", HOOK, 60, {})
     driver.queues.delete(PROJECT, "gone")
-    prefix = driver.keys.queue(PROJECT, "gone")[:-1]
+    prefix = driver.key_names.queue(PROJECT, "gone")[:-1]
     subscription_keys = [prefix + name for name in ("u", "ui", "ux", "us")]
     assert client.exists(*subscription_keys) == 4
     clock.advance(60)

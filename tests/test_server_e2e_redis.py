@@ -119,7 +119,7 @@ def test_health_names_the_redis_store(server, store):
     # The server writes under its namespace: a queue's state hash is where the driver says.
     name = unique("health")
     c.queue(name, force_create=True)
-    assert store._client.exists(store.keys.queue(PROJECT, name)) == 1
+    assert store._client.exists(store.key_names.queue(PROJECT, name)) == 1
 
 
 # The suite's Redis servers keep no append-only file, as an operator should not.
@@ -284,7 +284,7 @@ def queue_pair(store: Driver, project: str, *, same_slot: bool) -> tuple[str, st
     by_slot: dict[int, str] = {}
     while True:
         name = unique("dl")
-        key = store.keys.queue(project, name)
+        key = store.key_names.queue(project, name)
         slot = key_slot(key.encode())
         if same_slot:
             if slot in by_slot:
@@ -292,7 +292,7 @@ def queue_pair(store: Driver, project: str, *, same_slot: bool) -> tuple[str, st
             by_slot[slot] = name
             continue
         for other_slot, other in by_slot.items():
-            other_key = store.keys.queue(project, other)
+            other_key = store.key_names.queue(project, other)
             if other_slot != slot and (not store.cluster or (
                     store._client.get_node_from_key(key)
                     != store._client.get_node_from_key(other_key))):
@@ -305,7 +305,8 @@ def test_dead_letter_queue(server, store, backend, slots):
     c = make_client(server.url)
     project = PROJECT
     name, dlq_name = queue_pair(store, project, same_slot=slots == "same-slot")
-    source_key, dlq_key = store.keys.queue(project, name), store.keys.queue(project, dlq_name)
+    source_key = store.key_names.queue(project, name)
+    dlq_key = store.key_names.queue(project, dlq_name)
     assert (key_slot(source_key.encode()) != key_slot(dlq_key.encode())) is (
         slots == "cross-slot")
     # On the cluster the move then goes through the source queue's outbox.
@@ -347,7 +348,7 @@ def test_dead_letter_queue(server, store, backend, slots):
     # The move is complete: no outbox entry is left behind, both queues are where the
     # driver's keys say. Only a move across slots went through the outbox, which leaves
     # its token in the dead-letter queue's move markers ('mv').
-    assert store._client.exists(store.keys.outbox(project, name)) == 0
+    assert store._client.exists(store.key_names.outbox(project, name)) == 0
     crossed = int(slots == "cross-slot" and backend == "redis-cluster")
     assert store._client.zcard(dlq_key[:-1] + "mv") == crossed
     assert store._client.exists(source_key) == 1

@@ -70,7 +70,7 @@ class Taken:
 class Claimer:
     """Takes messages by pinned bulk writes to the ``messages`` collection.
 
-    *allocate* reserves positions in a queue (the driver's); *reap_each* removes the
+    *allocate* reserves positions in a queue (``Database.allocate``); *reap_each* removes the
     expired messages a claim meets (``Expiry.reap_each``).
     """
 
@@ -108,7 +108,8 @@ class Claimer:
             # They head the range until removed: removed here, and counted, not left to
             # every claim to read again.
             took.reaped += self._reap_each(expired, now)
-            moves = self._moves(project, worn_out, dead_letter, now) if worn_out else []
+            moves = (self._moves(project, worn_out, dead_letter, now)
+                     if dead_letter and worn_out else [])
             ops = [move_op(project, queue, move, now) for move in moves]
             ops += [UpdateOne(pinned(project, queue, doc), claiming(
                 claim_id, claim_expires, grace, claim_due(doc, claim_expires, backoff)))

@@ -15,8 +15,8 @@ from pymongo.client_session import ClientSession
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from delayq.storage.mongo.options import GROUP
 from delayq.storage.base.unavailable import Unavailability
+from delayq.storage.mongo.options import GROUP
 
 NAME = "mongodb"  # the store a 503 names
 

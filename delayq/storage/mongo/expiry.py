@@ -28,7 +28,7 @@ from pymongo.collection import Collection
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo import tallies
 from delayq.storage.mongo.client import unavailable
-from delayq.storage.mongo.trail import Trail
+from delayq.storage.mongo.event_log import EventLog
 
 # Expired messages a reaper pass reads (and then deletes, one by one) at a time.
 REAP_BATCH = 500
@@ -39,12 +39,12 @@ DeleteEach = Callable[..., list[dict[str, Any]]]
 class Expiry:
     """Removes expired messages: a reaper pass over every queue, or those a request met.
 
-    *delete_each* is the driver's ``_delete_each``: one ``find_one_and_delete`` per filter,
+    *delete_each* is ``Database.delete_each``: one ``find_one_and_delete`` per filter,
     returning the documents this request deleted; *now_ms* the primary's clock (ms).
     """
 
     def __init__(self, messages: Collection, locks: Collection, now_ms: Callable[[], int],
-                 delete_each: DeleteEach, tally: tallies.Tallies, trail: Trail) -> None:
+                 delete_each: DeleteEach, tally: tallies.Tallies, trail: EventLog) -> None:
         self._messages = messages
         self._locks = locks
         self._now_ms = now_ms

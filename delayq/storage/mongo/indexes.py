@@ -14,19 +14,16 @@ the worker works on with the old TTL and logs how to change it by hand.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import pymongo
 import pymongo.errors
 from pymongo.database import Database
 
 from delayq.storage.mongo import layout as lay
-from delayq.storage.mongo.client import is_missing_index, is_unavailable, unavailable
+from delayq.storage.mongo.client import is_unavailable, unavailable
 
 LOG = logging.getLogger(__name__)
 
@@ -106,26 +103,3 @@ class Indexes:
                      "expiry (expired_retention).", lay.EXPIRY_INDEX, self._expired_retention)
         collection.create_indexes(indexes)
 
-
-T = TypeVar("T")
-
-
-def backend_call(method: Callable[..., T]) -> Callable[..., T]:
-    """Run a driver method (of a driver whose ``_indexes`` these are) with its indexes
-    in place and MongoDB outages as 503."""
-
-    @functools.wraps(method)
-    def call(self: Any, *args: Any, **kwargs: Any) -> T:
-        with unavailable:
-            self._indexes.ensure()
-            try:
-                return method(self, *args, **kwargs)
-            except pymongo.errors.OperationFailure as exc:
-                if not is_missing_index(exc):
-                    raise
-                self._indexes.missing()
-                raise unavailable.error(
-                    f"A MongoDB index of delayq is missing; creating it again: {exc}"
-                ) from exc
-
-    return call

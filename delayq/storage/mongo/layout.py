@@ -323,6 +323,16 @@ def not_held(now: int) -> dict[str, Any]:
     return {CLAIM_EXPIRES: {"$not": {"$gt": date(now)}}}
 
 
+def held(project: str, queue: str, claim_id: ObjectId | str, now: int) -> dict[str, Any]:
+    """The filter of the messages a claim holds now.
+
+    A held message cannot have expired (a claim pushes the expiry past its own),
+    but saying so keeps an expired one, reaped or not, out of every use of it.
+    """
+    return {CLAIM: claim_id, PROJECT: project, QUEUE: queue,
+            CLAIM_EXPIRES: {"$gt": date(now)}, EXPIRES: {"$gt": date(now)}}
+
+
 def due_ms(doc: dict[str, Any]) -> int:
     """When the message was or is due: its ``d``, or its creation without a delay."""
     return ms(doc.get(DUE) or doc[CREATED])

@@ -18,7 +18,7 @@ again and counts again. Each quota has such a document:
   creation comes before the deletion).
 - ``max_messages_per_queue``: a post under the quota counts the queue's live messages
   (expiry ahead of now: expired ones do not count, reaped or not) and then reserves its
-  sequence numbers in the queue's document (the driver's ``_allocate``), before it
+  sequence numbers in the queue's document (``Database.allocate``), before it
   inserts them. Every write that adds messages to a queue reserves their positions
   there first: posts, dead-letter moves and redrives.
 
@@ -98,7 +98,7 @@ class Quotas:
                        session: ClientSession) -> None:
         """Raise QuotaExceeded when *posted* messages more would take the queue past
         *quota* live messages at *now* (ms), counted in *session*'s transaction, which
-        then reserves positions in the queue's document (``_allocate``)."""
+        then reserves positions in the queue's document (``Database.allocate``)."""
         live = {lay.PROJECT: project, lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}}
         room = quota - posted
         if room >= 0 and self._messages.count_documents(

@@ -1,5 +1,6 @@
-"""The MongoDB driver's subscriptions (``delayq.subscription``), in the ``subscriptions``
-collection (``layout.py``): records with an expiry, changed by single-document writes.
+"""The MongoDB driver's subscriptions (``delayq.subscription``,
+``delayq.storage.base.subscriptions``), in the ``subscriptions`` collection
+(``layout.py``): records with an expiry, changed by single-document writes.
 
 - **Live** is ``e`` ahead of now on the primary's clock: every read says so, whatever the
   TTL monitor (which removes expired ones within its minute) has not removed yet.
@@ -22,10 +23,10 @@ from typing import Any
 
 import pymongo
 import pymongo.errors
-from pymongo.collection import Collection
 
 from delayq import errors
 from delayq.storage.mongo import layout as lay
+from delayq.storage.mongo.database import Database
 from delayq.subscription import Subscription, SubscriptionChange
 
 
@@ -44,83 +45,99 @@ def live(project: str, queue: str, now: int, **fields: Any) -> dict[str, Any]:
 
 
 class Subscriptions:
-    """The ``subscriptions`` collection; every method is given the time, *now*, in ms."""
+    """The ``subscriptions`` collection (blocking: the driver offloads it)."""
 
-    def __init__(self, collection: Collection) -> None:
-        self._collection = collection
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._collection = db.subscriptions
 
     def create(self, project: str, queue: str, subscriber: str, ttl: int,
-               options: dict[str, Any], now: int) -> str | None:
-        """Store a subscription living *ttl* seconds from *now*; its id, or None when
+               options: dict[str, Any]) -> str | None:
+        """Store a subscription living *ttl* seconds from now; its id, or None when
         the queue has a live one for *subscriber*."""
-        doc = {lay.ID: uuid.uuid4().hex, lay.PROJECT: project, lay.QUEUE: queue,
-               lay.SUBSCRIBER: subscriber, lay.TTL: ttl, lay.OPTIONS: lay.encode_json(options),
-               lay.CREATED: lay.date(now), lay.EXPIRES: lay.date(now + ttl * 1000)}
-        while True:
-            try:
-                self._collection.insert_one(doc)
-                return doc[lay.ID]
-            except pymongo.errors.DuplicateKeyError:
-                if not self._remove_expired(project, queue, subscriber, now):
-                    return None
+        with self._db.request():
+            now = self._db.now_ms()
+            doc: dict[str, Any] = {
+                lay.ID: uuid.uuid4().hex, lay.PROJECT: project, lay.QUEUE: queue,
+                lay.SUBSCRIBER: subscriber, lay.TTL: ttl, lay.OPTIONS: lay.encode_json(options),
+                lay.CREATED: lay.date(now), lay.EXPIRES: lay.date(now + ttl * 1000)}
+            while True:
+                try:
+                    self._collection.insert_one(doc)
+                    return doc[lay.ID]
+                except pymongo.errors.DuplicateKeyError:
+                    if not self._remove_expired(project, queue, subscriber, now):
+                        return None
 
-    def get(self, project: str, queue: str, subscription_id: str, now: int
-            ) -> Subscription | None:
+    def get(self, project: str, queue: str, subscription_id: str) -> Subscription | None:
         """The live subscription, or None."""
-        doc = self._collection.find_one(live(project, queue, now, **{lay.ID: subscription_id}))
-        return subscription(doc, now) if doc else None
+        with self._db.request():
+            now = self._db.now_ms()
+            doc = self._collection.find_one(
+                live(project, queue, now, **{lay.ID: subscription_id}))
+            return subscription(doc, now) if doc else None
 
-    def page(self, project: str, queue: str, marker: str | None, limit: int, now: int
+    def page(self, project: str, queue: str, marker: str | None, limit: int
              ) -> list[Subscription]:
         """Up to *limit* live subscriptions of the queue with ids after *marker*, by id."""
-        cursor = self._collection.find(
-            live(project, queue, now, **{lay.ID: {"$gt": marker or ""}})
-        ).sort(lay.ID, pymongo.ASCENDING).limit(limit).hint(lay.LISTING_INDEX)
-        return [subscription(doc, now) for doc in cursor]
+        with self._db.request():
+            now = self._db.now_ms()
+            cursor = self._collection.find(
+                live(project, queue, now, **{lay.ID: {"$gt": marker or ""}})
+            ).sort(lay.ID, pymongo.ASCENDING).limit(limit).hint(lay.LISTING_INDEX)
+            return [subscription(doc, now) for doc in cursor]
 
     def update(self, project: str, queue: str, subscription_id: str,
-               change: SubscriptionChange, now: int) -> None:
-        """Apply *change* to a live subscription, a new ttl running from *now*. Raises
+               change: SubscriptionChange) -> None:
+        """Apply *change* to a live subscription, a new ttl running from now. Raises
         SubscriptionNotFound, or SubscriptionExists when the new subscriber has a live
         subscription of the queue already."""
-        where = live(project, queue, now, **{lay.ID: subscription_id})
-        changes: dict[str, Any] = {}
-        if change.subscriber is not None:
-            changes[lay.SUBSCRIBER] = change.subscriber
-        if change.ttl is not None:
-            changes.update({lay.TTL: change.ttl, lay.EXPIRES: lay.date(now + change.ttl * 1000)})
-        if change.options is not None:
-            changes[lay.OPTIONS] = lay.encode_json(change.options)
-        while True:
-            try:
-                found = (self._collection.update_one(where, {"$set": changes}).matched_count
-                         if changes else self._collection.count_documents(where, limit=1))
-            except pymongo.errors.DuplicateKeyError:
-                if self._remove_expired(project, queue, changes[lay.SUBSCRIBER], now):
-                    continue
-                taken = changes[lay.SUBSCRIBER]
-                raise errors.SubscriptionExists.for_subscriber(taken) from None
-            if not found:
-                raise errors.SubscriptionNotFound.with_id(subscription_id)
-            return
+        with self._db.request():
+            now = self._db.now_ms()
+            where = live(project, queue, now, **{lay.ID: subscription_id})
+            changes: dict[str, Any] = {}
+            if change.subscriber is not None:
+                changes[lay.SUBSCRIBER] = change.subscriber
+            if change.ttl is not None:
+                changes.update({lay.TTL: change.ttl,
+                                lay.EXPIRES: lay.date(now + change.ttl * 1000)})
+            if change.options is not None:
+                changes[lay.OPTIONS] = lay.encode_json(change.options)
+            while True:
+                try:
+                    found = (self._collection.update_one(where, {"$set": changes}
+                                                         ).matched_count
+                             if changes else self._collection.count_documents(where, limit=1))
+                except pymongo.errors.DuplicateKeyError:
+                    if self._remove_expired(project, queue, changes[lay.SUBSCRIBER], now):
+                        continue
+                    taken = changes[lay.SUBSCRIBER]
+                    raise errors.SubscriptionExists.for_subscriber(taken) from None
+                if not found:
+                    raise errors.SubscriptionNotFound.with_id(subscription_id)
+                return
 
     def delete(self, project: str, queue: str, subscription_id: str) -> None:
         """Delete one subscription; an absent one is not an error."""
-        self._collection.delete_one(
-            {lay.ID: subscription_id, lay.PROJECT: project, lay.QUEUE: queue})
+        with self._db.request():
+            self._collection.delete_one(
+                {lay.ID: subscription_id, lay.PROJECT: project, lay.QUEUE: queue})
 
     def purge(self, project: str, queue: str) -> None:
         """Delete every subscription of the queue."""
-        self._collection.delete_many({lay.PROJECT: project, lay.QUEUE: queue})
+        with self._db.request():
+            self._collection.delete_many({lay.PROJECT: project, lay.QUEUE: queue})
 
-    def queues(self, now: int) -> list[tuple[str, str]]:
-        """``(project, queue)`` of every queue with a live subscription at *now* (ms),
-        sorted."""
-        found = self._collection.aggregate(
-            [{"$match": {lay.EXPIRES: {"$gt": lay.date(now)}}},
-             {"$group": {lay.ID: {lay.PROJECT: f"${lay.PROJECT}", lay.QUEUE: f"${lay.QUEUE}"}}}],
-            hint=lay.SUBSCRIBED_INDEX)
-        return sorted((doc[lay.ID][lay.PROJECT], doc[lay.ID][lay.QUEUE]) for doc in found)
+    def subscribed_queues(self) -> list[tuple[str, str]]:
+        """``(project, queue)`` of every queue with a live subscription, sorted."""
+        with self._db.request():
+            now = self._db.now_ms()
+            found = self._collection.aggregate(
+                [{"$match": {lay.EXPIRES: {"$gt": lay.date(now)}}},
+                 {"$group": {lay.ID: {lay.PROJECT: f"${lay.PROJECT}",
+                                      lay.QUEUE: f"${lay.QUEUE}"}}}],
+                hint=lay.SUBSCRIBED_INDEX)
+            return sorted((doc[lay.ID][lay.PROJECT], doc[lay.ID][lay.QUEUE]) for doc in found)
 
     def _remove_expired(self, project: str, queue: str, subscriber: str, now: int) -> bool:
         """Remove the queue's subscription for *subscriber* if it has expired at *now*

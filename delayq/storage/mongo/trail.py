@@ -1,93 +1,42 @@
-"""The MongoDB driver's event trail (``delayq.events``), in the ``events`` collection
-(``layout.py``): one ``insert_many`` per request, of that request's events, sent right
-*after* the change they record succeeded.
-
-No transaction can hold both (a standalone server has none, and a multi-document
-transaction would cost every claim far more than the insert), so a process dying, or
-MongoDB failing, between the change and the insert loses those events; it never records
-a change that did not happen, because events are built only from writes MongoDB
-acknowledged (a claim's or a bulk delete's lost races are left out). A failed insert is
-logged, not answered with 503: the change is done, and a client retrying it would post
-or claim again. ``[events] retention`` is the TTL of each event. The messages a request
-ends are reported to the driver's ``endings`` whether the trail is on or not.
-"""
+"""The MongoDB driver's audit reads (``delayq.storage.base.trail``, for
+``delayq.spark_jobs``): the ``events`` collection (``event_log.py``) and the live messages
+of whole queues, read in the audits' own processes."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-from bson import ObjectId
-from pymongo.collection import Collection
-
-from delayq import events
-from delayq.storage import trail
+from delayq.events import Event
+from delayq.message import Message
+from delayq.storage import base
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import unavailable
+from delayq.storage.mongo.database import Database
 
-LOG = logging.getLogger(__name__)
 
+class Trail(base.Trail):
+    """The event trail and the live messages of every queue, read whole (blocking)."""
 
-class Trail:
-    """The ``events`` collection: a request's events written, a queue's trail read.
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    *endings* is called with the kinds of the events that end a message (expired,
-    deleted, popped, ...), each time a request records some.
-    """
+    def queues(self, project: str | None) -> list[tuple[str, str]]:
+        db = self._db
+        with db.request():
+            where = {} if project is None else {lay.PROJECT: project}
+            found = {(doc[lay.PROJECT], doc[lay.QUEUE])
+                     for doc in db.queues.find(where, {lay.PROJECT: 1, lay.QUEUE: 1, lay.ID: 0})}
+            return sorted(found | db.event_log.queues(project))
 
-    def __init__(self, collection: Collection, settings: events.Settings,
-                 endings: Callable[[list[str]], None]) -> None:
-        self._collection = collection
-        self._settings = settings
-        self._endings = endings
+    def events(self, project: str, queue: str) -> Iterator[Event]:
+        with unavailable:
+            yield from self._db.event_log.read(project, queue)
 
-    @property
-    def enabled(self) -> bool:
-        return self._settings.enabled
-
-    def event(self, project: str, queue: str, kind: str, now: int, **fields: Any
-              ) -> dict[str, Any]:
-        """An event document (``layout.new_event``) kept for ``[events] retention``."""
-        return lay.new_event(project, queue, kind, now, self._settings.retention, **fields)
-
-    def record(self, docs: list[dict[str, Any]]) -> None:
-        """Append a request's events in one insert, once the change they record is done,
-        and report the messages they end."""
-        trail.report_endings((doc[lay.EVENT_KIND] for doc in docs), self._endings)
-        if docs and self._settings.enabled:
-            trail.write_or_log(lambda: self._collection.insert_many(docs, ordered=True),
-                               len(docs), unavailable)
-
-    def purged(self, project: str, queue: str, now: int) -> None:
-        """Record the purge (or deletion) of a queue."""
-        self.record([self.event(project, queue, events.PURGED, now)])
-
-    def deleted(self, project: str, queue: str, now: int, doc: dict[str, Any],
-                claim_id: ObjectId | None = None) -> dict[str, Any]:
-        """The deleted event of the message document *doc* as it was deleted."""
-        return self.event(project, queue, events.DELETED, now, message_id=doc[lay.ID],
-                          claim_id=claim_id, claim_count=doc.get(lay.CLAIM_COUNT, 0))
-
-    def expired(self, project: str, queue: str, doc: dict[str, Any]) -> dict[str, Any]:
-        """The expired event of the message document *doc*, removed after its expiry:
-        stamped with the instant it expired, however late it was removed."""
-        expires = lay.ms(doc[lay.EXPIRES])
-        return self.event(project, queue, events.EXPIRED, expires, message_id=doc[lay.ID],
-                          claim_count=doc.get(lay.CLAIM_COUNT, 0), expires=expires)
-
-    def queues(self, project: str | None) -> set[tuple[str, str]]:
-        """The (project, queue) pairs that have a trail, of *project* or of all.
-
-        Events name their queue themselves: a deleted queue's trail is found too.
-        """
-        projects = ([project] if project is not None
-                    else self._collection.distinct(lay.PROJECT))
-        return {(name, queue) for name in projects
-                for queue in self._collection.distinct(lay.QUEUE, {lay.PROJECT: name})}
-
-    def read(self, project: str, queue: str) -> Iterator[events.Event]:
-        """The queue's events, oldest first (``layout.TRAIL_ORDER``)."""
-        for doc in self._collection.find({lay.PROJECT: project, lay.QUEUE: queue}).sort(
-                lay.TRAIL_ORDER):
-            yield lay.event(doc)
+    def messages(self, project: str, queue: str) -> Iterator[Message]:
+        with unavailable:
+            now = self._db.now_ms()
+            cursor = self._db.messages.find(
+                {lay.PROJECT: project, lay.QUEUE: queue, lay.EXPIRES: {"$gt": lay.date(now)}}
+            ).sort(lay.POST_ORDER)
+            for doc in cursor:
+                yield lay.message(doc, now)

@@ -1,18 +1,20 @@
 """Connecting to Redis (one server or a cluster), and which failures are a 503.
 
-The driver talks to Redis through redis-py's public clients: a blocking one
-(``redis.Redis`` or ``redis.cluster.RedisCluster``) for calls made in a thread (pool
-threads, the reaper, the audits, the tests), and one ``redis.asyncio`` client per event
-loop for calls awaited on it (``LoopClients``). All speak RESP2, as the scripts' replies
-are written for, and parse with hiredis when it is installed (redis-py picks it).
+The driver talks to Redis through redis-py's public clients: one ``redis.asyncio``
+client per event loop for every call awaited on it (``Clients``), and a blocking one
+(``redis.Redis`` or ``redis.cluster.RedisCluster``) only for the audits' reads, whose
+interface blocks (``trail.py``). All speak RESP2, as the scripts' replies are written
+for, and parse with hiredis when it is installed (redis-py picks it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
-from typing import Any
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypedDict
 from urllib.parse import unquote
 
 import redis
@@ -23,12 +25,24 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
+from delayq import errors
+from delayq.storage.base.unavailable import Unavailability
 from delayq.storage.redis.fastpath import FastPath, Server
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.per_loop import PerLoop
-from delayq.storage.base.unavailable import Unavailability
 
 NAME = "redis"  # the store a 503 names
+CONNECT_PAUSE = 0.5  # seconds between attempts to connect while Redis is down
+
+AsyncClient: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
+
+
+class Options(TypedDict):
+    """How the driver connects, as its options say (``options.py``)."""
+
+    socket_timeout: float
+    connect_timeout: float
+    max_connections: int
 
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
@@ -37,6 +51,7 @@ UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
 # Replies of a cluster whose slot is moving (resharding): the request may be retried.
 MIGRATING = ("TRYAGAIN", "ASK ", "MOVED ", "CROSSSLOT",
              "Script attempted to access a non local key")
+
 
 def parse_uri(uri: str) -> tuple[bool, str | None, str | None, list[tuple[str, int]], int]:
     """``(tls, username, password, [(host, port), ...], db)`` from a redis:// URI."""
@@ -121,8 +136,7 @@ def connect(uri: str, *, socket_timeout: float, connect_timeout: float,
 
 
 def connect_async(uri: str, clustered: bool, *, socket_timeout: float,
-                  connect_timeout: float, max_connections: int
-                  ) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
+                  connect_timeout: float, max_connections: int) -> AsyncClient:
     """An asyncio client for *uri*, for one event loop; it connects at its first call,
     awaited. On one server, at *max_connections* a call waits for a free connection;
     a cluster client refuses a call instead, so ``Clients`` bounds the calls a loop
@@ -153,53 +167,145 @@ def fast_path(uri: str, *, socket_timeout: float, connect_timeout: float,
 
 
 class Clients:
-    """The driver's clients: ``blocking``, for calls made in a thread, and one asyncio
-    client per event loop (``on_loop``), made at the loop's first call: an asyncio
-    client's connections belong to the loop that opened them.
+    """The asyncio clients of one Redis deployment: one per event loop (``on_loop``),
+    made at the loop's first call, since an asyncio client's connections belong to the
+    loop that opened them; on one server, ``fast`` makes the script calls
+    (``fastpath.py``).
 
     ``resend`` is True when a call sends itself once more after a broken connection
-    (a cluster's clients retry nothing, ``_retries``). ``fast``, on one server, makes
-    the script calls awaited on a loop (``fastpath.py``).
+    (a cluster's clients retry nothing, ``_retries``).
     """
 
-    def __init__(self, blocking: redis.Redis | RedisCluster, clustered: bool,
-                 make: Callable[[], Any], max_connections: int,
-                 fast: FastPath | None = None) -> None:
-        self.blocking = blocking
+    def __init__(self, uri: str, clustered: bool, *, socket_timeout: float,
+                 connect_timeout: float, max_connections: int) -> None:
+        self.clustered = clustered
         self.resend = clustered
-        self.fast = fast
+        options = Options(socket_timeout=socket_timeout, connect_timeout=connect_timeout,
+                          max_connections=max_connections)
+        self.fast = None if clustered else fast_path(uri, **options)
         limit = max_connections if clustered else 0
-        self._loops: PerLoop[tuple[Any, asyncio.Semaphore | None]] = PerLoop(
-            lambda loop: (make(), asyncio.Semaphore(limit) if limit else None))
+        self._loops: PerLoop[tuple[AsyncClient, asyncio.Semaphore | None]] = PerLoop(
+            lambda loop: (connect_async(uri, clustered, **options),
+                          asyncio.Semaphore(limit) if limit else None))
 
-    def on_loop(self) -> tuple[Any, asyncio.Semaphore | None]:
+    def on_loop(self) -> tuple[AsyncClient, asyncio.Semaphore | None]:
         """The running loop's client, and for a cluster the semaphore that keeps its
         calls in flight within the connections it may open to a node."""
         return self._loops.get()
 
-    def close(self) -> None:
-        """Close every client: the loops' clients whose loop can still run their
-        closing (at once on a loop that is not running, else as a task of it), then
-        the blocking one."""
+    async def close(self) -> None:
+        """Close every loop's client whose loop can still run its closing: awaited on
+        the running loop, handed to a loop running in another thread. A loop that is
+        neither running nor closed keeps its client until it is garbage: no loop may be
+        run from inside another."""
         if self.fast is not None:
             self.fast.close()
+        running = asyncio.get_running_loop()
         for loop, (client, _limit) in self._loops.take_all().items():
-            if loop.is_closed():
-                continue
-            if not loop.is_running():
-                loop.run_until_complete(client.aclose())
-            elif _running_loop() is loop:
-                loop.create_task(client.aclose())
-            else:
+            if loop is running:
+                await client.aclose()
+            elif loop.is_running() and not loop.is_closed():
                 asyncio.run_coroutine_threadsafe(client.aclose(), loop)
-        self.blocking.close()
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+class Connection:
+    """The driver's way to Redis: the asyncio ``Clients``, made at the first call
+    awaited (connecting, detecting a cluster and running *prepare* with a client of
+    its own before any other call), and a blocking client for the audits' reads, made
+    at their first.
+
+    While Redis is down, one call at a time tries to connect, at most once per
+    CONNECT_PAUSE seconds; every other call fails at once with the last error instead
+    of queueing behind the attempt.
+    """
+
+    def __init__(self, uri: str, prepare: Callable[[AsyncClient], Awaitable[None]], *,
+                 socket_timeout: float, connect_timeout: float,
+                 max_connections: int) -> None:
+        # A malformed URI stops the server at start, not at each request.
+        parse_uri(uri)
+        self.uri = uri
+        self.options = Options(socket_timeout=socket_timeout,
+                               connect_timeout=connect_timeout,
+                               max_connections=max_connections)
+        self._prepare = prepare
+        self._clients: Clients | None = None
+        self._blocking: redis.Redis | RedisCluster | None = None
+        self._lock = threading.Lock()
+        self._blocking_lock = threading.Lock()
+        self._failed_at = 0.0
+        self._error = ""
+
+    @property
+    def clustered(self) -> bool | None:
+        """Whether Redis is a cluster; None until connected."""
+        return None if self._clients is None else self._clients.clustered
+
+    async def clients(self) -> Clients:
+        """The clients, connecting first if need be."""
+        clients = self._clients
+        if clients is not None:
+            return clients
+        if not self._lock.acquire(blocking=False):
+            raise unavailable.error("Connecting to Redis; retry.")
+        try:
+            if self._clients is None:
+                if time.monotonic() - self._failed_at < CONNECT_PAUSE:
+                    raise unavailable.error(self._error)
+                try:
+                    with unavailable:
+                        self._clients = await self._connect()
+                except errors.StorageUnavailable as exc:
+                    self._failed_at = time.monotonic()
+                    self._error = exc.detail
+                    raise
+            return self._clients
+        finally:
+            self._lock.release()
+
+    async def _connect(self) -> Clients:
+        """Detect a cluster (several seeds, or one that says so) and prepare it, each
+        with a client of its own, closed after: the clients calls use belong to their
+        loops."""
+        *_, nodes, db = parse_uri(self.uri)
+        clustered = len(nodes) > 1
+        if not clustered:
+            probe = connect_async(self.uri, False, **self.options)
+            try:
+                clustered = (await probe.info("cluster")).get("cluster_enabled") == 1
+                if not clustered:
+                    await self._prepare(probe)
+            finally:
+                await probe.aclose()
+        if clustered:
+            if db:
+                raise ValueError(f"[{GROUP}] uri: a Redis Cluster has only database 0")
+            probe = connect_async(self.uri, True, **self.options)
+            try:
+                await self._prepare(probe)
+            finally:
+                await probe.aclose()
+        return Clients(self.uri, clustered, **self.options)
+
+    def blocking(self) -> redis.Redis | RedisCluster:
+        """The blocking client, connecting first if need be: only for reads whose
+        interface blocks (the audits'), never on an event loop."""
+        client = self._blocking
+        if client is None:
+            with self._blocking_lock, unavailable:
+                if self._blocking is None:
+                    self._blocking, _clustered = connect(self.uri, **self.options)
+                client = self._blocking
+        return client
+
+    async def close(self) -> None:
+        """Close every client; the next call connects again."""
+        clients, self._clients = self._clients, None
+        if clients is not None:
+            await clients.close()
+        blocking, self._blocking = self._blocking, None
+        if blocking is not None:
+            blocking.close()
 
 
 def describe_unavailable(exc: BaseException) -> str | None:

@@ -35,11 +35,11 @@ from delayq.storage.redis.per_loop import PerLoop
 
 # Error replies redis-py raises as their own classes (by the reply's first word); any
 # other is a ResponseError.
-ERRORS = {"NOSCRIPT": exceptions.NoScriptError, "LOADING": exceptions.BusyLoadingError,
-          "READONLY": exceptions.ReadOnlyError, "OOM": exceptions.OutOfMemoryError,
-          "NOAUTH": exceptions.AuthenticationError,
-          "WRONGPASS": exceptions.AuthenticationError,
-          "NOPERM": exceptions.NoPermissionError}
+ERRORS: dict[str, type[exceptions.RedisError]] = {
+    "NOSCRIPT": exceptions.NoScriptError, "LOADING": exceptions.BusyLoadingError,
+    "READONLY": exceptions.ReadOnlyError, "OOM": exceptions.OutOfMemoryError,
+    "NOAUTH": exceptions.AuthenticationError, "WRONGPASS": exceptions.AuthenticationError,
+    "NOPERM": exceptions.NoPermissionError}
 
 
 class Broken(exceptions.ConnectionError):
@@ -47,7 +47,12 @@ class Broken(exceptions.ConnectionError):
     connection."""
 
 
-def reply_error(text: str) -> exceptions.ResponseError:
+def pack(*parts: Any) -> bytes:
+    """The RESP command of *parts*."""
+    return hiredis.pack_command(parts)
+
+
+def reply_error(text: str) -> exceptions.RedisError:
     return ERRORS.get(text.partition(" ")[0], exceptions.ResponseError)(text)
 
 
@@ -105,7 +110,8 @@ class Connection(asyncio.Protocol):
 
     def send(self, command: bytes) -> asyncio.Future:
         """Write *command*; the future of its reply (an error reply as a value)."""
-        if self.closed:
+        transport = self.transport
+        if self.closed or transport is None:
             raise (Broken if self.used else exceptions.ConnectionError)(
                 "Error talking to Redis: connection closed")
         future = self.loop.create_future()
@@ -113,7 +119,7 @@ class Connection(asyncio.Protocol):
         if self.watchdog is None:
             self.looks = 0
             self.watchdog = self.loop.call_later(self.timeout / 4, self._watch)
-        self.transport.write(command)
+        transport.write(command)
         return future
 
     def _watch(self) -> None:
@@ -160,10 +166,10 @@ class Link:
     async def script(self, sha: str, source: str, keys: list[Any], args: list[Any]
                      ) -> Any:
         """The reply of ``EVALSHA`` of script *sha* (loaded first if Redis lost it)."""
-        command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))
+        command = pack("EVALSHA", sha, len(keys), *keys, *args)
         reply = await self.exchange(command)
         if isinstance(reply, exceptions.NoScriptError):
-            loaded = await self.exchange(hiredis.pack_command(("SCRIPT", "LOAD", source)))
+            loaded = await self.exchange(pack("SCRIPT", "LOAD", source))
             if isinstance(loaded, Exception):
                 raise loaded
             reply = await self.exchange(command)
@@ -211,13 +217,13 @@ class Link:
             raise exceptions.ConnectionError(
                 f"Error connecting to Redis at {server.host}:{server.port}: {exc!r}"
             ) from exc
-        handshake = []
+        handshake: list[tuple[Any, ...]] = []
         if server.password is not None:
             handshake.append(("AUTH", *filter(None, (server.username, server.password))))
         if server.db:
             handshake.append(("SELECT", server.db))
         for parts in handshake:
-            reply = await connection.send(hiredis.pack_command(parts))
+            reply = await connection.send(pack(*parts))
             if isinstance(reply, Exception):
                 connection.fail(exceptions.ConnectionError(str(reply)))
                 raise reply

@@ -4,7 +4,7 @@
 queue's state key; here are the names the driver makes itself and how it reads what the
 scripts store:
 
-- ``NS:{PROJECT/QUEUE}:s`` — a queue's state hash (``Keys.queue``); every other key of the
+- ``NS:{PROJECT/QUEUE}:s`` — a queue's state hash (``KeyNames.queue``); every other key of the
   queue extends its prefix ``NS:{PROJECT/QUEUE}:``, among them ``o`` (the outbox of moves
   waiting to reach another cluster slot) and ``ev`` (the event trail, a stream that
   outlives the queue). The hash tag ``{PROJECT/QUEUE}`` keeps a queue in one slot.
@@ -12,8 +12,8 @@ scripts store:
   siblings extending its prefix for the queue quota (``lua/catalogue_reserve.lua``).
 - ``NS:projects`` — the set of projects with a catalogue, for the reaper and audits.
 - ``NS:reaper`` — the reaper's lease.
-- ``NS:{!subscribed}:q`` — the subscribed-queues index (``Keys.subscribed``), a sorted
-  set of ``PROJECT/QUEUE`` (``Keys.subscribed_queue``), with siblings extending its
+- ``NS:{!subscribed}:q`` — the subscribed-queues index (``KeyNames.subscribed``), a sorted
+  set of ``PROJECT/QUEUE`` (``KeyNames.subscribed_queue``), with siblings extending its
   prefix (``lua/subscribed.lua`` lists them). No percent-encoded project makes its hash
   tag, so it shares no key name with a project's.
 
@@ -59,7 +59,7 @@ RECORD_DEFAULTS = [b"", b"", 0, 0, 0, 0, 0, 0, 0, b"", b"", 0]
 TOKEN_FIELD = 4
 
 
-class Keys:
+class KeyNames:
     """The key names of one namespace."""
 
     def __init__(self, namespace: str) -> None:

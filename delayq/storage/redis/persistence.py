@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+from delayq.storage.redis.client import AsyncClient
 
 LOG = logging.getLogger(__name__)
 
@@ -43,30 +46,34 @@ def shortfalls(config: Mapping[str, str]) -> list[str]:
     return found
 
 
-def _text(value: bytes | str | None) -> str | None:
+def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def read_config(client: redis.Redis) -> dict[str, str]:
-    """``PARAMETERS`` as one server reports them (names and values as text)."""
-    reply = client.config_get(*PARAMETERS)
+async def read_config(client: AsyncClient, node: Any = None) -> dict[str, str]:
+    """``PARAMETERS`` as one server reports them (names and values as text): *client*'s,
+    or its cluster's *node*."""
+    options = {} if node is None else {"target_nodes": node}
+    reply: dict[Any, Any] = await client.config_get(*PARAMETERS, **options)
     return {_text(name): _text(value) for name, value in reply.items()}
 
 
-def servers(client: redis.Redis | RedisCluster) -> list[tuple[str, redis.Redis]]:
-    """Each server to check, by address: the one server, or every cluster primary."""
-    if isinstance(client, RedisCluster):
-        return [(node.name, client.get_redis_connection(node))
-                for node in client.get_primaries()]
+def servers(client: AsyncClient) -> list[tuple[str, Any]]:
+    """Each server to check, by address, and the node to target on a cluster: the one
+    server, or every cluster primary."""
+    if isinstance(client, AsyncRedisCluster):
+        return [(node.name, node) for node in client.get_primaries()]
     kwargs = client.connection_pool.connection_kwargs
-    return [(f"{kwargs.get('host')}:{kwargs.get('port')}", client)]
+    return [(f"{kwargs.get('host')}:{kwargs.get('port')}", None)]
 
 
-def check(client: redis.Redis | RedisCluster) -> None:
+async def check(client: AsyncClient) -> None:
     """Log a warning for each setting of each server that risks acknowledged writes."""
-    for address, server in servers(client):
+    if isinstance(client, AsyncRedisCluster):
+        await client.initialize()  # it knows its primaries once it has read the slots
+    for address, node in servers(client):
         try:
-            config = read_config(server)
+            config = await read_config(client, node)
         except redis.exceptions.ResponseError as exc:
             LOG.info("Could not read the persistence settings of Redis at %s (%s); "
                      "see %s.", address, exc, GUIDE)

@@ -11,24 +11,29 @@ whatever the number of clients and processes.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from redis.commands.core import Script
-
 from delayq.retry import Backoff
-from delayq.storage.redis.calls import Commands, ScriptCall
-from delayq.storage.redis.client import Clients
+from delayq.storage.redis.calls import Calls
 
 LUA_DIR = Path(__file__).with_name("lua")
+
+# Work bounds per script call: Redis runs one script at a time, so no call may run long.
+CLAIM_BUDGET = 256  # expired or dead-lettered candidates a claim or pop skips per call
+LIST_BUDGET = 1000  # records a listing reads per call
+WRITE_REAP_BUDGET = 2  # expiry buckets each write reaps on the side
+REDRIVE_SKIP_BUDGET = 10_000  # messages without a source a redrive steps over per call
+READ_REAP_BUDGET = 64  # expiry buckets a stats call reaps per call before counting
 
 NAMES = (
     "post", "claim", "pop", "get", "list", "stats", "delete", "delete_many",
     "claim_get", "renew", "release", "release_message", "queue_create", "queue_update",
     "queue_drop", "move_in", "reap", "redrive", "available_in", "edit",
     "subscription_create", "subscription_get", "subscription_list", "subscription_update",
-    "subscription_delete", "subscribed", "subscribed_reserve", "subscribed_settle",
+    "subscription_delete", "subscribed", "subscribed_reserve", "subscribed_update",
     "catalogue_reserve", "catalogue_settle", "catalogue_unlist",
 )
 
@@ -40,14 +45,14 @@ ENDED_TABLE = "local ENDED = {" + ", ".join(f"{kind} = 0" for kind in ENDED) + "
 ONE_ENDED = {tuple(int(i == j) for j in range(len(ENDED))): (kind,)
              for i, kind in enumerate(ENDED)}
 # The first element of a post's or claim's reply when the queue's metadata is no longer
-# the one the driver passed (``Driver.queue_for_write``); no nonce looks like it.
+# the one the driver passed (``Queues.for_write``); no nonce looks like it.
 METADATA_CHANGED = b"metadata-changed"
 # The first element of a post's reply when the post would take the queue past its
 # message quota; then the messages it holds and whether no expired one is left among
 # them (post.lua).
 QUOTA_EXCEEDED = b"quota-exceeded"
 # The only element of a post's reply when the queue does not exist and the post's fence
-# forbids making it (post.lua): the queue quota needs a hold first (quotas.py).
+# forbids making it (post.lua): the queue quota needs a hold first (catalogue.py).
 QUEUE_MISSING = b"queue-missing"
 # The two arguments of a claim, renewal or release without a retry policy.
 NO_BACKOFF = ("", "")
@@ -86,21 +91,20 @@ def wrapped(common: str, body: str) -> str:
 
 
 class CountedScript:
-    """A registered script whose ENDED counts go to *report*.
+    """A script (SHA1 ``sha`` of ``source``) whose ENDED counts go to *report*;
+    ``await call(keys, args)`` is one call of it (``calls.py`` says how it is made)."""
 
-    ``call(keys, args)`` is one call of it, for an operation to yield
-    (``delayq.operations``; ``calls.py`` says how it is made).
-    """
+    __slots__ = ("sha", "source", "report", "calls")
 
-    def __init__(self, script: Script, report: Callable[[Iterable[str]], None],
-                 clients: Clients) -> None:
-        self.script = script
+    def __init__(self, source: str, report: Callable[[Iterable[str]], None],
+                 calls: Calls) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
         self.report = report
-        self.clients = clients
+        self.calls = calls
 
-    def call(self, keys: list[Any], args: list[Any]) -> ScriptCall:
-        return ScriptCall(self.clients, self.script.sha, self.script.script, self.counted,
-                          keys, args)
+    async def call(self, keys: list[Any], args: list[Any]) -> Any:
+        return self.counted(await self.calls.script(self.sha, self.source, keys, args))
 
     def counted(self, reply: list) -> Any:
         """The script's own reply, the messages it ended reported."""
@@ -113,13 +117,46 @@ class CountedScript:
 
 
 class Scripts:
-    """One ``CountedScript`` per name in ``NAMES``, as attributes.
+    """One ``CountedScript`` per name in ``NAMES``, as attributes, called through
+    *calls* (whose plain commands the driver makes too).
 
     *report* hears of every message a call ended (deleted, popped, dead_lettered,
     expired), once the script has run: a Redis script either runs whole or not at all.
     """
 
-    def __init__(self, clients: Clients, events_retention: int,
+    post: CountedScript
+    claim: CountedScript
+    pop: CountedScript
+    get: CountedScript
+    list: CountedScript
+    stats: CountedScript
+    delete: CountedScript
+    delete_many: CountedScript
+    claim_get: CountedScript
+    renew: CountedScript
+    release: CountedScript
+    release_message: CountedScript
+    queue_create: CountedScript
+    queue_update: CountedScript
+    queue_drop: CountedScript
+    move_in: CountedScript
+    reap: CountedScript
+    redrive: CountedScript
+    available_in: CountedScript
+    edit: CountedScript
+    subscription_create: CountedScript
+    subscription_get: CountedScript
+    subscription_list: CountedScript
+    subscription_update: CountedScript
+    subscription_delete: CountedScript
+    subscribed: CountedScript
+    subscribed_reserve: CountedScript
+    subscribed_update: CountedScript
+    catalogue_reserve: CountedScript
+    catalogue_settle: CountedScript
+    catalogue_unlist: CountedScript
+
+    def __init__(self, calls: Calls, events_retention: int,
                  report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
         common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
                   f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
@@ -127,16 +164,15 @@ class Scripts:
                   f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
                   f"local QUEUE_MISSING = '{QUEUE_MISSING.decode()}'\n"
                   + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
-        self.clients = clients
-        self.commands = Commands(clients)
-        self._all: list[Script] = []
+        self.calls = calls
+        self._all: list[CountedScript] = []
         for name in NAMES:
             body = (LUA_DIR / f"{name}.lua").read_text()
-            script = clients.blocking.register_script(wrapped(common, body))
-            setattr(self, name, CountedScript(script, report, clients))
+            script = CountedScript(wrapped(common, body), report, calls)
+            setattr(self, name, script)
             self._all.append(script)
 
-    def load(self, client: Any) -> None:
+    async def load(self, client: Any) -> None:
         """Load every script now (on every primary of a cluster), not at first call."""
         for script in self._all:
-            client.script_load(script.script)
+            await client.script_load(script.source)

@@ -1,44 +1,106 @@
-"""The event trail in Redis, read for the audits: each queue's stream (``lua/common.lua``,
-"Event trail", writes it inside the scripts) turned back into ``delayq.events.Event``s.
+"""The audit reads of the Redis driver: the event trail, each queue's stream
+(``lua/common.lua``, "Event trail", writes it inside the scripts) turned back into
+``delayq.events.Event``s, and the live messages of a queue.
 
-Not atomic across calls: a snapshot of a busy queue may be a little ragged at its edges,
-which audits of history can afford.
+They block, as the interface has them (``delayq.storage.base.trail``), on the driver's
+blocking client. Not atomic across calls: a snapshot of a busy queue may be a little
+ragged at its edges, which audits of history can afford.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import redis
-from redis.cluster import RedisCluster
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from delayq import events
-from delayq.storage.redis.client import unavailable
-from delayq.storage.redis.layout import US, Keys
+from delayq.message import Message
+from delayq.storage import base
+from delayq.storage.redis import layout
+from delayq.storage.redis.client import Connection, unavailable
+from delayq.storage.redis.layout import US, KeyNames
 
 PAGE = 1000  # stream entries read at a time
 
 
-def queues(client: redis.Redis | RedisCluster, keys: Keys, project: str | None
+class Trail(base.Trail):
+    """The audits' reads of Redis, on *connection*'s blocking client; *clock* is the
+    driver's given clock (None: the server's ``TIME``)."""
+
+    def __init__(self, connection: Connection, key_names: KeyNames,
+                 clock: Callable[[], float] | None) -> None:
+        self.connection = connection
+        self.key_names = key_names
+        self.clock = clock
+
+    def queues(self, project: str | None) -> list[tuple[str, str]]:
+        with unavailable:
+            return queues(self.connection.blocking(), self.key_names, project)
+
+    def events(self, project: str, queue: str) -> Iterator[events.Event]:
+        return events_of(self.connection.blocking(), self.key_names, project, queue)
+
+    def messages(self, project: str, queue: str) -> Iterator[Message]:
+        # Any: redis-py types replies for either decoding; this client's are bytes.
+        client: Any = self.connection.blocking()
+        key = self.key_names.queue(project, queue)
+        prefix = key[:-1]
+        with unavailable:
+            nonce = client.hget(key, "nonce") or b""
+            buckets = client.zrange(prefix + "bi", 0, -1)
+            # The claims, read first: one made meanwhile is not seen (its messages show
+            # no claim), a ragged edge like the others.
+            claims = {int(number): layout.claim_name(int(number), raw)
+                      for number, raw in client.hscan_iter(prefix + "cl")}
+            as_of = round(self._now(client) * US)
+        for bucket in buckets:
+            with unavailable:
+                records = client.hgetall(f"{prefix}b:{bucket.decode()}")
+                seqs = sorted(records)
+                pipe = client.pipeline(transaction=False)
+                for seq in seqs:
+                    pipe.zscore(prefix + "c", seq)
+                    pipe.zscore(prefix + "wc", seq)  # claimed, due after the claim
+                scores = pipe.execute()
+            for seq, in_c, in_wc in zip(seqs, scores[::2], scores[1::2], strict=True):
+                claim_expires = in_c if in_c is not None else in_wc
+                message = layout.message(nonce, seq, records[seq], as_of, claims)
+                if message.expires * US <= as_of:
+                    continue
+                if claim_expires is not None and message.claim_id is not None:
+                    message = dataclasses.replace(message, claim_expires=claim_expires / US)
+                yield message
+
+    def _now(self, client: Any) -> float:
+        if self.clock is not None:
+            return self.clock()
+        reply = client.execute_command("TIME")
+        if isinstance(reply, dict):  # a cluster answers per node
+            reply = next(iter(reply.values()))
+        seconds, micros = reply
+        return int(seconds) + int(micros) / US
+
+
+def queues(client: Any, key_names: KeyNames, project: str | None
            ) -> list[tuple[str, str]]:
     """Every ``(project, queue)`` with a catalogue entry or a trail, sorted."""
     found: set[tuple[str, str]] = set()
     projects = ([project] if project is not None else
-                [p.decode() for p in client.smembers(keys.projects())])
+                [p.decode() for p in client.smembers(key_names.projects())])
     for name in projects:
         found.update((name, queue.decode()) for queue in
-                     client.zrange(keys.catalogue(name), 0, -1))
+                     client.zrange(key_names.catalogue(name), 0, -1))
     # Streams of deleted queues (and of projects no longer catalogued) are found by
     # name: an offline audit can afford a SCAN.
-    for key in client.scan_iter(match=keys.trail_pattern(project), count=1000):
-        found.add(keys.trail_owner(key.decode()))
+    for key in client.scan_iter(match=key_names.trail_pattern(project), count=1000):
+        found.add(key_names.trail_owner(key.decode()))
     return sorted(found)
 
 
-def events_of(client: redis.Redis | RedisCluster, keys: Keys, project: str, queue: str
+def events_of(client: Any, key_names: KeyNames, project: str, queue: str
               ) -> Iterator[events.Event]:
     """The retained events of one queue, oldest first."""
-    key = keys.trail(project, queue)
+    key = key_names.trail(project, queue)
     start = "-"
     while True:
         with unavailable:
@@ -51,7 +113,7 @@ def events_of(client: redis.Redis | RedisCluster, keys: Keys, project: str, queu
 
 
 # Stream entry fields (lua/common.lua, "Event trail") and how each becomes an Event field.
-TRAIL_FIELDS = {
+TRAIL_FIELDS: dict[bytes, tuple[str, Callable[[bytes], Any]]] = {
     b"m": ("message_id", bytes.decode),
     b"cl": ("claim_id", bytes.decode),
     b"c": ("claim_count", int),

@@ -1,5 +1,5 @@
 -- The queue quota (max_queues_per_project) in a project's catalogue: its keyspace and
--- protocol, here once (quotas.py drives the steps).
+-- protocol, here once (catalogue.py drives the steps).
 --
 -- KEYS[1] of every catalogue script is the catalogue, C..'queues'; its siblings extend
 -- its prefix C ('NS:{PROJECT}:', a slot of the project's own, not a queue's):

@@ -690,7 +690,7 @@ end
 
 -- After a change of queue P's subscriptions: its new version, and the expiry of its
 -- latest live subscription (0: none), for the subscribed-queues index
--- (subscribed_settle.lua).
+-- (subscribed_update.lua).
 local function subscriptions_changed(P, now)
   local version = redis.call('INCR', P .. 'uv')
   local last = redis.call('ZRANGE', P .. 'ux', -1, -1, 'WITHSCORES')

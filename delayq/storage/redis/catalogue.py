@@ -1,6 +1,7 @@
-"""The queue quota (``max_queues_per_project``) in Redis: holds in the project catalogue.
+"""The project catalogues in Redis, which list each project's queues for GET /v2/queues
+and count them for the queue quota (``max_queues_per_project``): holds in the catalogue.
 
-A project's catalogue (``Keys.catalogue``) lists its queues, and its size is what the
+A project's catalogue (``KeyNames.catalogue``) lists its queues, and its size is what the
 quota counts; in a cluster it lives in a slot of its own, so no script can count it and
 make a queue at once. A creation the quota bounds therefore goes in steps
 (``lua/catalogue_reserve.lua`` documents the keys and the protocol): its write in the
@@ -30,9 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from delayq import errors
-from delayq.operations import Steps
 from delayq.storage.redis.client import NAME
-from delayq.storage.redis.layout import US, Keys, new_nonce
+from delayq.storage.redis.layout import US, KeyNames, new_nonce
 from delayq.storage.redis.scripts import Scripts
 
 # Seconds a hold lets its creation make the queue: several round trips, each bounded
@@ -63,69 +63,91 @@ class Hold:
 
 
 class Catalogue:
-    """The project catalogues of a Redis driver, as steps: listing a queue, unlisting
-    it, and the holds of creations the queue quota bounds.
+    """The project catalogues of a Redis driver: listing a queue, unlisting it, the
+    holds of creations the queue quota bounds, and the creation of a queue under them.
 
-    *scripts* gives the driver's scripts (connecting first if needed), *now* the time
-    argument of every script (``Driver._now_arg``).
+    *scripts* are the driver's scripts (``scripts.calls`` its plain commands), *now*
+    the time argument of every script (``Context.now_arg``).
     """
 
-    def __init__(self, keys: Keys, scripts: Callable[[], Scripts],
-                 now: Callable[[], str]) -> None:
-        self.keys = keys
-        self._scripts = scripts
+    def __init__(self, key_names: KeyNames, scripts: Scripts, now: Callable[[], str]) -> None:
+        self.key_names = key_names
+        self.scripts = scripts
         self._now = now
 
-    def reserve(self, project: str, name: str, quota: int) -> Steps[Hold]:
+    async def create_queue(self, project: str, name: str, metadata: str, quota: int
+                           ) -> bool:
+        """Make the queue unless it exists, under the queue *quota* (0: none); True
+        when this call made it."""
+        key = self.key_names.queue(project, name)
+        creation = Creation(self, project, name, quota)
+        while True:
+            created, listed, exists = await self.scripts.queue_create.call(
+                [key], [metadata, new_nonce(), self._now(), creation.fence])
+            if exists:
+                break
+            await creation.missing()
+        await creation.done(True)
+        if not (quota and listed):
+            # Always without a quota: this also repairs a queue a crashed delete left out
+            # of the listing.
+            await self.list_queue(project, name)
+        return bool(created)
+
+    async def list_queue(self, project: str, name: str) -> None:
+        """Add an existing queue to its project's catalogue, then mark it listed."""
+        await self.list_name(project, name)
+        await self.scripts.queue_update.call([self.key_names.queue(project, name)],
+                                             ["listed", "1"])
+
+    async def reserve(self, project: str, name: str, quota: int) -> Hold:
         """A hold of *name* for a creation in *project*, which may then make the queue
         until the hold's fence; raises ``QuotaExceeded`` when the catalogue lists
         *quota* names and *name* is not among them. Late holds the reservation meets
         are settled first (a refusal is decided again once they are)."""
-        scripts = self._scripts()
-        catalogue = self.keys.catalogue(project)
+        catalogue = self.key_names.catalogue(project)
         for _ in range(2):
             token = new_nonce()
-            reply = yield scripts.catalogue_reserve.call(
+            reply = await self.scripts.catalogue_reserve.call(
                 [catalogue], [self._now(), name, token, quota, HOLD_LEASE * US,
                               HOLD_SKEW * US])
             held, value, late = reply[0], reply[1], reply[2:]
             if late:
-                yield from self._settle_late(project, late)
+                await self._settle_late(project, late)
             if held:
                 # Before the queue can exist: the reaper finds projects by this set.
-                yield scripts.commands.call("SADD", self.keys.projects(), project)
+                await self.scripts.calls.command("SADD", self.key_names.projects(), project)
                 return Hold(project, name, token, value)
             if not late:
                 break
         raise errors.QuotaExceeded.queues(value, quota)
 
-    def settle(self, hold: Hold, exists: bool) -> Steps[None]:
+    async def settle(self, hold: Hold, exists: bool) -> None:
         """Drop *hold*: its name stays listed if the queue *exists* (made or found by
         the creation), else goes unless listed for good or held by another."""
-        yield self._scripts().catalogue_settle.call(
-            [self.keys.catalogue(hold.project)], [hold.name, hold.token, int(exists)])
+        await self.scripts.catalogue_settle.call(
+            [self.key_names.catalogue(hold.project)], [hold.name, hold.token, int(exists)])
 
-    def list(self, project: str, name: str) -> Steps[None]:
+    async def list_name(self, project: str, name: str) -> None:
         """List an existing queue, with no hold: made by a creation the quota does not
         bound (a queue that exists is never refused), or left unlisted by a crash."""
-        scripts = self._scripts()
-        yield scripts.catalogue_settle.call([self.keys.catalogue(project)], [name, "", 1])
-        yield scripts.commands.call("SADD", self.keys.projects(), project)
+        await self.scripts.catalogue_settle.call([self.key_names.catalogue(project)],
+                                                 [name, "", 1])
+        await self.scripts.calls.command("SADD", self.key_names.projects(), project)
 
-    def unlist(self, project: str, name: str) -> Steps[None]:
+    async def unlist(self, project: str, name: str) -> None:
         """Take a queue being deleted out of the listing (a held name stays, tentative,
         for its holds to settle)."""
-        yield self._scripts().catalogue_unlist.call([self.keys.catalogue(project)], [name])
+        await self.scripts.catalogue_unlist.call([self.key_names.catalogue(project)], [name])
 
-    def _settle_late(self, project: str, late: list[bytes]) -> Steps[None]:
+    async def _settle_late(self, project: str, late: list[bytes]) -> None:
         """Settle holds past their deadline and the skew, left by dying processes: no
         write can make their queue any more, so whether it exists is final."""
-        scripts = self._scripts()
         for member in late:
             name, _, token = member.decode().partition(" ")
-            exists = yield scripts.commands.call("HEXISTS", self.keys.queue(project, name),
-                                                 "meta")
-            yield from self.settle(Hold(project, name, token, 0), bool(exists))
+            exists = await self.scripts.calls.command(
+                "HEXISTS", self.key_names.queue(project, name), "meta")
+            await self.settle(Hold(project, name, token, 0), bool(exists))
 
 
 class Creation:
@@ -145,7 +167,7 @@ class Creation:
         self.name = name
         self.quota = quota
         self.hold: Hold | None = None
-        self.holds = 0
+        self.holds_taken = 0
 
     @property
     def fence(self) -> str:
@@ -153,21 +175,21 @@ class Creation:
             return self.hold.fence
         return NO_CREATION if self.quota else ""
 
-    def missing(self) -> Steps[str]:
+    async def missing(self) -> str:
         """The write found the queue missing and made nothing: the fence to write again
         under, once the name is held; raises ``QuotaExceeded`` when it cannot be."""
-        yield from self.done(False)
-        if self.holds == HOLD_ATTEMPTS:
+        await self.done(False)
+        if self.holds_taken == HOLD_ATTEMPTS:
             raise errors.StorageUnavailable(
-                f"Creating queue {self.name!r} outlasted {self.holds} holds of its name; "
-                "retry.", store=NAME)
-        self.hold = yield from self.catalogue.reserve(self.project, self.name, self.quota)
-        self.holds += 1
+                f"Creating queue {self.name!r} outlasted {self.holds_taken} holds of its "
+                "name; retry.", store=NAME)
+        self.hold = await self.catalogue.reserve(self.project, self.name, self.quota)
+        self.holds_taken += 1
         return self.hold.fence
 
-    def done(self, exists: bool) -> Steps[None]:
+    async def done(self, exists: bool) -> None:
         """Settle the hold, if any: the queue *exists* after the write (made or found),
         or the write made none."""
         if self.hold is not None:
             hold, self.hold = self.hold, None
-            yield from self.catalogue.settle(hold, exists)
+            await self.catalogue.settle(hold, exists)

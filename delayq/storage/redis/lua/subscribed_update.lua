@@ -1,11 +1,11 @@
 -- After a subscription write: the subscribed-queues index (subscribed.lua) takes what
 -- the write left, the queue subscribed until *expires* (0: not at all) as of its
 -- subscription version *version*, unless it holds a later version already (writes of
--- one queue settle in any order); the write's reservation goes.
+-- one queue update it in any order); the write's reservation goes.
 -- KEYS: the index. ARGV: queue, version (0: the write changed nothing), expires, token
 -- ('' = no reservation).
 -- Removals come first: at maxmemory Redis refuses a script's first write only if it may
--- grow memory, so the settle of a deletion runs whole.
+-- grow memory, so the index update of a deletion runs whole.
 local I = string.sub(KEYS[1], 1, -2)
 local queue, version, expires = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if ARGV[4] ~= '' then
