@@ -32,7 +32,7 @@ from delayq.storage.swift.layout import US, Marker, Record
 from delayq.storage.swift.markers import Markers
 from delayq.storage.swift.objects import Objects, delete_at
 from delayq.storage.swift.tallies import Tallies
-from delayq.storage.swift.trail import Trail
+from delayq.storage.swift.recorder import Recorder
 
 Held = tuple[str, Record, bytes]  # (id, record, body) of a message a claim holds
 
@@ -40,11 +40,11 @@ Held = tuple[str, Record, bytes]  # (id, record, body) of a message a claim hold
 class Claims:
     """The claims of the queues under the driver's prefix."""
 
-    def __init__(self, objects: Objects, tallies: Tallies, trail: Trail,
+    def __init__(self, objects: Objects, tallies: Tallies, recorder: Recorder,
                  markers: Markers) -> None:
         self._objects = objects
         self._tallies = tallies
-        self._trail = trail
+        self._recorder = recorder
         self._markers = markers
 
     def put(self, container: str, claim_id: str, claim: dict[str, Any]) -> None:
@@ -165,7 +165,7 @@ class Claims:
             # Its marker says the claim no longer holds it: a release of the claim
             # rewrote it just now.
             refuse_delete(MESSAGE_NOT_CLAIMED, message_id, claim_id)
-        self._trail.record(project, queue, now, [self._trail.event(
+        self._recorder.record(project, queue, now, [self._recorder.event(
             project, queue, events.RELEASED, now, message_id=message_id,
             due=released.due / US, claim_count=released.count)])
         return released.message(message_id, body, now)

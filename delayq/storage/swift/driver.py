@@ -4,7 +4,7 @@
 before they can be trusted (bids, 404 rechecks, the proxy's clock) are ``objects.py``'s;
 claims, moves, redrives, edits and expiries are won by bidding for generation markers
 (``markers.py``), and what a claim's holder does then is ``claims.py``'s; the event trail
-is ``trail.py``'s, the tallies behind ``queue_counts`` ``tallies.py``'s, the reaper's
+is ``recorder.py``'s, the tallies behind ``queue_counts`` ``tallies.py``'s, the reaper's
 passes ``expiry.py``'s, subscriptions ``subscriptions.py``'s, the leases that make the
 quotas exact ``quotas.py``'s. This module answers the storage interface with them.
 """
@@ -49,7 +49,7 @@ from delayq.storage.swift.post_keys import PostKeys
 from delayq.storage.swift.quotas import Lease, Quotas
 from delayq.storage.swift.subscriptions import Subscriptions
 from delayq.storage.swift.tallies import Tallies
-from delayq.storage.swift.trail import Trail
+from delayq.storage.swift.recorder import Recorder
 from delayq.subscription import Subscription, SubscriptionChange
 
 POP_LEASE = 60  # seconds a pop holds messages before deleting them (a crash frees them)
@@ -89,14 +89,14 @@ class Driver(base.Driver):
         self._tallies = Tallies(self._objects, self._now_us, self._stop,
                                 flush_interval=tally_flush_interval,
                                 lease_time=tally_writer_lease)
-        self._trail = Trail(self._objects, events_settings, endings)
-        self._markers = Markers(self._objects, self._tallies, self._trail,
+        self._recorder = Recorder(self._objects, events_settings, endings)
+        self._markers = Markers(self._objects, self._tallies, self._recorder,
                                 self._ensure_queue)
-        self._claims = Claims(self._objects, self._tallies, self._trail, self._markers)
+        self._claims = Claims(self._objects, self._tallies, self._recorder, self._markers)
         self._subscriptions = Subscriptions(self._objects)
-        self._expiry = Expiry(self._objects, self._markers, self._trail, self._now_us,
+        self._expiry = Expiry(self._objects, self._markers, self._recorder, self._now_us,
                               self._stop)
-        self._post_keys = PostKeys(self._objects, self._tallies, self._trail, self._new_id,
+        self._post_keys = PostKeys(self._objects, self._tallies, self._recorder, self._new_id,
                                    self._now_us)
         self._quotas = Quotas(self._objects, self._now_us)
         self._last_id_us = 0
@@ -213,7 +213,7 @@ class Driver(base.Driver):
         objects = self._objects
         container = objects.container(project, queue)
         objects.swift.put_container(container)
-        if self._trail.enabled:
+        if self._recorder.enabled:
             objects.swift.put_container(lay.events_container(objects.prefix, project, queue))
         # The metadata object is what makes a queue exist for readers; a creation
         # interrupted before it is completed by the next one.
@@ -265,8 +265,8 @@ class Driver(base.Driver):
             with self._tallies.dropping(project, name):
                 deleted = self._objects.delete_container(container, name)
             if deleted:
-                self._trail.record(project, name, now,
-                                   [self._trail.event(project, name, events.PURGED, now)])
+                self._recorder.record(project, name, now,
+                                   [self._recorder.event(project, name, events.PURGED, now)])
 
     @operation
     def purge_queue(self, project: str, name: str) -> None:
@@ -278,8 +278,8 @@ class Driver(base.Driver):
                 listing = self._objects.names(container, "")
                 self._objects.delete_objects(container, [n for n in listing if n != lay.META])
             if listing:  # an absent queue is not purged
-                self._trail.record(project, name, now,
-                                   [self._trail.event(project, name, events.PURGED, now)])
+                self._recorder.record(project, name, now,
+                                   [self._recorder.event(project, name, events.PURGED, now)])
 
     @operation
     def list_queues(self, project: str, marker: str | None, limit: int
@@ -405,8 +405,8 @@ class Driver(base.Driver):
                 raise
             create_queue()
             self._objects.parallel(store, records)
-        self._trail.record(project, queue, now, [
-            self._trail.event(project, queue, events.POSTED, now, message_id=message_id,
+        self._recorder.record(project, queue, now, [
+            self._recorder.event(project, queue, events.POSTED, now, message_id=message_id,
                               due=record.due / US, ttl=record.ttl,
                               expires=record.expires / US)
             for message_id, _, record in records])
@@ -526,8 +526,8 @@ class Driver(base.Driver):
             # and counted.
             if self._forget(container, message_id, record) and not record.moving:
                 self._tallies.tally(project, queue, record, None)
-                self._trail.record(project, queue, now, [
-                    self._trail.deleted(project, queue, now, message_id, record, holder)])
+                self._recorder.record(project, queue, now, [
+                    self._recorder.deleted(project, queue, now, message_id, record, holder)])
 
     @operation
     def delete_messages(self, project: str, queue: str, ids: list[str]) -> None:
@@ -551,10 +551,10 @@ class Driver(base.Driver):
                 # A moving one ended with its move.
                 if not deleted or record.moving:
                     return None
-                return self._trail.deleted(project, queue, now, message_id, record)
+                return self._recorder.deleted(project, queue, now, message_id, record)
 
             trail = self._objects.parallel(forget, sorted(set(ids)))
-            self._trail.record(project, queue, now, [event for event in trail if event])
+            self._recorder.record(project, queue, now, [event for event in trail if event])
 
     @operation
     def pop_messages(self, project: str, queue: str, limit: int) -> list[Message]:
@@ -571,8 +571,8 @@ class Driver(base.Driver):
                     self._tallies.tally(project, queue, record, None)
             # Popped as it was before the pop marked it; one a concurrent delete took
             # first is that delete's to record.
-            self._trail.record(project, queue, now, expired + [
-                self._trail.event(project, queue, events.POPPED, now, message_id=message_id,
+            self._recorder.record(project, queue, now, expired + [
+                self._recorder.event(project, queue, events.POPPED, now, message_id=message_id,
                                   claim_count=before.count)
                 for (message_id, _, _, before), deleted in zip(taken, forgotten, strict=True)
                 if deleted])
@@ -593,13 +593,13 @@ class Driver(base.Driver):
                                                        expires, grace, dead_letter, backoff)
             trail = expired + [move.dead_lettered(project, queue, now) for move in moved]
             if not taken:
-                self._trail.record(project, queue, now, trail)
+                self._recorder.record(project, queue, now, trail)
                 return None
             claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
                      "messages": [[i, record.generation] for i, record, _, _ in taken]}
             self._claims.put(container, claim_id, claim)
-            self._trail.record(project, queue, now, trail + [
-                self._trail.event(project, queue, events.CLAIMED, now, message_id=message_id,
+            self._recorder.record(project, queue, now, trail + [
+                self._recorder.event(project, queue, events.CLAIMED, now, message_id=message_id,
                                   claim_id=claim_id, claim_count=record.count,
                                   expires=record.expires / US)
                 for message_id, record, _, _ in taken])
@@ -689,7 +689,7 @@ class Driver(base.Driver):
             now = self._now_us()
             moved = self._markers.redrive(project, queue, now, destination, limit,
                                           uuid.uuid4().hex, prepare)
-            self._trail.record(project, queue, now,
+            self._recorder.record(project, queue, now,
                                [move.redriven(project, queue, now) for move in moved])
         return len(moved)
 
@@ -718,10 +718,10 @@ class Driver(base.Driver):
     # may lag a little behind the latest writes.
 
     def trail_queues(self, project: str | None) -> list[tuple[str, str]]:
-        return self._trail.queues(project)
+        return self._recorder.queues(project)
 
     def read_events(self, project: str, queue: str) -> Iterator[events.Event]:
-        return self._trail.read(project, queue)
+        return self._recorder.read(project, queue)
 
     def read_messages(self, project: str, queue: str) -> Iterator[Message]:
         container = self._objects.container(project, queue)

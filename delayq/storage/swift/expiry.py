@@ -29,7 +29,7 @@ from delayq.storage.swift.objects import (
     is_status,
     unavailable,
 )
-from delayq.storage.swift.trail import Trail
+from delayq.storage.swift.recorder import Recorder
 
 LOG = logging.getLogger(__name__)
 
@@ -40,12 +40,12 @@ REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requ
 class Expiry:
     """Reaper passes over the queues under the driver's prefix."""
 
-    def __init__(self, objects: Objects, markers: Markers, trail: Trail,
+    def __init__(self, objects: Objects, markers: Markers, recorder: Recorder,
                  now_us: Callable[[], int], stop: threading.Event) -> None:
         """*now_us* is the driver's clock; *stop* is set when the driver closes."""
         self._objects = objects
         self._markers = markers
-        self._trail = trail
+        self._recorder = recorder
         self._now_us = now_us
         self._stop = stop
 
@@ -80,7 +80,7 @@ class Expiry:
                 with unavailable:
                     project = lay.project_of_part(part)
                     if project is None:
-                        project = self._trail.project_of_queue(part, queue)
+                        project = self._recorder.project_of_queue(part, queue)
                     if project is None:
                         LOG.debug("Queue %s of a hashed project part %s left unreaped: "
                                   "no event of its trail names the project", queue, part)
@@ -114,7 +114,7 @@ class Expiry:
                     trail = objects.parallel(
                         lambda entry: self._markers.expire(project, queue, entry, now),
                         expired[start:start + REAP_BATCH], pool=REAPER_POOL)
-                    self._trail.record(project, queue, now,
+                    self._recorder.record(project, queue, now,
                                        [event for event in trail if event])
                 if len(names) < LISTING_PAGE:
                     return

@@ -67,7 +67,7 @@ from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Marker, Record
 from delayq.storage.swift.objects import Objects, is_status
 from delayq.storage.swift.tallies import Tallies
-from delayq.storage.swift.trail import Trail
+from delayq.storage.swift.recorder import Recorder
 
 CLAIM_BATCH = 32  # index entries read per listing while claiming or redriving
 # A repairer meeting an expire marker (beyond the record) completes the removal only once
@@ -94,14 +94,14 @@ class Moved:
         """The event of a dead-letter move, for the source's trail, with the message as
         the target queue holds it."""
         ttl, expires = dead_lettered(self.record, self.move)
-        return Trail.event(project, queue, events.DEAD_LETTERED, now,
+        return Recorder.event(project, queue, events.DEAD_LETTERED, now,
                            message_id=self.message_id, claim_count=self.record.count,
                            source=queue, target=self.move.queue, ttl=ttl,
                            expires=expires / US, body=self.body.decode())
 
     def redriven(self, project: str, queue: str, now: int) -> events.Event:
         """The event of a redrive, for the source's trail."""
-        return Trail.event(project, queue, events.REDRIVEN, now, message_id=self.message_id,
+        return Recorder.event(project, queue, events.REDRIVEN, now, message_id=self.message_id,
                            claim_count=self.record.count, source=queue,
                            target=self.move.queue, expires=self.record.expires / US)
 
@@ -157,13 +157,13 @@ def edited(record: Record, edit: Marker, generation: int) -> Record:
 class Markers:
     """The protocol's steps, for the queues of one driver."""
 
-    def __init__(self, objects: Objects, tallies: Tallies, trail: Trail,
+    def __init__(self, objects: Objects, tallies: Tallies, recorder: Recorder,
                  ensure_queue: Callable[[str, str, dict[str, Any]], bool]) -> None:
         """*ensure_queue* creates a queue (a dead-letter queue a move is the first to
         use), as ``Driver.create_queue`` does."""
         self._objects = objects
         self._tallies = tallies
-        self._trail = trail
+        self._recorder = recorder
         self._ensure_queue = ensure_queue
 
     # Claims
@@ -428,7 +428,7 @@ class Markers:
                     # most likely the one before this edit.
                     self._tallies.tally(project, queue, counted, record)
                     raise errors.MessageNotFound.with_id(message_id)
-                self._trail.record(project, queue, now, [self._trail.event(
+                self._recorder.record(project, queue, now, [self._recorder.event(
                     project, queue, events.EDITED, now, message_id=message_id,
                     due=result[0].due / US, claim_count=result[0].count)])
                 return result[0].message(message_id, result[1], now)
@@ -513,7 +513,7 @@ class Markers:
         if not self._remove(container, message_id, record, entry):
             return None  # deleted by another request (a delete by ids that read it live)
         self._tallies.tally(project, queue, record, None)
-        return self._trail.event(project, queue, events.EXPIRED, record.expires,
+        return self._recorder.event(project, queue, events.EXPIRED, record.expires,
                                  message_id=message_id, claim_count=record.count,
                                  expires=record.expires / US)
 

@@ -43,7 +43,7 @@ LOG = logging.getLogger(__name__)
 TRAIL_BATCH = 64  # event objects read at once by read_events
 
 
-class Trail:
+class Recorder:
     """The event trails of the queues under the driver's prefix."""
 
     def __init__(self, objects: Objects, settings: events.Settings,
