@@ -30,6 +30,7 @@ from delayq.storage.swift.objects import (
     unavailable,
 )
 from delayq.storage.swift.recorder import Recorder
+from delayq.storage.swift.trail import Trail
 
 LOG = logging.getLogger(__name__)
 
@@ -40,12 +41,14 @@ REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requ
 class Expiry:
     """Reaper passes over the queues under the driver's prefix."""
 
-    def __init__(self, objects: Objects, markers: Markers, recorder: Recorder,
+    def __init__(self, objects: Objects, markers: Markers, recorder: Recorder, trail: Trail,
                  now_us: Callable[[], int], stop: threading.Event) -> None:
-        """*now_us* is the driver's clock; *stop* is set when the driver closes."""
+        """*trail* names the projects of hashed project parts; *now_us* is the driver's
+        clock; *stop* is set when the driver closes."""
         self._objects = objects
         self._markers = markers
         self._recorder = recorder
+        self._trail = trail
         self._now_us = now_us
         self._stop = stop
 
@@ -80,7 +83,7 @@ class Expiry:
                 with unavailable:
                     project = lay.project_of_part(part)
                     if project is None:
-                        project = self._recorder.project_of_queue(part, queue)
+                        project = self._trail.project_of_queue(part, queue)
                     if project is None:
                         LOG.debug("Queue %s of a hashed project part %s left unreaped: "
                                   "no event of its trail names the project", queue, part)

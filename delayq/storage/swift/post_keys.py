@@ -48,8 +48,8 @@ from delayq.message import NewMessage
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Record
 from delayq.storage.swift.objects import Objects, delete_at, is_status, unavailable
-from delayq.storage.swift.tallies import Tallies
 from delayq.storage.swift.recorder import Recorder
+from delayq.storage.swift.tallies import Tallies
 
 KEY_PREFIX = "i/"
 STATE_HEADER = "X-Object-Meta-State"
@@ -133,8 +133,8 @@ class PostKeys:
                             client=client_id, expires=now + message.ttl * US)
             records.append([self._new_id(now), record.headers(),
                             lay.encode(message.body).decode()])
-        post = {"digest": key.digest, "ids": [r[0] for r in records], "at": now,
-                "window": key.window, "messages": records}
+        post: dict[str, Any] = {"digest": key.digest, "ids": [r[0] for r in records],
+                                "at": now, "window": key.window, "messages": records}
         until = {"X-Delete-At": delete_at(now + key.window * US)}
         try:
             won = self._objects.bid(container, name, post, until)
