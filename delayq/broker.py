@@ -1,8 +1,8 @@
 """The broker: delayq's rules, applied once for every storage driver.
 
-Each method that reaches the driver is an operation (``delayq.operations``): called, it
-runs blocking; the API runs its steps where ``delayq.api.execution`` decides. The API
-hands the broker checked input; the broker resolves what a request means (which
+Every method that reaches the driver is a coroutine, awaited by the API on its event loop
+(and through ``delayq.synchronous`` by the tests and the audits). The API hands the
+broker checked input; the broker resolves what a request means (which
 ttl, which delay, which dead-letter policy, which limits apply to this queue) and asks the
 driver to store or transition it. Time-critical decisions — is a message due, is it
 claimed, must it move to the dead-letter queue — are taken inside the driver's atomic
@@ -18,7 +18,6 @@ from delayq import queue as q
 from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage
-from delayq.operations import Steps, operation
 from delayq.queue import QueueCounts, QueueFilter, QueuePage, QueueStats
 from delayq.storage.base import Driver
 from delayq.subscription import Subscription, SubscriptionChange
@@ -64,53 +63,46 @@ class Broker:
         """*metadata* with every reserved attribute present, defaults filled in."""
         return {**self._reserved_defaults, **metadata}
 
-    @operation
-    def create_queue(self, project: str, name: str, metadata: Any) -> Steps[bool]:
+    async def create_queue(self, project: str, name: str, metadata: Any) -> bool:
         """Create a queue; False when it exists (its metadata is then left alone).
 
         A queue that does not exist yet counts against ``max_queues_per_project``,
         checked by the driver in the creation's own atomic step.
         """
         checked = validation.queue_metadata(metadata, self.limits, name)
-        return (yield from self.driver.create_queue.steps(
-            project, name, checked, queue_quota=self.quotas.max_queues_per_project))
+        return await self.driver.queues.create(
+            project, name, checked, queue_quota=self.quotas.max_queues_per_project)
 
-    @operation
-    def queue_metadata(self, project: str, name: str) -> Steps[dict[str, Any]]:
-        metadata = yield from self.driver.get_queue.steps(project, name)
+    async def queue_metadata(self, project: str, name: str) -> dict[str, Any]:
+        metadata = await self.driver.queues.get(project, name)
         if metadata is None:
             raise errors.QueueNotFound.named(name)
         return self.with_reserved_defaults(metadata)
 
-    @operation
-    def patch_queue(self, project: str, name: str, operations: Any
-                    ) -> Steps[dict[str, Any]]:
+    async def patch_queue(self, project: str, name: str, operations: Any
+                         ) -> dict[str, Any]:
         """Apply a JSON patch to the queue's metadata; the whole result is re-checked."""
-        metadata = yield from self.driver.get_queue.steps(project, name)
+        metadata = await self.driver.queues.get(project, name)
         if metadata is None:
             raise errors.QueueNotFound.named(name)
         patched = apply_metadata_patch(metadata, operations)
         checked = validation.queue_metadata(patched, self.limits, name)
-        yield from self.driver.set_queue_metadata.steps(project, name, checked)
+        await self.driver.queues.set_metadata(project, name, checked)
         return self.with_reserved_defaults(checked)
 
-    @operation
-    def delete_queue(self, project: str, name: str) -> Steps[None]:
-        yield from self.driver.delete_queue.steps(project, name)
+    async def delete_queue(self, project: str, name: str) -> None:
+        await self.driver.queues.delete(project, name)
 
-    @operation
-    def purge_queue(self, project: str, name: str) -> Steps[None]:
-        yield from self.driver.purge_queue.steps(project, name)
+    async def purge_queue(self, project: str, name: str) -> None:
+        await self.driver.queues.purge(project, name)
 
-    @operation
-    def list_queues(self, project: str, marker: str | None, limit: int
-                    ) -> Steps[list[tuple[str, dict[str, Any]]]]:
-        listed = yield from self.driver.list_queues.steps(project, marker, limit)
+    async def list_queues(self, project: str, marker: str | None, limit: int
+                         ) -> list[tuple[str, dict[str, Any]]]:
+        listed = await self.driver.queues.page(project, marker, limit)
         return [(name, self.with_reserved_defaults(metadata)) for name, metadata in listed]
 
-    @operation
-    def select_queues(self, project: str, marker: str | None, limit: int,
-                      matching: QueueFilter) -> Steps[QueuePage]:
+    async def select_queues(self, project: str, marker: str | None, limit: int,
+                            matching: QueueFilter) -> QueuePage:
         """Up to *limit* queues after *marker*, by name, that *matching* shows, with
         their metadata (reserved defaults filled in).
 
@@ -121,12 +113,12 @@ class Broker:
         filtered page that read the last queue has no next marker.
         """
         if not matching:
-            queues = yield from self.list_queues.steps(project, marker, limit)
+            queues = await self.list_queues(project, marker, limit)
             return QueuePage(queues, queues[-1][0] if queues else None)
         found: list[tuple[str, dict[str, Any]]] = []
         after = marker
         for _ in range(0, FILTER_SCAN, FILTER_BATCH):
-            listed = yield from self.driver.list_queues.steps(project, after, FILTER_BATCH)
+            listed = await self.driver.queues.page(project, after, FILTER_BATCH)
             for name, metadata in listed:
                 after = name
                 shown = self.with_reserved_defaults(metadata)
@@ -138,38 +130,34 @@ class Broker:
                 return QueuePage(found, None)  # every queue read
         return QueuePage(found, after)
 
-    @operation
-    def count_queues(self, project: str) -> Steps[int]:
-        return (yield from self.driver.count_queues.steps(project))
+    async def count_queues(self, project: str) -> int:
+        return await self.driver.queues.count(project)
 
-    @operation
-    def stats(self, project: str, name: str) -> Steps[QueueStats]:
-        return (yield from self.driver.queue_stats.steps(project, name))
+    async def stats(self, project: str, name: str) -> QueueStats:
+        return await self.driver.queues.stats(project, name)
 
-    @operation
-    def queue_gauges(self, projects: list[str], per_project: int
-                     ) -> Steps[list[tuple[str, str, QueueCounts]]]:
+    async def queue_gauges(self, projects: list[str], per_project: int
+                          ) -> list[tuple[str, str, QueueCounts]]:
         """``(project, queue, counts)`` of the first *per_project* queues of each of
-        *projects*, by name: the /metrics gauges (``Driver.queue_counts``)."""
+        *projects*, by name: the /metrics gauges (``Queues.counts``)."""
         found = []
         for project in projects:
-            listed = yield from self.driver.list_queues.steps(project, None, per_project)
+            listed = await self.driver.queues.page(project, None, per_project)
             for name, _ in listed:
-                counts = yield from self.driver.queue_counts.steps(project, name)
+                counts = await self.driver.queues.counts(project, name)
                 found.append((project, name, counts))
         return found
 
     # Messages
 
-    @operation
-    def post(self, project: str, queue: str, client_id: str, messages: list[PostedMessage],
-             size: int, key: PostKey | None = None) -> Steps[list[str]]:
+    async def post(self, project: str, queue: str, client_id: str, messages: list[PostedMessage],
+                   size: int, key: PostKey | None = None) -> list[str]:
         """Store posted messages, each with its ttl and delay resolved for *queue*.
 
         *size* is the request body's length, checked against the queue's own
         ``_max_messages_post_size``. The ttl and delay of each message and the size
         limit come from the queue's metadata as the driver last saw it
-        (``Driver.queue_for_write``); the driver's step refuses the post
+        (``Queues.for_write``); the driver's step refuses the post
         (MetadataChanged) when the stored metadata differs, and the post is decided
         again, at most ``METADATA_ATTEMPTS`` times in all.
 
@@ -183,11 +171,11 @@ class Broker:
         KeyReused), and counts nothing. A repeat is checked as any post is before the
         driver looks its key up.
         """
-        delays = yield from self._own_delays(messages)
+        delays = await self._own_delays(messages)
         message_quota = self.quotas.max_messages_per_queue
         queue_quota = self.quotas.max_queues_per_project
         for attempt in range(METADATA_ATTEMPTS):
-            stored, token = yield from self.driver.queue_for_write.steps(project, queue)
+            stored, token = await self.driver.queues.for_write(project, queue)
             metadata = self.with_reserved_defaults(stored or {})
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
@@ -197,7 +185,7 @@ class Broker:
                            resolve_delay(queue_delay, delay))
                 for m, delay in zip(messages, delays, strict=True)]
             try:
-                ids = yield from self.driver.post_messages.steps(
+                ids = await self.driver.messages.post(
                     project, queue, client_id, resolved, metadata_token=token,
                     message_quota=message_quota, queue_quota=queue_quota, key=key)
                 break
@@ -209,7 +197,7 @@ class Broker:
         self.counters.count(metrics.POSTED, len(ids))
         return ids
 
-    def _own_delays(self, messages: list[PostedMessage]) -> Steps[list[float | None]]:
+    async def _own_delays(self, messages: list[PostedMessage]) -> list[float | None]:
         """Each message's own delay: its ``delay``, or the time until its ``deliver_at``
         on the backend's clock (read once, only when a message has one)."""
         for m in messages:  # a loop, not all(...): a post usually has one message
@@ -217,40 +205,38 @@ class Broker:
                 break
         else:
             return [m.delay for m in messages]
-        now = yield from self.driver.now.steps()
+        now = await self.driver.now()
         return [m.delay if m.deliver_at is None else validation.delay_until(
                     m.deliver_at, now, self.limits.max_message_delay,
                     f"messages[{index}].deliver_at")
                 for index, m in enumerate(messages)]
 
-    @operation
-    def edit_message(self, project: str, queue: str, message_id: str,
-                     edit: MessageEdit) -> Steps[Message]:
+    async def edit_message(self, project: str, queue: str, message_id: str,
+                           edit: MessageEdit) -> Message:
         """Change the body and/or the remaining delay of a message no claim holds.
 
         The new body counts against the queue's ``_max_messages_post_size``. A delay
         (``deliver_at`` turned into one on the backend's clock) is range-checked, then
         resolved like a post's: a normal queue ignores it. The driver applies the rest
-        in one atomic step (``Driver.edit_message``).
+        in one atomic step (``Messages.edit``).
         """
-        stored = yield from self.driver.get_queue.steps(project, queue)
+        stored = await self.driver.queues.get(project, queue)
         metadata = self.with_reserved_defaults(stored or {})
         if edit.body is not NO_CHANGE:
             validation.body_size(edit.body, metadata[q.MAX_MESSAGES_POST_SIZE])
         delay: float | None = edit.delay
         if edit.deliver_at is not None:
-            now = yield from self.driver.now.steps()
+            now = await self.driver.now()
             delay = validation.delay_until(edit.deliver_at, now,
                                            self.limits.max_message_delay, "deliver_at")
         if not is_delayed_queue(metadata[q.DEFAULT_MESSAGE_DELAY]):
             delay = None  # as for a post: the due time stays
-        return (yield from self.driver.edit_message.steps(project, queue, message_id,
-                                                          body=edit.body, delay=delay))
+        return await self.driver.messages.edit(project, queue, message_id,
+                                               body=edit.body, delay=delay)
 
-    @operation
-    def redrive(self, project: str, queue: str, *, destination: str | None = None,
-                limit: int = validation.DEFAULT_REDRIVE) -> Steps[int]:
-        """Send dead-lettered messages of *queue* back (``Driver.redrive``).
+    async def redrive(self, project: str, queue: str, *, destination: str | None = None,
+                      limit: int = validation.DEFAULT_REDRIVE) -> int:
+        """Send dead-lettered messages of *queue* back (``Messages.redrive``).
 
         A *destination* that does not exist counts against ``max_queues_per_project``
         (refused, nothing moves; the driver checks it as it creates the destination).
@@ -260,39 +246,34 @@ class Broker:
         driver's moves.
         """
         validation.redrive(queue, destination, limit)
-        return (yield from self.driver.redrive.steps(
+        return await self.driver.messages.redrive(
             project, queue, destination=destination, limit=limit,
-            queue_quota=self.quotas.max_queues_per_project))
+            queue_quota=self.quotas.max_queues_per_project)
 
-    @operation
-    def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
-                      limit: int, echo: bool, include_claimed: bool,
-                      include_delayed: bool) -> Steps[tuple[list[Message], str | None]]:
-        return (yield from self.driver.list_messages.steps(
+    async def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
+                            limit: int, echo: bool, include_claimed: bool,
+                            include_delayed: bool) -> tuple[list[Message], str | None]:
+        return await self.driver.messages.page(
             project, queue, marker=marker, limit=limit,
             exclude_client=None if echo else client_id,
-            include_claimed=include_claimed, include_delayed=include_delayed))
+            include_claimed=include_claimed, include_delayed=include_delayed)
 
-    @operation
-    def get_message(self, project: str, queue: str, message_id: str) -> Steps[Message]:
-        found = yield from self.driver.get_messages.steps(project, queue, [message_id])
+    async def get_message(self, project: str, queue: str, message_id: str) -> Message:
+        found = await self.driver.messages.get(project, queue, [message_id])
         if not found:
             raise errors.MessageNotFound.with_id(message_id)
         return found[0]
 
-    @operation
-    def get_messages(self, project: str, queue: str, ids: list[str]
-                     ) -> Steps[list[Message]]:
-        return (yield from self.driver.get_messages.steps(project, queue, ids))
+    async def get_messages(self, project: str, queue: str, ids: list[str]
+                          ) -> list[Message]:
+        return await self.driver.messages.get(project, queue, ids)
 
-    @operation
-    def delete_message(self, project: str, queue: str, message_id: str,
-                       claim_id: str | None) -> Steps[None]:
-        yield from self.driver.delete_message.steps(project, queue, message_id, claim_id)
+    async def delete_message(self, project: str, queue: str, message_id: str,
+                             claim_id: str | None) -> None:
+        await self.driver.messages.delete(project, queue, message_id, claim_id)
 
-    @operation
-    def delete_messages(self, project: str, queue: str, ids: list[str],
-                        claim_ids: list[str] | None = None) -> Steps[None]:
+    async def delete_messages(self, project: str, queue: str, ids: list[str],
+                              claim_ids: list[str] | None = None) -> None:
         """Delete the messages among *ids*, claimed or not; with *claim_ids*
         (``message_delete_with_claim_id``) only messages that a live claim among them
         holds.
@@ -300,13 +281,13 @@ class Broker:
         With *claim_ids*, every live message among *ids* is read first, and the request
         is refused whole (MessageNotClaimed, ClaimMismatch) unless each is held by one
         of *claim_ids*; then each is deleted under its claim, atomically
-        (``Driver.delete_message``): a claim that ended between the read and its delete
+        (``Messages.delete``): a claim that ended between the read and its delete
         refuses that delete, and the ones before it stay done.
         """
         if claim_ids is None:
-            yield from self.driver.delete_messages.steps(project, queue, ids)
+            await self.driver.messages.delete_many(project, queue, ids)
             return
-        found = yield from self.driver.get_messages.steps(project, queue, ids)
+        found = await self.driver.messages.get(project, queue, ids)
         allowed = set(claim_ids)
         for message in found:
             holder = message.live_claim_id
@@ -314,20 +295,18 @@ class Broker:
                 refuse_delete(delete_refusal(claim_ids[0], holder), message.id,
                               ", ".join(claim_ids))
         for message in found:
-            yield from self.driver.delete_message.steps(project, queue, message.id,
-                                                        message.live_claim_id)
+            await self.driver.messages.delete(project, queue, message.id,
+                                              message.live_claim_id)
 
-    @operation
-    def pop(self, project: str, queue: str, limit: int) -> Steps[list[Message]]:
-        popped = yield from self.driver.pop_messages.steps(project, queue, limit)
+    async def pop(self, project: str, queue: str, limit: int) -> list[Message]:
+        popped = await self.driver.messages.pop(project, queue, limit)
         self.counters.count(metrics.CLAIMED, len(popped))
         return popped
 
     # Claims
 
-    @operation
-    def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
-              push_for: Subscription | None = None) -> Steps[Claim | None]:
+    async def claim(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+                    push_for: Subscription | None = None) -> Claim | None:
         """Claim up to *limit* messages, dead-lettering by the queue's policy as the
         driver last saw it: decided again as a post is (``post``).
 
@@ -336,14 +315,14 @@ class Broker:
         pushes follow (``push_backoff``).
         """
         for attempt in range(METADATA_ATTEMPTS):
-            metadata, token = yield from self.driver.queue_for_write.steps(project, queue)
+            metadata, token = await self.driver.queues.for_write(project, queue)
             if metadata is None:
                 return None
             dead_letter = q.dead_letter_policy(metadata)
             backoff = (queue_backoff(metadata, dead_letter) if push_for is None
                        else push_backoff(metadata, dead_letter, push_for))
             try:
-                claim = yield from self.driver.claim.steps(
+                claim = await self.driver.claims.create(
                     project, queue, ttl=ttl, grace=grace, limit=limit,
                     dead_letter=dead_letter, metadata_token=token, backoff=backoff)
                 break
@@ -354,118 +333,104 @@ class Broker:
             self.counters.count(metrics.CLAIMED, len(claim.messages))
         return claim
 
-    @operation
-    def get_claim(self, project: str, queue: str, claim_id: str) -> Steps[Claim]:
-        return (yield from self.driver.get_claim.steps(project, queue, claim_id))
+    async def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
+        return await self.driver.claims.get(project, queue, claim_id)
 
-    @operation
-    def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
-                    grace: int) -> Steps[None]:
-        backoff = yield from self._queue_backoff(project, queue)
-        yield from self.driver.renew_claim.steps(project, queue, claim_id, ttl, grace,
-                                                 backoff)
+    async def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
+                          grace: int) -> None:
+        backoff = await self._queue_backoff(project, queue)
+        await self.driver.claims.renew(project, queue, claim_id, ttl, grace,
+                                       backoff)
 
-    @operation
-    def release_claim(self, project: str, queue: str, claim_id: str) -> Steps[None]:
+    async def release_claim(self, project: str, queue: str, claim_id: str) -> None:
         """Free the claim's messages: at once, or each after the wait the queue's
         ``_retry_policy`` gives its attempt."""
-        backoff = yield from self._queue_backoff(project, queue)
-        yield from self.driver.release_claim.steps(project, queue, claim_id, backoff)
+        backoff = await self._queue_backoff(project, queue)
+        await self.driver.claims.release(project, queue, claim_id, backoff)
 
-    def _queue_backoff(self, project: str, queue: str) -> Steps[retry.Backoff | None]:
-        metadata, _ = yield from self.driver.queue_for_write.steps(project, queue)
+    async def _queue_backoff(self, project: str, queue: str) -> retry.Backoff | None:
+        metadata, _ = await self.driver.queues.for_write(project, queue)
         if metadata is None:
             return None
         return queue_backoff(metadata, q.dead_letter_policy(metadata))
 
-    @operation
-    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
-                        delay: float) -> Steps[Message]:
+    async def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                              delay: float) -> Message:
         """Hand one message back from its claim, due in *delay* seconds (a consumer's
         ChangeMessageVisibility); the claim keeps the rest."""
         validation.integer(delay, "delay", 0, self.limits.max_message_delay)
-        return (yield from self.driver.release_message.steps(project, queue, message_id,
-                                                             claim_id, delay))
+        return await self.driver.claims.release_message(project, queue, message_id,
+                                                        claim_id, delay)
 
-    @operation
-    def push_failed(self, project: str, queue: str, message: Message, claim_id: str,
-                    subscription: Subscription) -> Steps[float]:
+    async def push_failed(self, project: str, queue: str, message: Message, claim_id: str,
+                          subscription: Subscription) -> float:
         """Hand back a message whose push to *subscription* failed, due after the wait
         its attempt (its claim count) earns under the push's retry policy; the wait,
         in seconds. At the queue's ``_max_claim_count`` the wait is none: the next
         claim dead-letters the message."""
-        metadata, _ = yield from self.driver.queue_for_write.steps(project, queue)
+        metadata, _ = await self.driver.queues.for_write(project, queue)
         metadata = metadata or {}
         backoff = push_backoff(metadata, q.dead_letter_policy(metadata), subscription)
         delay = backoff.after(message.claim_count)
-        yield from self.driver.release_message.steps(project, queue, message.id, claim_id,
-                                                     delay)
+        await self.driver.claims.release_message(project, queue, message.id, claim_id,
+                                                 delay)
         return delay
 
     # Subscriptions
 
-    @operation
-    def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
-                            options: dict[str, Any]) -> Steps[str]:
+    async def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
+                                  options: dict[str, Any]) -> str:
         """Subscribe *subscriber* to *queue*, creating the queue when it does not exist
         (counted against ``max_queues_per_project``), as Zaqar does; its id. Raises
         SubscriptionExists when the queue has a live one for *subscriber*."""
-        if (yield from self.driver.get_queue.steps(project, queue)) is None:
-            yield from self.driver.create_queue.steps(
+        if await self.driver.queues.get(project, queue) is None:
+            await self.driver.queues.create(
                 project, queue, {}, queue_quota=self.quotas.max_queues_per_project)
-        created = yield from self.driver.create_subscription.steps(
-            project, queue, subscriber, ttl, options)
+        created = await self.driver.subscriptions.create(
+                                                         project, queue, subscriber, ttl, options)
         if created is None:
             raise errors.SubscriptionExists.for_subscriber(subscriber)
         return created
 
-    @operation
-    def get_subscription(self, project: str, queue: str, subscription_id: str
-                         ) -> Steps[Subscription]:
-        found = yield from self.driver.get_subscription.steps(project, queue,
-                                                              subscription_id)
+    async def get_subscription(self, project: str, queue: str, subscription_id: str
+                              ) -> Subscription:
+        found = await self.driver.subscriptions.get(project, queue,
+                                                    subscription_id)
         if found is None:
             raise errors.SubscriptionNotFound.with_id(subscription_id)
         return found
 
-    @operation
-    def list_subscriptions(self, project: str, queue: str, marker: str | None,
-                           limit: int) -> Steps[list[Subscription]]:
-        return (yield from self.driver.list_subscriptions.steps(project, queue, marker,
-                                                                limit))
+    async def list_subscriptions(self, project: str, queue: str, marker: str | None,
+                                 limit: int) -> list[Subscription]:
+        return await self.driver.subscriptions.page(project, queue, marker,
+                                                    limit)
 
-    @operation
-    def update_subscription(self, project: str, queue: str, subscription_id: str,
-                            change: SubscriptionChange) -> Steps[None]:
-        yield from self.driver.update_subscription.steps(project, queue, subscription_id,
-                                                         change)
+    async def update_subscription(self, project: str, queue: str, subscription_id: str,
+                                  change: SubscriptionChange) -> None:
+        await self.driver.subscriptions.update(project, queue, subscription_id,
+                                               change)
 
-    @operation
-    def delete_subscription(self, project: str, queue: str, subscription_id: str
-                            ) -> Steps[None]:
-        yield from self.driver.delete_subscription.steps(project, queue, subscription_id)
+    async def delete_subscription(self, project: str, queue: str, subscription_id: str
+                                 ) -> None:
+        await self.driver.subscriptions.delete(project, queue, subscription_id)
 
-    @operation
-    def purge_subscriptions(self, project: str, queue: str) -> Steps[None]:
-        yield from self.driver.purge_subscriptions.steps(project, queue)
+    async def purge_subscriptions(self, project: str, queue: str) -> None:
+        await self.driver.subscriptions.purge(project, queue)
 
-    @operation
-    def subscribed_queues(self) -> Steps[list[tuple[str, str]]]:
-        return (yield from self.driver.subscribed_queues.steps())
+    async def subscribed_queues(self) -> list[tuple[str, str]]:
+        return await self.driver.subscriptions.subscribed_queues()
 
     # Long-poll claims
 
-    @operation
-    def available_in(self, project: str, queue: str) -> Steps[float | None]:
-        """Seconds until a claim on *queue* may find a message (``Driver.available_in``)."""
-        return (yield from self.driver.available_in.steps(project, queue))
+    async def available_in(self, project: str, queue: str) -> float | None:
+        """Seconds until a claim on *queue* may find a message (``Claims.available_in``)."""
+        return await self.driver.claims.available_in(project, queue)
 
     # Service
 
-    @operation
-    def ping(self) -> Steps[bool]:
+    async def ping(self) -> bool:
         """Whether the store answers."""
-        return (yield from self.driver.ping.steps())
+        return await self.driver.ping()
 
 
 def queue_backoff(metadata: dict[str, Any], dead_letter: q.DeadLetterPolicy | None

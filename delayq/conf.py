@@ -183,15 +183,15 @@ wsgi_opts = [
                       "served by the same worker wake its waiters at once, and a message "
                       "known to come due sooner is claimed when due."),
     cfg.StrOpt("storage_calls", default="auto", choices=["auto", "inline", "threads"],
-               help="How a worker makes its storage calls. threads: each in a pool "
-                    "thread, so a slow store never stalls the worker's event loop, at "
-                    "the CPU cost of a thread hand-off per call. inline: on the event "
-                    "loop, without that cost; a slow SQLite stalls every request of the "
-                    "worker, while Redis's script calls wait for their replies on the "
-                    "loop without stalling it. auto: inline for drivers whose calls are "
-                    "brief round trips (sqlite, redis), moving to threads for 5 seconds "
-                    "whenever a call finds the store unavailable or (sqlite) takes over "
-                    "0.1 s; threads for the others."),
+               help="How a worker makes the calls of a store whose client library "
+                    "blocks (sqlite, mongodb, swift; Redis's calls are always awaited "
+                    "on the event loop). threads: each in a pool thread, so a slow store "
+                    "never stalls the worker's event loop, at the CPU cost of a thread "
+                    "hand-off per call. inline: on the event loop, without that cost; a "
+                    "slow store stalls every request of the worker. auto: the store's "
+                    "own choice: for sqlite, inline while calls stay brief, moving to "
+                    "threads for 5 seconds whenever a call finds the store unavailable "
+                    "or takes over 0.1 s; threads for mongodb and swift."),
     cfg.IntOpt("max_request_line", default=8190, min=64,
                help="Longest request line (method, path and query string, HTTP version), "
                     "in bytes. A longer one is answered 414 and the connection closed."),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import falcon
 import falcon.asgi
 import falcon.media
@@ -10,39 +12,45 @@ from oslo_config import cfg
 from delayq import jsontext, signed_urls
 from delayq.api import auth, claims, errors, home, messages, queues, share, subscriptions
 from delayq.api import metrics as metrics_api
-from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
 from delayq.api.request import Request
 from delayq.broker import Broker
 from delayq.conf import NOTIFICATION_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
+from delayq.offload import AUTO, THREADS, Offload
 from delayq.push.pusher import Pusher, PushSettings
 from delayq.storage.base import Driver
+from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.registry import load_driver
 from delayq.validation import Limits, Quotas
 
 
 class _Lifespan:
-    """Starts the pusher when the worker starts (when it pushes); stops it and closes
-    the driver's connections when the worker stops.
+    """Starts the store's reaper and the pusher (when the worker pushes) on the worker's
+    event loop when it starts; stops them and closes the driver's connections when the
+    worker stops.
 
     The driver reconnects if used again, so an ASGI host that runs the lifespan more
     than once (as Falcon's test client does per request) keeps working.
     """
 
-    def __init__(self, driver: Driver, pusher: Pusher, push: bool) -> None:
+    def __init__(self, driver: Driver, pusher: Pusher, push: bool, offload: Offload
+                 ) -> None:
         self.driver = driver
         self.pusher = pusher
         self.push = push
+        self.offload = offload
 
     async def process_startup(self, scope: dict, event: dict) -> None:
+        self.driver.start_reaper()
         if self.push:
             await self.pusher.start()
 
     async def process_shutdown(self, scope: dict, event: dict) -> None:
         if self.push:
             await self.pusher.stop()
-        self.driver.close()
+        await self.driver.close()
+        self.offload.shutdown()
 
 
 def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
@@ -59,14 +67,19 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     limits = Limits.from_conf(conf)
     broker = Broker(driver, limits, metrics, quotas=Quotas.from_conf(conf))
     wsgi = conf[WSGI_GROUP]
-    execute = Execution(driver, mode=wsgi.storage_calls)
-    longpoll = LongPoll(broker, execute, poll_interval=wsgi.claim_wait_poll_interval)
+    if isinstance(driver, OffloadedDriver) and wsgi.storage_calls != AUTO:
+        driver.offload.set_mode(wsgi.storage_calls)
+    # Blocking work of the API's own (a Keystone token check, reading the metric files
+    # of the other workers), always in threads.
+    offload = Offload(THREADS)
+    longpoll = LongPoll(broker, poll_interval=wsgi.claim_wait_poll_interval)
     push_settings = PushSettings.from_conf(conf)
-    pusher = Pusher(broker, execute, push_settings)
+    pusher = Pusher(broker, push_settings)
 
     middleware: list[object] = [metrics_api.RequestTimer(metrics),
-                                _Lifespan(driver, pusher, conf[NOTIFICATION_GROUP].push)]
-    authentication = auth.from_conf(conf, execute)
+                                _Lifespan(driver, pusher, conf[NOTIFICATION_GROUP].push,
+                                          offload)]
+    authentication = auth.from_conf(conf, offload)
     if authentication is not None:
         middleware.append(authentication)
     app = falcon.asgi.App(request_type=Request, middleware=middleware)
@@ -75,11 +88,11 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
         dumps=jsontext.response)
     errors.install(app)
 
-    on_messages = {"broker": broker, "limits": limits, "execute": execute,
-                   "longpoll": longpoll, "pusher": pusher}
-    on_queues = {"broker": broker, "limits": limits, "execute": execute}
-    on_subscriptions = {"broker": broker, "limits": limits, "execute": execute,
-                        "pusher": pusher, "targets": push_settings.targets}
+    on_messages: dict[str, Any] = {"broker": broker, "limits": limits, "longpoll": longpoll,
+                   "pusher": pusher}
+    on_queues: dict[str, Any] = {"broker": broker, "limits": limits}
+    on_subscriptions: dict[str, Any] = {"broker": broker, "limits": limits, "pusher": pusher,
+                        "targets": push_settings.targets}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))
@@ -102,9 +115,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
                       signed_urls.Settings.from_conf(conf),
                       rules=authentication.rules if authentication is not None else None))
     app.add_route("/v2", home.HomeResource())
-    app.add_route("/v2/ping", home.PingResource(broker=broker, execute=execute))
-    app.add_route("/v2/health", home.HealthResource(broker=broker, execute=execute,
-                                                    store=driver.name))
+    app.add_route("/v2/ping", home.PingResource(broker=broker))
+    app.add_route("/v2/health", home.HealthResource(broker=broker, store=driver.name))
     app.add_route(metrics_api.PATH, metrics_api.MetricsResource(
-        broker=broker, execute=execute, metrics=metrics))
+        broker=broker, offload=offload, metrics=metrics))
     return app

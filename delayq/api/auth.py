@@ -41,8 +41,8 @@ from oslo_context import context
 
 from delayq import errors, signed_urls
 from delayq.api import policy, request
-from delayq.api.execution import Execution
 from delayq.conf import KEYSTONE
+from delayq.offload import Offload
 
 LOG = logging.getLogger(__name__)
 
@@ -56,14 +56,14 @@ IDENTITY_UNAVAILABLE = ("The identity service cannot be reached to check the tok
                         "again later.")
 
 
-def from_conf(conf: cfg.ConfigOpts, execute: Execution) -> Authentication | None:
+def from_conf(conf: cfg.ConfigOpts, offload: Offload) -> Authentication | None:
     """The middleware *conf* asks for; None when it asks for neither a strategy nor
     signed URLs."""
     keystone = conf.auth_strategy == KEYSTONE
     signing = signed_urls.Settings.from_conf(conf)
     if not keystone and not signing.secret_key:
         return None
-    return Authentication(execute, signing=signing,
+    return Authentication(offload, signing=signing,
                           tokens=KeystoneTokens(conf) if keystone else None,
                           rules=policy.Policy(conf) if keystone else None)
 
@@ -133,9 +133,9 @@ def _environ(token: str | None, service_token: str | None) -> dict[str, Any]:
 class Authentication:
     """Middleware: settles the request's project and checks the policy (module doc)."""
 
-    def __init__(self, execute: Execution, *, signing: signed_urls.Settings,
+    def __init__(self, offload: Offload, *, signing: signed_urls.Settings,
                  tokens: KeystoneTokens | None, rules: policy.Policy | None) -> None:
-        self.execute = execute
+        self.offload = offload
         self.signing = signing
         self.tokens = tokens
         self.rules = rules
@@ -154,7 +154,7 @@ class Authentication:
         if (token is None and not in_project and rule is not None
                 and self.rules.allows(rule, ANONYMOUS, None)):
             return
-        credentials = await self.execute.offload(self.tokens.credentials, token,
+        credentials = await self.offload(self.tokens.credentials, token,
                                              req.get_header(SERVICE_TOKEN_HEADER))
         project = credentials.get("project_id")
         if in_project:

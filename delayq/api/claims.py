@@ -6,7 +6,6 @@ import falcon
 
 from delayq import jsontext, validation
 from delayq.api import request, views
-from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
 from delayq.broker import Broker
 from delayq.push.pusher import Pusher
@@ -19,11 +18,10 @@ MAX_CLAIM_BODY = 4096
 class _ClaimResource:
     """What every claim resource is given."""
 
-    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
-                 longpoll: LongPoll, pusher: Pusher) -> None:
+    def __init__(self, *, broker: Broker, limits: Limits, longpoll: LongPoll,
+                 pusher: Pusher) -> None:
         self.broker = broker
         self.limits = limits
-        self.execute = execute
         self.longpoll = longpoll
         self.pusher = pusher
 
@@ -46,8 +44,8 @@ class ClaimCollection(_ClaimResource):
 
         def attempt():  # longpoll.Attempt
             # Made now and, when that finds nothing and the request waits, at each turn.
-            return self.execute(self.broker.claim, project, name, ttl=ttl, grace=grace,
-                                limit=limit)
+            return self.broker.claim(project, name, ttl=ttl, grace=grace,
+                                     limit=limit)
 
         claim = await attempt()
         if claim is None and wait > 0:
@@ -71,7 +69,7 @@ class ClaimResource(_ClaimResource):
         project = request.project(req)
         request.client(req, self.limits)
         validation.queue_name(name)
-        claim = await self.execute(self.broker.get_claim, project, name, claim_id)
+        claim = await self.broker.get_claim(project, name, claim_id)
         resp.content_location = views.claim_href(name, claim_id)
         resp.media = views.claim(name, claim)
 
@@ -83,7 +81,7 @@ class ClaimResource(_ClaimResource):
         document = await request.json_body(req, MAX_CLAIM_BODY, "claim update",
                                            if_empty={})
         ttl, grace = validation.claim_options(document, self.limits)
-        await self.execute(self.broker.renew_claim, project, name, claim_id, ttl, grace)
+        await self.broker.renew_claim(project, name, claim_id, ttl, grace)
         resp.status = falcon.HTTP_204
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
@@ -91,7 +89,7 @@ class ClaimResource(_ClaimResource):
         project = request.project(req)
         request.client(req, self.limits)
         validation.queue_name(name)
-        await self.execute(self.broker.release_claim, project, name, claim_id)
+        await self.broker.release_claim(project, name, claim_id)
         self.longpoll.notify(project, name)
         self.pusher.notify(project, name)
         resp.status = falcon.HTTP_204

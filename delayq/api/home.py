@@ -5,7 +5,6 @@ from __future__ import annotations
 import falcon
 
 from delayq import jsontext
-from delayq.api.execution import Execution
 from delayq.broker import Broker
 
 HOME_DOCUMENT = {
@@ -50,12 +49,11 @@ class HomeResource:
 class PingResource:
     """``/v2/ping``: 204 while the storage backend answers, 503 otherwise."""
 
-    def __init__(self, *, broker: Broker, execute: Execution) -> None:
+    def __init__(self, *, broker: Broker) -> None:
         self.broker = broker
-        self.execute = execute
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        alive = await self.execute(self.broker.ping)
+        alive = await self.broker.ping()
         resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503
 
     on_head = on_get
@@ -64,16 +62,15 @@ class PingResource:
 class HealthResource:
     """``/v2/health``: whether the storage backend is reachable, and which it is."""
 
-    def __init__(self, *, broker: Broker, execute: Execution, store: str) -> None:
+    def __init__(self, *, broker: Broker, store: str) -> None:
         self.broker = broker
-        self.execute = execute
         self.store = store
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        alive = await self.execute(self.broker.ping)
+        alive = await self.broker.ping()
         resp.status = falcon.HTTP_200 if alive else falcon.HTTP_503
         resp.media = {"storage_reachable": alive, "message_store": self.store}
 
     async def on_head(self, req: falcon.Request, resp: falcon.Response) -> None:
-        alive = await self.execute(self.broker.ping)
+        alive = await self.broker.ping()
         resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503

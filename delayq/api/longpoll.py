@@ -22,7 +22,6 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
-from delayq.api.execution import Execution
 from delayq.broker import Broker
 from delayq.claim import Claim
 
@@ -138,8 +137,8 @@ class _Watch:
     async def _available_in(self) -> float | None:
         longpoll = self.longpoll
         try:
-            return await longpoll.execute(longpoll.broker.available_in, self.project,
-                                          self.queue)
+            return await longpoll.broker.available_in(self.project,
+                                                      self.queue)
         except Exception:  # noqa: BLE001 - a backend outage must not end the wait early
             LOG.warning("Long-poll watch of queue %s failed; retrying in %s s", self.queue,
                         longpoll.poll_interval, exc_info=True)
@@ -164,10 +163,8 @@ class _Watch:
 class LongPoll:
     """The long-poll claims of one worker process, by queue."""
 
-    def __init__(self, broker: Broker, execute: Execution,
-                 poll_interval: float) -> None:
+    def __init__(self, broker: Broker, poll_interval: float) -> None:
         self.broker = broker
-        self.execute = execute
         self.poll_interval = poll_interval
         self._watches: dict[tuple[str, str], _Watch] = {}
 

@@ -6,7 +6,6 @@ import falcon
 
 from delayq import idempotency, jsontext, validation
 from delayq.api import request, views
-from delayq.api.execution import Execution
 from delayq.api.longpoll import LongPoll
 from delayq.broker import Broker
 from delayq.errors import MessageNotFound, ValidationError
@@ -22,11 +21,10 @@ EDIT_OVERHEAD = 4096
 class _MessageResource:
     """What every message resource is given."""
 
-    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
-                 longpoll: LongPoll, pusher: Pusher) -> None:
+    def __init__(self, *, broker: Broker, limits: Limits, longpoll: LongPoll,
+                 pusher: Pusher) -> None:
         self.broker = broker
         self.limits = limits
-        self.execute = execute
         self.longpoll = longpoll
         self.pusher = pusher
 
@@ -50,13 +48,11 @@ class MessageCollection(_MessageResource):
         posted = validation.messages_post(validation.json_document(raw, "message post"),
                                           limits)
         if key is None:
-            ids = await self.execute(self.broker.post, project, name, client, posted,
-                                     len(raw))
+            ids = await self.broker.post(project, name, client, posted, len(raw))
         else:
-            ids = await self.execute(self.broker.post, project, name, client, posted,
-                                     len(raw), idempotency.PostKey(
-                                         key, idempotency.digest(raw),
-                                         limits.idempotency_window))
+            ids = await self.broker.post(project, name, client, posted, len(raw),
+                                         idempotency.PostKey(key, idempotency.digest(raw),
+                                                             limits.idempotency_window))
         self.notify(project, name)
         resp.status = falcon.HTTP_201
         resp.location, document = views.posted(name, ids)
@@ -71,7 +67,7 @@ class MessageCollection(_MessageResource):
         ids = req.get_param_as_list("ids")
         if ids is not None:
             wanted = validation.message_ids(ids, limits)
-            found = await self.execute(self.broker.get_messages, project, name, wanted)
+            found = await self.broker.get_messages(project, name, wanted)
             if not found:
                 raise MessageNotFound(f"No messages with ids {', '.join(wanted)[:200]} in "
                                       f"queue {name}.")
@@ -85,10 +81,9 @@ class MessageCollection(_MessageResource):
                                                 "include_claimed")
         include_delayed = validation.query_bool(req.get_param("include_delayed"),
                                                 "include_delayed")
-        messages, marker = await self.execute(
-            self.broker.list_messages, project, name, client_id=client,
-            marker=req.get_param("marker"), limit=limit, echo=echo,
-            include_claimed=include_claimed, include_delayed=include_delayed)
+        messages, marker = await self.broker.list_messages(
+            project, name, client_id=client, marker=req.get_param("marker"), limit=limit,
+            echo=echo, include_claimed=include_claimed, include_delayed=include_delayed)
         links = []
         if marker is not None:
             params = {"marker": marker, "limit": limit, "echo": echo,
@@ -112,15 +107,15 @@ class MessageCollection(_MessageResource):
         claim_ids = validation.bulk_delete_claims(ids, req.get_param_as_list("claim_ids"),
                                                   limits)
         if ids is not None:
-            await self.execute(self.broker.delete_messages, project, name,
-                               validation.message_ids(ids, limits), claim_ids)
+            await self.broker.delete_messages(project, name,
+                                              validation.message_ids(ids, limits), claim_ids)
             resp.status = falcon.HTTP_204
             return
         if not pop.strip():
             raise ValidationError("pop must be an integer: how many messages to pop.")
         count = validation.query_integer(pop, "pop", 1, limits.max_messages_per_claim_or_pop,
                                          1)
-        popped = await self.execute(self.broker.pop, project, name, count)
+        popped = await self.broker.pop(project, name, count)
         resp.media = {"messages": [views.message(name, m) for m in popped]}
 
 
@@ -133,7 +128,7 @@ class MessageResource(_MessageResource):
         request.client(req, self.limits)
         validation.queue_name(name)
         details = validation.query_bool(req.get_param("details"), "details")
-        message = await self.execute(self.broker.get_message, project, name, message_id)
+        message = await self.broker.get_message(project, name, message_id)
         resp.media = views.message(name, message, details=details)
 
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
@@ -150,12 +145,12 @@ class MessageResource(_MessageResource):
             req, limits.max_messages_post_size + EDIT_OVERHEAD, "message edit")
         claim_id = req.get_param(request.CLAIM_ID_PARAM) or None
         if claim_id is None:
-            message = await self.execute(self.broker.edit_message, project, name,
+            message = await self.broker.edit_message(project, name,
                                          message_id, validation.message_edit(document, limits))
         else:
-            message = await self.execute(self.broker.release_message, project, name,
-                                         message_id, claim_id,
-                                         validation.release_delay(document, limits))
+            message = await self.broker.release_message(project, name,
+                                                        message_id, claim_id,
+                                                        validation.release_delay(document, limits))
         if not message.is_delayed:  # an edit may make a delayed message due now
             self.notify(project, name)
         resp.media = views.message(name, message, details=True)
@@ -167,5 +162,5 @@ class MessageResource(_MessageResource):
         validation.queue_name(name)
         claim_id = req.get_param(request.CLAIM_ID_PARAM) or None
         validation.single_delete(claim_id, self.limits)
-        await self.execute(self.broker.delete_message, project, name, message_id, claim_id)
+        await self.broker.delete_message(project, name, message_id, claim_id)
         resp.status = falcon.HTTP_204

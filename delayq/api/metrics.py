@@ -21,10 +21,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from delayq import validation
-from delayq.api.execution import Execution
 from delayq.broker import Broker
 from delayq.errors import ValidationError
 from delayq.metrics import Metrics
+from delayq.offload import Offload
 from delayq.queue import QueueCounts
 
 PATH = "/metrics"
@@ -82,9 +82,9 @@ class QueueGauges(Collector):
 class MetricsResource:
     """``/metrics``: counters and latency of every worker, gauges of asked-for projects."""
 
-    def __init__(self, *, broker: Broker, execute: Execution, metrics: Metrics) -> None:
+    def __init__(self, *, broker: Broker, offload: Offload, metrics: Metrics) -> None:
         self.broker = broker
-        self.execute = execute
+        self.offload = offload
         self.metrics = metrics
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -92,10 +92,10 @@ class MetricsResource:
         if len(projects) > MAX_GAUGE_PROJECTS:
             raise ValidationError(f"At most {MAX_GAUGE_PROJECTS} project parameters.")
         projects = [validation.project_id(p) for p in dict.fromkeys(projects)]
-        counts = await self.execute(self.broker.queue_gauges, projects, MAX_GAUGE_QUEUES)
+        counts = await self.broker.queue_gauges(projects, MAX_GAUGE_QUEUES)
         registry = self.metrics.scrape_registry()
         # Reading the workers' metric files blocks.
-        text = await self.execute.offload(render, registry, QueueGauges(counts))
+        text = await self.offload(render, registry, QueueGauges(counts))
         resp.data = text
         resp.content_type = CONTENT_TYPE_LATEST
 

@@ -6,7 +6,6 @@ import falcon
 
 from delayq import validation
 from delayq.api import request, views
-from delayq.api.execution import Execution
 from delayq.broker import Broker
 from delayq.errors import ValidationError
 from delayq.validation import Limits
@@ -18,10 +17,9 @@ PURGE_TYPES = ("messages", "subscriptions")
 class _QueueResource:
     """What every queue resource is given."""
 
-    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution) -> None:
+    def __init__(self, *, broker: Broker, limits: Limits) -> None:
         self.broker = broker
         self.limits = limits
-        self.execute = execute
 
 
 class QueueCollection(_QueueResource):
@@ -38,8 +36,8 @@ class QueueCollection(_QueueResource):
         detailed = validation.query_bool(req.get_param("detailed"), "detailed")
         with_count = validation.query_bool(req.get_param("with_count"), "with_count")
         matching = validation.queue_filter(req.params)
-        page = await self.execute(self.broker.select_queues, project, marker, limit,
-                                  matching)
+        page = await self.broker.select_queues(project, marker, limit,
+                                               matching)
         listed = []
         for name, metadata in page.queues:
             view = {"name": name, "href": views.queue_href(name)}
@@ -54,7 +52,7 @@ class QueueCollection(_QueueResource):
                           "href": f"{views.V2}/queues{falcon.to_query_str(params)}"})
         resp.media = {"queues": listed, "links": links}
         if with_count:
-            resp.media["count"] = await self.execute(self.broker.count_queues, project)
+            resp.media["count"] = await self.broker.count_queues(project)
 
 
 class QueueResource(_QueueResource):
@@ -65,20 +63,20 @@ class QueueResource(_QueueResource):
         validation.queue_name(name)
         metadata = await request.json_body(req, self.limits.max_queue_metadata,
                                            "queue metadata", if_empty={})
-        created = await self.execute(self.broker.create_queue, project, name, metadata)
+        created = await self.broker.create_queue(project, name, metadata)
         resp.status = falcon.HTTP_201 if created else falcon.HTTP_204
         resp.location = req.path
 
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        resp.media = await self.execute(self.broker.queue_metadata, project, name)
+        resp.media = await self.broker.queue_metadata(project, name)
 
     async def on_head(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         """204 when the queue exists, 404 otherwise (python-zaqarclient's exists())."""
         project = request.project(req)
         validation.queue_name(name)
-        await self.execute(self.broker.queue_metadata, project, name)
+        await self.broker.queue_metadata(project, name)
         resp.status = falcon.HTTP_204
 
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
@@ -87,12 +85,12 @@ class QueueResource(_QueueResource):
         request.media_type(req, (JSON_PATCH,), "Queue PATCH")
         operations = await request.json_body(
             req, self.limits.max_queue_metadata, "patch")
-        resp.media = await self.execute(self.broker.patch_queue, project, name, operations)
+        resp.media = await self.broker.patch_queue(project, name, operations)
 
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        await self.execute(self.broker.delete_queue, project, name)
+        await self.broker.delete_queue(project, name)
         resp.status = falcon.HTTP_204
 
 
@@ -102,7 +100,7 @@ class QueueStatsResource(_QueueResource):
     async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        stats = await self.execute(self.broker.stats, project, name)
+        stats = await self.broker.stats(project, name)
         resp.media = views.stats(name, stats)
 
 
@@ -123,9 +121,9 @@ class QueuePurgeResource(_QueueResource):
             raise ValidationError("resource_types must be a list of "
                                   f"{' and '.join(PURGE_TYPES)}.")
         if "messages" in types:
-            await self.execute(self.broker.purge_queue, project, name)
+            await self.broker.purge_queue(project, name)
         if "subscriptions" in types:
-            await self.execute(self.broker.purge_subscriptions, project, name)
+            await self.broker.purge_subscriptions(project, name)
         resp.status = falcon.HTTP_204
 
 
@@ -142,6 +140,6 @@ class QueueRedriveResource(_QueueResource):
         document = await request.json_body(req, MAX_REDRIVE_BODY, "redrive request",
                                            if_empty={})
         destination, limit = validation.redrive_options(document)
-        moved = await self.execute(self.broker.redrive, project, name,
-                               destination=destination, limit=limit)
+        moved = await self.broker.redrive(project, name,
+                                          destination=destination, limit=limit)
         resp.media = {"moved": moved}

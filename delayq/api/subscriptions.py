@@ -8,7 +8,6 @@ import falcon
 
 from delayq import validation
 from delayq.api import request, views
-from delayq.api.execution import Execution
 from delayq.broker import Broker
 from delayq.push.pusher import Pusher
 from delayq.push.targets import Targets
@@ -18,11 +17,9 @@ from delayq.validation import Limits
 class _SubscriptionResource:
     """What every subscription resource is given."""
 
-    def __init__(self, *, broker: Broker, limits: Limits, execute: Execution,
-                 pusher: Pusher, targets: Targets) -> None:
+    def __init__(self, *, broker: Broker, limits: Limits, pusher: Pusher, targets: Targets) -> None:
         self.broker = broker
         self.limits = limits
-        self.execute = execute
         self.pusher = pusher
         self.targets = targets
 
@@ -42,8 +39,8 @@ class SubscriptionCollection(_SubscriptionResource):
         subscriber, ttl, options = validation.new_subscription(
             await self._document(req, "subscription"), self.limits)
         await self.targets.check_subscriber(subscriber)
-        created = await self.execute(self.broker.create_subscription, project, name,
-                                     subscriber, ttl, options)
+        created = await self.broker.create_subscription(project, name,
+                                                        subscriber, ttl, options)
         self.pusher.subscriptions_changed(project, name)
         resp.status = falcon.HTTP_201
         resp.location = req.path
@@ -55,8 +52,8 @@ class SubscriptionCollection(_SubscriptionResource):
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
                                          self.limits.max_subscriptions_per_page, 10)
         marker = req.get_param("marker")
-        found = await self.execute(self.broker.list_subscriptions, project, name, marker,
-                                   limit)
+        found = await self.broker.list_subscriptions(project, name, marker,
+                                                     limit)
         links = []
         if found:
             query = falcon.to_query_str({"marker": found[-1].id, "limit": limit})
@@ -73,8 +70,8 @@ class SubscriptionResource(_SubscriptionResource):
                      subscription_id: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        found = await self.execute(self.broker.get_subscription, project, name,
-                                   subscription_id)
+        found = await self.broker.get_subscription(project, name,
+                                                   subscription_id)
         resp.media = views.subscription(name, found)
 
     async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
@@ -85,8 +82,8 @@ class SubscriptionResource(_SubscriptionResource):
             await self._document(req, "subscription update"), self.limits)
         if change.subscriber is not None:
             await self.targets.check_subscriber(change.subscriber)
-        await self.execute(self.broker.update_subscription, project, name,
-                           subscription_id, change)
+        await self.broker.update_subscription(project, name,
+                                              subscription_id, change)
         self.pusher.subscriptions_changed(project, name)
         resp.status = falcon.HTTP_204
         resp.location = req.path
@@ -95,7 +92,7 @@ class SubscriptionResource(_SubscriptionResource):
                         subscription_id: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        await self.execute(self.broker.delete_subscription, project, name,
-                           subscription_id)
+        await self.broker.delete_subscription(project, name,
+                                              subscription_id)
         self.pusher.subscriptions_changed(project, name)
         resp.status = falcon.HTTP_204

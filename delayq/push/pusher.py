@@ -33,9 +33,8 @@ import heapq
 import itertools
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
 
 from oslo_config import cfg
 
@@ -63,7 +62,6 @@ STORE_FAILED_PAUSE = 1.0
 SUBSCRIPTIONS_PAGE = 100
 
 Queue = tuple[str, str]  # (project, queue name)
-Execute = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +111,8 @@ class _SubscribedQueue:
 class Pusher:
     """Pushes the subscribed queues' messages from this process (``start``/``stop``)."""
 
-    def __init__(self, broker: Broker, execute: Execute, settings: PushSettings) -> None:
+    def __init__(self, broker: Broker, settings: PushSettings) -> None:
         self.broker = broker
-        self.execute = execute
         self.settings = settings
         self._queues: dict[Queue, _SubscribedQueue] = {}
         self._agenda: list[tuple[float, int, Queue]] = []
@@ -208,7 +205,7 @@ class Pusher:
     async def _round(self) -> None:
         """Read which queues are subscribed, and when each has a message due."""
         try:
-            keys = await self.execute(self.broker.subscribed_queues)
+            keys = await self.broker.subscribed_queues()
         except Exception as exc:  # noqa: BLE001 - pushing goes on; the next round asks
             log_failure("cannot list the subscribed queues", exc)
             return
@@ -219,7 +216,7 @@ class Pusher:
         for key in keys:
             self._queues.setdefault(key, _SubscribedQueue()).subscriptions_current = False
             try:
-                due_in = await self.execute(self.broker.available_in, *key)
+                due_in = await self.broker.available_in(*key)
             except errors.DelayqError:
                 continue  # the next round asks again
             if due_in is not None:
@@ -285,8 +282,8 @@ class Pusher:
         self._add_in_flight(subscription, room)
         claim: Claim | None = None
         try:
-            claim = await self.execute(self.broker.claim, *key, ttl=self.settings.claim_ttl,
-                                       grace=CLAIM_GRACE, limit=room, push_for=subscription)
+            claim = await self.broker.claim(*key, ttl=self.settings.claim_ttl,
+                                            grace=CLAIM_GRACE, limit=room, push_for=subscription)
         finally:
             taken = len(claim.messages) if claim is not None else 0
             self._remove_in_flight(subscription, room - taken)
@@ -295,7 +292,7 @@ class Pusher:
         if taken == room:
             self._schedule(key, 0.0)  # more may be due
             return
-        due_in = await self.execute(self.broker.available_in, *key)
+        due_in = await self.broker.available_in(*key)
         if due_in is not None:
             self._schedule(key, due_in if taken or due_in > 0 else STALE_HINT_PAUSE)
 
@@ -303,8 +300,8 @@ class Pusher:
         found: list[Subscription] = []
         marker = None
         while True:
-            page = await self.execute(self.broker.list_subscriptions, *key, marker,
-                                      SUBSCRIPTIONS_PAGE)
+            page = await self.broker.list_subscriptions(*key, marker,
+                                                        SUBSCRIPTIONS_PAGE)
             found += page
             if len(page) < SUBSCRIPTIONS_PAGE:
                 return found
@@ -348,11 +345,11 @@ class Pusher:
         try:
             if await self._webhooks.push(subscription, key[1], message):
                 self.broker.counters.count(metrics.PUSHED, 1)
-                await self.execute(self.broker.delete_message, *key, message.id, claim_id)
+                await self.broker.delete_message(*key, message.id, claim_id)
                 return
             self.broker.counters.count(metrics.PUSH_FAILURES, 1)
-            wait = await self.execute(self.broker.push_failed, *key, message, claim_id,
-                                      subscription)
+            wait = await self.broker.push_failed(*key, message, claim_id,
+                                                 subscription)
             self._schedule(key, wait)
         except errors.DelayqError as exc:
             # The claim ends on its own and the message comes back: pushed again.

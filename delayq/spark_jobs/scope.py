@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from delayq import events as ev
 from delayq.queue import DEAD_LETTER_QUEUE
-from delayq.storage.base import Driver
+from delayq.synchronous import Synchronous
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ class Scope:
     queues: tuple[str, ...] | None = None
 
 
-def dead_letter_sources(driver: Driver, scope: Scope) -> list[str]:
+def dead_letter_sources(driver: Synchronous, scope: Scope) -> list[str]:
     """Unlisted queues of the scope's project(s) whose dead-letter policy names a listed
     queue, and the queues whose policy names one of those (the dead-letter rate of a
     source counts what it received, moves into it included), by their metadata now;
@@ -39,8 +39,8 @@ def dead_letter_sources(driver: Driver, scope: Scope) -> list[str]:
     if scope.queues is None:
         return []
     policies: dict[str, str] = {}
-    for project, queue in driver.trail_queues(scope.project):
-        target = (driver.get_queue(project, queue) or {}).get(DEAD_LETTER_QUEUE)
+    for project, queue in driver.trail.queues(scope.project):
+        target = (driver.queues.get(project, queue) or {}).get(DEAD_LETTER_QUEUE)
         if target is not None:
             policies[queue] = target
     listed = set(scope.queues)

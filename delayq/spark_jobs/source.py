@@ -13,7 +13,7 @@ Options: ``config_file`` or ``uri`` (exactly one), ``project``, ``queues`` (comm
 names), ``kind`` = ``events`` | ``messages``, ``partitions`` (default: the session's
 default parallelism when registered with ``register``, else one per queue).
 
-Planning lists the ``(project, queue)`` pairs with ``Driver.trail_queues`` and deals them
+Planning lists the ``(project, queue)`` pairs with ``Trail.queues`` and deals them
 round-robin into at most ``partitions`` input partitions, so a cluster reads queues in
 parallel and no partition holds more than one queue more than another. Each partition
 opens its own driver from the same location (executors may be other machines), hands
@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 from delayq.events import Event, body_text
 from delayq.message import Message
 from delayq.spark_jobs.store import StoreLocation, open_driver
-from delayq.storage.base import Driver
+from delayq.synchronous import Synchronous
 
 FORMAT = "delayq"
 EVENTS = "events"
@@ -155,10 +155,10 @@ class QueueSlice(InputPartition):
     pairs: tuple[tuple[str, str], ...]
 
 
-def selected_pairs(driver: Driver, project: str | None,
+def selected_pairs(driver: Synchronous, project: str | None,
                    queues: Sequence[str] | None) -> list[tuple[str, str]]:
     """The ``(project, queue)`` pairs with a trail or messages, narrowed to *queues*."""
-    pairs = driver.trail_queues(project)
+    pairs = driver.trail.queues(project)
     if queues is None:
         return list(pairs)
     wanted = set(queues)
@@ -201,11 +201,11 @@ def message_values(project: str, queue: str, message: Message) -> tuple:
             message.moved_at, message.as_of)
 
 
-def queue_rows(driver: Driver, kind: str, project: str, queue: str) -> Iterator[tuple]:
+def queue_rows(driver: Synchronous, kind: str, project: str, queue: str) -> Iterator[tuple]:
     """The rows of one queue: its events or its live messages."""
     if kind == EVENTS:
-        return driver.read_event_rows(project, queue)
-    return (message_values(project, queue, m) for m in driver.read_messages(project, queue))
+        return driver.trail.event_rows(project, queue)
+    return (message_values(project, queue, m) for m in driver.trail.messages(project, queue))
 
 
 class DelayqReader(DataSourceReader):

@@ -23,12 +23,12 @@ from oslo_config import cfg
 from delayq import conf as delayq_conf
 from delayq import errors
 from delayq.conf import DRIVERS_GROUP
-from delayq.storage.base import Driver
 from delayq.storage.mongo.options import GROUP as MONGO_GROUP
 from delayq.storage.redis.options import GROUP as REDIS_GROUP
 from delayq.storage.registry import conf_for_uri, load_driver
 from delayq.storage.sqlite.options import GROUP as SQLITE_GROUP
 from delayq.storage.swift.options import GROUP as SWIFT_GROUP
+from delayq.synchronous import Synchronous
 
 CONFIG_FILE = "config_file"
 URI = "uri"
@@ -152,8 +152,9 @@ def _quiet_store_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def open_driver(location: StoreLocation) -> Driver:
-    """A connected driver of the store at *location*; the caller closes it.
+def open_driver(location: StoreLocation) -> Synchronous:
+    """A connected driver of the store at *location*, called blocking
+    (``delayq.synchronous``); the caller closes it.
 
     Raises ValueError for a bad location, StoreError (naming the store's address and
     the cause) when the store cannot be opened or does not answer.
@@ -165,7 +166,7 @@ def open_driver(location: StoreLocation) -> Driver:
         raise StoreError(f"no SQLite database at {where}")
     _quiet_store_logs()
     try:
-        driver = load_driver(conf)
+        driver = Synchronous(load_driver(conf))
     except ValueError:
         raise
     except Exception as exc:  # drivers raise their client library's errors
