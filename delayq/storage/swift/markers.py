@@ -407,7 +407,7 @@ class Markers:
 
     def edit(self, project: str, queue: str, message_id: str, body: Any | Unchanged,
              delay: float | None, now_us: Callable[[], int]) -> Message:
-        """Edit the message (``edit_message``), bidding for its next generation, again
+        """Edit the message (``Messages.edit``), bidding for its next generation, again
         while other requests keep winning it, up to ``EDIT_ATTEMPTS`` times."""
         objects = self._objects
         container = objects.container(project, queue)
