@@ -80,27 +80,27 @@ class Driver(OffloadedDriver):
         none, as tests want: they call ``reap`` themselves)."""
         super().__init__(endings=endings, reap_interval=reap_interval)
         self._objects = Objects(connect, prefix=prefix, concurrency=concurrency,
-                               claim_settle_time=claim_settle_time,
-                               expired_retention=expired_retention)
+                                claim_settle_time=claim_settle_time,
+                                expired_retention=expired_retention)
         clock_object = lay.clock_object(secrets.token_hex(8))
         self._clock = clock or ServerClock(
             lambda: self._objects.proxy_stamp(clock_object), clock_sync_interval)
         # Set on close: the flusher and a reaper pass under way stop.
         self._stop = threading.Event()
         self._tallies = Tallies(self._objects, self._now_us, self._stop,
-                               flush_interval=tally_flush_interval,
-                               lease_time=tally_writer_lease)
+                                flush_interval=tally_flush_interval,
+                                lease_time=tally_writer_lease)
         self._recorder = Recorder(self._objects, events_settings, endings)
         self._quotas = Quotas(self._objects, self._now_us)
         creation = QueueCreation(self._objects, self._quotas, self._recorder)
         self._markers = Markers(self._objects, self._tallies, self._recorder, creation.ensure)
         ids = MessageIds()
         self._post_keys = PostKeys(self._objects, self._tallies, self._recorder, ids.new,
-                                  self._now_us)
+                                   self._now_us)
         live = LiveMessages(self._objects, self._markers)
         self.trail = Trail(self._objects, live, self._now_us)
         self._expiry = Expiry(self._objects, self._markers, self._recorder, self.trail,
-                             self._now_us, self._stop)
+                              self._now_us, self._stop)
         self.queues = OffloadedQueues(
             Queues(self._objects, self._tallies, self._recorder, creation, live, self._now_us),
             self.offload)
