@@ -193,6 +193,8 @@ class Broker:
                 if attempt == LAST_ATTEMPT:
                     raise
             except KeyTaken as taken:
+                if key is None:  # a driver finds a kept key only for a post with one
+                    raise
                 return replayed(key, taken.stored)
         self.counters.count(metrics.POSTED, len(ids))
         return ids

@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from delayq.errors import ValidationError
 
@@ -198,6 +198,14 @@ def _trimmed(delays: tuple[int, ...]) -> tuple[int, ...]:
     while end > 1 and delays[end - 2] == delays[-1]:
         end -= 1
     return delays[:end]
+
+
+@overload
+def backoff(policy: dict[str, Any], dead_letter_at: int | None) -> Backoff: ...
+
+
+@overload
+def backoff(policy: dict[str, Any] | None, dead_letter_at: int | None) -> Backoff | None: ...
 
 
 def backoff(policy: dict[str, Any] | None, dead_letter_at: int | None) -> Backoff | None:

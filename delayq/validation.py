@@ -12,6 +12,7 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -192,7 +193,7 @@ QUEUE_LISTING_PARAMETERS = ("marker", "limit", "detailed", "name", "with_count")
 INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-def queue_filter(params: dict[str, str | list[str]]) -> q.QueueFilter:
+def queue_filter(params: Mapping[str, str | list[str]]) -> q.QueueFilter:
     """The filter of a queue listing's query *params*, as Zaqar reads them: ``name``, a
     part of the names listed; every parameter but ``QUEUE_LISTING_PARAMETERS``, a
     metadata key and the value it must have (an integer when it reads as one, else the

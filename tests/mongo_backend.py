@@ -24,11 +24,14 @@ mongomock is made to keep three promises of a real server that the driver relies
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 
 import mongomock
 import mongomock.collection
@@ -107,6 +110,25 @@ def _patch_mongomock() -> None:
     builder.add_update = _accept_unset_sort(builder.add_update)
     mongomock.MongoClient.start_session = lambda client, **options: _Session(client)
     collection._delayq_atomic = True
+
+
+@contextlib.contextmanager
+def mongomock_stalled(seconds: float) -> Iterator[None]:
+    """Every mongomock operation of the process waits for *seconds* from now, as an
+    overloaded server's would (a thread holds the lock of promise 1 so long)."""
+    taken = threading.Event()
+
+    def hold() -> None:
+        with _LOCK:
+            taken.set()
+            time.sleep(seconds)
+    holder = threading.Thread(target=hold, name="mongomock-stall")
+    holder.start()
+    taken.wait()
+    try:
+        yield
+    finally:
+        holder.join()
 
 
 class MongoBackends:

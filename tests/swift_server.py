@@ -83,16 +83,20 @@ pins the main points)
 from __future__ import annotations
 
 import atexit
+import contextlib
 import getpass
 import http.client
 import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,6 +268,20 @@ class SwiftCluster:
             self.stop_all()
             raise
         self.startup_seconds = time.monotonic() - began
+
+    @contextlib.contextmanager
+    def proxy_stopped(self, seconds: float) -> Iterator[None]:
+        """The proxy server stopped (SIGSTOP) for *seconds* from now: requests sent
+        meanwhile wait, then are served. Resumed at the latest when the block ends."""
+        self.start()
+        proxy = self._processes["proxy"]
+        proxy.send_signal(signal.SIGSTOP)
+        timer = threading.Timer(seconds, proxy.send_signal, [signal.SIGCONT])
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.join()
 
     def stop_all(self) -> None:
         for process in self._processes.values():

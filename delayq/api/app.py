@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import falcon
@@ -41,12 +42,12 @@ class _Lifespan:
         self.push = push
         self.offload = offload
 
-    async def process_startup(self, scope: dict, event: dict) -> None:
+    async def process_startup(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         self.driver.start_reaper()
         if self.push:
             await self.pusher.start()
 
-    async def process_shutdown(self, scope: dict, event: dict) -> None:
+    async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         if self.push:
             await self.pusher.stop()
         await self.driver.close()
@@ -76,13 +77,13 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     push_settings = PushSettings.from_conf(conf)
     pusher = Pusher(broker, push_settings)
 
-    middleware: list[object] = [metrics_api.RequestTimer(metrics),
-                                _Lifespan(driver, pusher, conf[NOTIFICATION_GROUP].push,
-                                          offload)]
+    timer = metrics_api.RequestTimer(metrics)
+    lifespan = _Lifespan(driver, pusher, conf[NOTIFICATION_GROUP].push, offload)
     authentication = auth.from_conf(conf, offload)
-    if authentication is not None:
-        middleware.append(authentication)
-    app = falcon.asgi.App(request_type=Request, middleware=middleware)
+    # Tuples, not a list: mypy checks each item against Falcon's middleware protocols,
+    # where a list of unlike components would be a list of objects.
+    app = falcon.asgi.App(request_type=Request, middleware=(
+        (timer, lifespan) if authentication is None else (timer, lifespan, authentication)))
     app.req_options.strip_url_path_trailing_slash = True
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
         dumps=jsontext.response)

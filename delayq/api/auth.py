@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import falcon
+import falcon.asgi
 from keystoneauth1 import exceptions as keystone_errors
 from keystonemiddleware import auth_token
 from oslo_config import cfg
@@ -140,7 +141,7 @@ class Authentication:
         self.tokens = tokens
         self.rules = rules
 
-    async def process_resource(self, req: falcon.Request, resp: falcon.Response,
+    async def process_resource(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                                resource: object, params: dict) -> None:
         if req.get_header(signed_urls.SIGNATURE_HEADER) is not None:
             req.context.project = self.signed_project(req)
@@ -168,7 +169,7 @@ class Authentication:
                 with_claim_id=bool(req.get_param(request.CLAIM_ID_PARAM))):
             raise errors.Forbidden.by_policy(rule)
 
-    def signed_project(self, req: falcon.Request) -> str:
+    def signed_project(self, req: falcon.asgi.Request) -> str:
         """The project a pre-signed request acts in; raises SignatureRefused."""
         project = request.header_project(req)
         if not signed_urls.allows(

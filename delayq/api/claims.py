@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import falcon
+import falcon.asgi
 
 from delayq import jsontext, validation
 from delayq.api import request, views
@@ -29,7 +30,8 @@ class _ClaimResource:
 class ClaimCollection(_ClaimResource):
     """``/v2/queues/{name}/claims``"""
 
-    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                      name: str) -> None:
         project = request.project(req)
         request.client(req, self.limits)
         validation.queue_name(name)
@@ -64,7 +66,7 @@ class ClaimCollection(_ClaimResource):
 class ClaimResource(_ClaimResource):
     """``/v2/queues/{name}/claims/{claim_id}``"""
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                      claim_id: str) -> None:
         project = request.project(req)
         request.client(req, self.limits)
@@ -73,7 +75,7 @@ class ClaimResource(_ClaimResource):
         resp.content_location = views.claim_href(name, claim_id)
         resp.media = views.claim(name, claim)
 
-    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                        claim_id: str) -> None:
         project = request.project(req)
         request.client(req, self.limits)
@@ -84,7 +86,7 @@ class ClaimResource(_ClaimResource):
         await self.broker.renew_claim(project, name, claim_id, ttl, grace)
         resp.status = falcon.HTTP_204
 
-    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                         claim_id: str) -> None:
         project = request.project(req)
         request.client(req, self.limits)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 
 import falcon
+import falcon.asgi
 
 from delayq import errors, jsontext
 
 LOG = logging.getLogger(__name__)
 
-STATUS = {
+STATUS: dict[type[errors.DelayqError], tuple[str, str]] = {
     errors.ValidationError: (falcon.HTTP_400, "Invalid API request"),
     errors.QueueNotFound: (falcon.HTTP_404, "Not found"),
     errors.MessageNotFound: (falcon.HTTP_404, "Not found"),
@@ -46,13 +47,13 @@ def unavailable_description(store: str) -> str:
     return f"The message store ({store}) is temporarily unavailable; retry the request later."
 
 
-def log_unavailable(req: falcon.Request, exc: errors.StorageUnavailable) -> None:
+def log_unavailable(req: falcon.asgi.Request, exc: errors.StorageUnavailable) -> None:
     """The private side of a 503: the store, the request, and what failed."""
     LOG.warning("The %s message store is unavailable (%s %s): %s", exc.store, req.method,
                 req.path, exc.detail)
 
 
-async def handle_delayq_error(req: falcon.Request, resp: falcon.Response,
+async def handle_delayq_error(req: falcon.asgi.Request, resp: falcon.asgi.Response,
                               exc: errors.DelayqError, params: dict) -> None:
     status, title = status_of(exc)
     description = exc.description
@@ -66,7 +67,7 @@ async def handle_delayq_error(req: falcon.Request, resp: falcon.Response,
                            headers=headers)
 
 
-async def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exception,
+async def handle_unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, exc: Exception,
                             params: dict) -> None:
     if isinstance(exc, falcon.HTTPError):
         raise exc
@@ -83,7 +84,7 @@ FRAMEWORK_DESCRIPTIONS = {
 }
 
 
-def serialize(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTPError) -> None:
+def serialize(req: falcon.asgi.Request, resp: falcon.asgi.Response, exc: falcon.HTTPError) -> None:
     """Every error as JSON ``{"title", "description"}``, whatever the client accepts."""
     status = exc.status_code
     title = exc.title or falcon.code_to_http_status(status)

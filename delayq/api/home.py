@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import falcon
+import falcon.asgi
 
 from delayq import jsontext
 from delayq.broker import Broker
@@ -40,7 +41,7 @@ HOME_JSON = jsontext.response(HOME_DOCUMENT)
 class HomeResource:
     """``/v2``"""
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         # Falcon has no media handler for application/json-home: serialize here.
         resp.data = HOME_JSON
         resp.content_type = "application/json-home"
@@ -52,7 +53,7 @@ class PingResource:
     def __init__(self, *, broker: Broker) -> None:
         self.broker = broker
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         alive = await self.broker.ping()
         resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503
 
@@ -66,11 +67,11 @@ class HealthResource:
         self.broker = broker
         self.store = store
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         alive = await self.broker.ping()
         resp.status = falcon.HTTP_200 if alive else falcon.HTTP_503
         resp.media = {"storage_reachable": alive, "message_store": self.store}
 
-    async def on_head(self, req: falcon.Request, resp: falcon.Response) -> None:
+    async def on_head(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         alive = await self.broker.ping()
         resp.status = falcon.HTTP_204 if alive else falcon.HTTP_503

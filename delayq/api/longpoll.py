@@ -145,8 +145,11 @@ class _Watch:
             return longpoll.poll_interval
 
     async def _sleep(self, seconds: float) -> None:
+        # asyncio.timeout, not wait_for: wait_for swallows a cancellation that arrives
+        # as the event fires.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self.changed.wait()
 
     async def _hand_turns(self) -> Outcome:
         """Hand the turn on, oldest waiter first, while claims come back full or unused;

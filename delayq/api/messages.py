@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import falcon
+import falcon.asgi
 
 from delayq import idempotency, jsontext, validation
 from delayq.api import request, views
@@ -38,7 +39,8 @@ class _MessageResource:
 class MessageCollection(_MessageResource):
     """``/v2/queues/{name}/messages``"""
 
-    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                      name: str) -> None:
         project = request.project(req)
         client = request.client(req, self.limits)
         validation.queue_name(name)
@@ -58,7 +60,7 @@ class MessageCollection(_MessageResource):
         resp.location, document = views.posted(name, ids)
         resp.data = jsontext.response(document)  # resp.media's encoder, without its lookup
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
         project = request.project(req)
         client = request.client(req, self.limits)
         validation.queue_name(name)
@@ -95,7 +97,8 @@ class MessageCollection(_MessageResource):
         resp.media = {"messages": [views.message(name, m, details=details) for m in messages],
                       "links": links}
 
-    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                        name: str) -> None:
         project = request.project(req)
         request.client(req, self.limits)
         validation.queue_name(name)
@@ -111,6 +114,7 @@ class MessageCollection(_MessageResource):
                                               validation.message_ids(ids, limits), claim_ids)
             resp.status = falcon.HTTP_204
             return
+        assert pop is not None  # exactly one of ids and pop is given (checked above)
         if not pop.strip():
             raise ValidationError("pop must be an integer: how many messages to pop.")
         count = validation.query_integer(pop, "pop", 1, limits.max_messages_per_claim_or_pop,
@@ -122,7 +126,7 @@ class MessageCollection(_MessageResource):
 class MessageResource(_MessageResource):
     """``/v2/queues/{name}/messages/{message_id}``"""
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                      message_id: str) -> None:
         project = request.project(req)
         request.client(req, self.limits)
@@ -131,7 +135,7 @@ class MessageResource(_MessageResource):
         message = await self.broker.get_message(project, name, message_id)
         resp.media = views.message(name, message, details=details)
 
-    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                        message_id: str) -> None:
         """(delayq) Edit the body and/or the remaining delay of an unclaimed message;
         with ``claim_id``, hand the message back from that claim, due after ``delay``
@@ -155,7 +159,7 @@ class MessageResource(_MessageResource):
             self.notify(project, name)
         resp.media = views.message(name, message, details=True)
 
-    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                         message_id: str) -> None:
         project = request.project(req)
         request.client(req, self.limits)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import falcon
 import falcon.asgi
@@ -51,13 +52,13 @@ class RequestTimer:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    async def process_startup(self, scope: dict, event: dict) -> None:
+    async def process_startup(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         self.metrics.start(asyncio.get_running_loop())
 
-    async def process_shutdown(self, scope: dict, event: dict) -> None:
+    async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         self.metrics.stop()
 
-    async def process_response(self, req: falcon.Request, resp: falcon.Response,
+    async def process_response(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
                                resource: object, req_succeeded: bool) -> None:
         route = req.uri_template
         if route != PATH:
@@ -87,7 +88,7 @@ class MetricsResource:
         self.offload = offload
         self.metrics = metrics
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         projects = req.get_param_as_list("project") or []
         if len(projects) > MAX_GAUGE_PROJECTS:
             raise ValidationError(f"At most {MAX_GAUGE_PROJECTS} project parameters.")

@@ -146,8 +146,10 @@ class Policy:
                with_claim_id: bool = False) -> bool:
         """Whether *credentials* (oslo.context's policy values) may act under *rule*
         on *project*'s resources, in a request naming a claim or not (``target``)."""
-        credentials = {**credentials,
-                       "is_admin": self.enforcer.enforce(CONTEXT_IS_ADMIN, {}, credentials)}
+        # enforce writes into the credentials it is given ("system" from
+        # "system_scope"), so it gets a copy, never the caller's mapping.
+        credentials = {**credentials, "is_admin": self.enforcer.enforce(
+            CONTEXT_IS_ADMIN, {}, dict(credentials))}
         return self.enforcer.enforce(
             rule, target(project, with_claim_id=with_claim_id), credentials)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import falcon
+import falcon.asgi
 
 from delayq import validation
 from delayq.api import request, views
@@ -25,7 +26,7 @@ class _QueueResource:
 class QueueCollection(_QueueResource):
     """``/v2/queues``"""
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         """Zaqar's listing: ``name`` and metadata filters (``validation.queue_filter``),
         ``detailed``, ``with_count`` (every queue of the project, filters aside)."""
         project = request.project(req)
@@ -40,7 +41,7 @@ class QueueCollection(_QueueResource):
                                                matching)
         listed = []
         for name, metadata in page.queues:
-            view = {"name": name, "href": views.queue_href(name)}
+            view: dict[str, object] = {"name": name, "href": views.queue_href(name)}
             if detailed:
                 view["metadata"] = metadata
             listed.append(view)
@@ -58,7 +59,7 @@ class QueueCollection(_QueueResource):
 class QueueResource(_QueueResource):
     """``/v2/queues/{name}``"""
 
-    async def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         metadata = await request.json_body(req, self.limits.max_queue_metadata,
@@ -67,19 +68,21 @@ class QueueResource(_QueueResource):
         resp.status = falcon.HTTP_201 if created else falcon.HTTP_204
         resp.location = req.path
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         resp.media = await self.broker.queue_metadata(project, name)
 
-    async def on_head(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_head(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                      name: str) -> None:
         """204 when the queue exists, 404 otherwise (python-zaqarclient's exists())."""
         project = request.project(req)
         validation.queue_name(name)
         await self.broker.queue_metadata(project, name)
         resp.status = falcon.HTTP_204
 
-    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                       name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         request.media_type(req, (JSON_PATCH,), "Queue PATCH")
@@ -87,7 +90,8 @@ class QueueResource(_QueueResource):
             req, self.limits.max_queue_metadata, "patch")
         resp.media = await self.broker.patch_queue(project, name, operations)
 
-    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                        name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         await self.broker.delete_queue(project, name)
@@ -97,7 +101,7 @@ class QueueResource(_QueueResource):
 class QueueStatsResource(_QueueResource):
     """``/v2/queues/{name}/stats``"""
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         stats = await self.broker.stats(project, name)
@@ -108,7 +112,8 @@ class QueuePurgeResource(_QueueResource):
     """``/v2/queues/{name}/purge``: delete every message (and claim) of the queue, its
     subscriptions, or both (Zaqar's ``resource_types``; both without a body)."""
 
-    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                      name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         document = await request.json_body(
@@ -134,7 +139,8 @@ MAX_REDRIVE_BODY = 4096
 class QueueRedriveResource(_QueueResource):
     """``/v2/queues/{name}/redrive`` (delayq): send dead-lettered messages back."""
 
-    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                      name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         document = await request.json_body(req, MAX_REDRIVE_BODY, "redrive request",

@@ -43,7 +43,7 @@ class Request(falcon.asgi.Request):
     context_type = RequestContext
 
 
-def project(req: falcon.Request) -> str:
+def project(req: falcon.asgi.Request) -> str:
     """The project the request acts in: the one authentication settled
     (``delayq.api.auth``), else the X-Project-ID header (``header_project``)."""
     settled = req.context.project
@@ -52,18 +52,18 @@ def project(req: falcon.Request) -> str:
     return header_project(req)
 
 
-def header_project(req: falcon.Request) -> str:
+def header_project(req: falcon.asgi.Request) -> str:
     """The X-Project-ID header, as sent; refused (400) when absent or empty, as Zaqar
     does (``validation.project_id``)."""
     return validation.project_id(req.get_header(PROJECT_HEADER))
 
 
-def client(req: falcon.Request, limits: validation.Limits) -> str:
+def client(req: falcon.asgi.Request, limits: validation.Limits) -> str:
     """The Client-ID header, checked (``validation.client_id``)."""
     return validation.client_id(req.get_header(CLIENT_HEADER), limits)
 
 
-def media_type(req: falcon.Request, accepted: tuple[str, ...], what: str) -> None:
+def media_type(req: falcon.asgi.Request, accepted: tuple[str, ...], what: str) -> None:
     """Refuse (415) a body whose Content-Type is none of *accepted* (parameters and
     letter case aside)."""
     media = (req.content_type or "").split(";")[0].strip().lower()
@@ -72,7 +72,7 @@ def media_type(req: falcon.Request, accepted: tuple[str, ...], what: str) -> Non
             description=f"{what} takes Content-Type: {' or '.join(accepted)}.")
 
 
-def body(req: falcon.Request, limit: int, what: str) -> Awaitable[bytes]:
+def body(req: falcon.asgi.Request, limit: int, what: str) -> Awaitable[bytes]:
     """An awaitable of the raw body, refused unread when it is longer than *limit*.
 
     At most *limit* bytes are read (one more without a Content-Length), so a client
@@ -90,7 +90,7 @@ def body(req: falcon.Request, limit: int, what: str) -> Awaitable[bytes]:
     return _undeclared_body(req, limit, what)
 
 
-async def _undeclared_body(req: falcon.Request, limit: int, what: str) -> bytes:
+async def _undeclared_body(req: falcon.asgi.Request, limit: int, what: str) -> bytes:
     raw = await req.stream.read(limit + 1)
     if len(raw) > limit:
         raise ValidationError(f"The {what} is larger than the limit of {limit} bytes.")
@@ -100,7 +100,7 @@ async def _undeclared_body(req: falcon.Request, limit: int, what: str) -> bytes:
 NO_DEFAULT = object()
 
 
-async def json_body(req: falcon.Request, limit: int, what: str, *,
+async def json_body(req: falcon.asgi.Request, limit: int, what: str, *,
                     if_empty: Any = NO_DEFAULT) -> Any:
     """The body decoded as JSON; *if_empty* when the body is empty, if given.
 

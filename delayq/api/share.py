@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import falcon
+import falcon.asgi
 
 from delayq import signed_urls, validation
 from delayq.api import policy, request, views
@@ -37,7 +38,8 @@ class QueueShareResource:
         self.signing = signing
         self.rules = rules
 
-    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                      name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         document = await request.json_body(req, MAX_SHARE_BODY, "share request",

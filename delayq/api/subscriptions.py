@@ -5,6 +5,7 @@ where pushes may go (``delayq.push.targets``) once its document is valid."""
 from __future__ import annotations
 
 import falcon
+import falcon.asgi
 
 from delayq import validation
 from delayq.api import request, views
@@ -23,7 +24,7 @@ class _SubscriptionResource:
         self.pusher = pusher
         self.targets = targets
 
-    async def _document(self, req: falcon.Request, what: str) -> object:
+    async def _document(self, req: falcon.asgi.Request, what: str) -> object:
         # Options hold a retry policy, headers and a body template: as large as queue
         # metadata may be, and a little more for the subscriber and ttl.
         return await request.json_body(req, self.limits.max_queue_metadata + 4096, what,
@@ -33,7 +34,8 @@ class _SubscriptionResource:
 class SubscriptionCollection(_SubscriptionResource):
     """``/v2/queues/{name}/subscriptions``"""
 
-    async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
+                      name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         subscriber, ttl, options = validation.new_subscription(
@@ -46,7 +48,7 @@ class SubscriptionCollection(_SubscriptionResource):
         resp.location = req.path
         resp.media = {"subscription_id": created}
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
@@ -66,7 +68,7 @@ class SubscriptionCollection(_SubscriptionResource):
 class SubscriptionResource(_SubscriptionResource):
     """``/v2/queues/{name}/subscriptions/{subscription_id}``"""
 
-    async def on_get(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                      subscription_id: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
@@ -74,7 +76,7 @@ class SubscriptionResource(_SubscriptionResource):
                                                    subscription_id)
         resp.media = views.subscription(name, found)
 
-    async def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                        subscription_id: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
@@ -88,7 +90,7 @@ class SubscriptionResource(_SubscriptionResource):
         resp.status = falcon.HTTP_204
         resp.location = req.path
 
-    async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                         subscription_id: str) -> None:
         project = request.project(req)
         validation.queue_name(name)

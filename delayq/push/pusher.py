@@ -33,8 +33,9 @@ import heapq
 import itertools
 import logging
 import math
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from oslo_config import cfg
 
@@ -108,6 +109,16 @@ class _SubscribedQueue:
         self.agenda_at: float | None = None  # when the agenda has it next (loop time)
 
 
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """What the pusher holds only while it runs: made by ``start``, dropped by
+    ``stop``."""
+
+    loop: asyncio.AbstractEventLoop
+    wake: asyncio.Event  # set when the agenda may have work sooner than it waits for
+    webhooks: Webhooks
+
+
 class Pusher:
     """Pushes the subscribed queues' messages from this process (``start``/``stop``)."""
 
@@ -122,21 +133,19 @@ class Pusher:
         self._per_subscription: dict[str, int] = {}
         # Queues due, waiting for a free push (in order).
         self._due_queues: dict[Queue, None] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
-        self._main_task: asyncio.Task | None = None
-        self._round_task: asyncio.Task | None = None
-        self._webhooks: Webhooks | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running: _Running | None = None
+        self._main_task: asyncio.Task[None] | None = None
+        self._round_task: asyncio.Task[None] | None = None
 
     # Life cycle (the ASGI lifespan of the worker)
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._webhooks = Webhooks(self.settings.timeout, self.settings.in_flight,
-                                  self.settings.targets)
-        self._main_task = self._loop.create_task(self._run(), name="delayq-pusher")
+        loop = asyncio.get_running_loop()
+        self._running = _Running(loop, asyncio.Event(),
+                                 Webhooks(self.settings.timeout, self.settings.in_flight,
+                                          self.settings.targets))
+        self._main_task = loop.create_task(self._run(), name="delayq-pusher")
 
     async def stop(self) -> None:
         """Stop pushing; pushes under way are abandoned (their claims expire and their
@@ -148,22 +157,29 @@ class Pusher:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._webhooks is not None:
-            await self._webhooks.close()
-        self._main_task = self._round_task = self._loop = self._wake = self._webhooks = None
+        if self._running is not None:
+            await self._running.webhooks.close()
+        self._main_task = self._round_task = self._running = None
         self._tasks.clear()
+
+    def _state(self) -> _Running:
+        """The running pusher's loop, wake-up event and webhooks: only its own tasks,
+        and the API's calls while it runs (``notify``), get here."""
+        if self._running is None:
+            raise RuntimeError("The pusher is not running.")
+        return self._running
 
     # What the API tells the pusher
 
     def notify(self, project: str, queue: str) -> None:
         """Messages of *queue* may be due now (a post or release this process served)."""
-        if (project, queue) in self._queues and self._loop is not None:
+        if (project, queue) in self._queues and self._running is not None:
             self._schedule((project, queue), 0.0)
 
     def subscriptions_changed(self, project: str, queue: str) -> None:
         """A subscription of *queue* was created, changed or deleted through this
         process: read them again, and look at the queue now."""
-        if self._loop is None:
+        if self._running is None:
             return
         known = self._queues.setdefault((project, queue), _SubscribedQueue())
         known.subscriptions_current = False
@@ -175,7 +191,8 @@ class Pusher:
         """Put *key* on the agenda *delay* seconds from now, unless it is there sooner
         (a turn asks the store for the next due time anyway). The entries a sooner one
         replaces stay in the heap, and are dropped when they come up."""
-        when = self._loop.time() + max(0.0, delay)
+        running = self._state()
+        when = running.loop.time() + max(0.0, delay)
         queue = self._queues.get(key)
         if queue is None:
             return
@@ -183,24 +200,28 @@ class Pusher:
             return
         queue.agenda_at = when
         heapq.heappush(self._agenda, (when, next(self._order), key))
-        self._wake.set()
+        running.wake.set()
 
     async def _run(self) -> None:
+        running = self._state()
         next_round = 0.0
         while True:
-            now = self._loop.time()
+            now = running.loop.time()
             if now >= next_round and (self._round_task is None or self._round_task.done()):
                 # A task of its own: the agenda goes on while a round reads the store.
-                self._round_task = self._loop.create_task(self._round(),
-                                                          name="delayq-push-round")
+                self._round_task = running.loop.create_task(self._round(),
+                                                            name="delayq-push-round")
                 next_round = now + self.settings.scan_interval
             self._start_due()
             until = next_round
             if self._agenda:
                 until = min(until, self._agenda[0][0])
-            self._wake.clear()
+            running.wake.clear()
+            # asyncio.timeout, not wait_for: wait_for swallows a cancellation (stop) that
+            # arrives as the event fires, and the loop would go on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, until - self._loop.time()))
+                async with asyncio.timeout(max(0.0, until - running.loop.time())):
+                    await running.wake.wait()
 
     async def _round(self) -> None:
         """Read which queues are subscribed, and when each has a message due."""
@@ -223,7 +244,7 @@ class Pusher:
                 self._schedule(key, due_in)
 
     def _start_due(self) -> None:
-        now = self._loop.time()
+        now = self._state().loop.time()
         while self._agenda and self._agenda[0][0] <= now:
             when, _, key = heapq.heappop(self._agenda)
             queue = self._queues.get(key)
@@ -244,8 +265,8 @@ class Pusher:
             self._pending_turns += 1
             self._spawn(self._turn(key, queue))
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = self._loop.create_task(work)
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = self._state().loop.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -287,8 +308,9 @@ class Pusher:
         finally:
             taken = len(claim.messages) if claim is not None else 0
             self._remove_in_flight(subscription, room - taken)
-        for message in claim.messages if claim is not None else ():
-            self._spawn(self._push(key, subscription, claim.id, message))
+        if claim is not None:
+            for message in claim.messages:
+                self._spawn(self._push(key, subscription, claim.id, message))
         if taken == room:
             self._schedule(key, 0.0)  # more may be due
             return
@@ -338,12 +360,12 @@ class Pusher:
         else:
             del self._per_subscription[subscription.id]
         if self._due_queues or self._agenda:
-            self._wake.set()
+            self._state().wake.set()
 
     async def _push(self, key: Queue, subscription: Subscription, claim_id: str,
                     message: Message) -> None:
         try:
-            if await self._webhooks.push(subscription, key[1], message):
+            if await self._state().webhooks.push(subscription, key[1], message):
                 self.broker.counters.count(metrics.PUSHED, 1)
                 await self.broker.delete_message(*key, message.id, claim_id)
                 return

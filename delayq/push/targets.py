@@ -157,21 +157,21 @@ class Targets:
         """Refuse (ValidationError) a subscriber whose host pushes may not reach, or
         that does not resolve; NameServiceUnavailable when its name cannot be resolved
         now (a temporary failure, or no answer within RESOLVE_TIMEOUT)."""
-        url = parse(subscriber)
-        address = literal(url)
+        endpoint = parse(subscriber)
+        address = endpoint.address
         if address is not None or self.everything_allowed:
             reason = None if address is None else self.refusal(address, [address])
         else:
-            reason = self.refusal(url.raw_host, await _resolve(url))
+            reason = self.refusal(endpoint.host, await _resolve(endpoint))
         if reason is not None:
             raise errors.ValidationError(
                 f"subscriber {subscriber[:100]!r} is refused: {reason}. Pushes go only to "
                 f"public addresses and to the networks the operator allows ({OPTION}).")
-        if address is None and _DIGITS_AND_DOTS.fullmatch(url.raw_host):
+        if address is None and _DIGITS_AND_DOTS.fullmatch(endpoint.host):
             # aiohttp takes a host of digits and dots for an IPv4 address, and refuses
             # it unless it is four decimal numbers: no push would ever leave.
             raise errors.ValidationError(
-                f"subscriber host {url.raw_host[:100]!r} is not an IPv4 address as pushes "
+                f"subscriber host {endpoint.host[:100]!r} is not an IPv4 address as pushes "
                 f"take one: write it as four decimal numbers, a.b.c.d.")
 
     # At delivery
@@ -208,27 +208,41 @@ class _CheckingResolver(AbstractResolver):
         await self._resolver.close()
 
 
-def parse(subscriber: str) -> yarl.URL:
-    """The subscriber as aiohttp reads it (``delayq.validation.subscriber`` has checked
-    its scheme and host); a ValidationError if aiohttp cannot."""
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a subscriber's pushes go, as aiohttp reads its URL (``parse``)."""
+
+    host: str  # as written in the URL (yarl's raw_host): what a push resolves
+    port: int
+    address: str | None  # the address the host is written as; None for a name (literal)
+
+
+def parse(subscriber: str) -> Endpoint:
+    """The subscriber's host and port as aiohttp reads them
+    (``delayq.validation.subscriber`` has checked its scheme and host); a
+    ValidationError if aiohttp cannot."""
     try:
         url = yarl.URL(subscriber)
     except ValueError as exc:
         raise errors.ValidationError(f"subscriber {subscriber[:100]!r} is not a valid URL: "
                                      f"{exc}") from None
-    if not url.raw_host or url.port is None:
+    host, port = url.raw_host, url.port
+    if not host or port is None:
         raise errors.ValidationError(f"subscriber {subscriber[:100]!r} is not a valid URL.")
-    return url
+    return Endpoint(host, port, literal(url))
 
 
 def literal(url: yarl.URL) -> str | None:
     """The address *url*'s host is written as (``[::1]``, ``10.0.0.1``), None for a name
     (which ``0x7f000001``, ``2130706433`` and ``127.1`` are: getaddrinfo resolves them)."""
+    host = url.host
+    if host is None:
+        return None
     try:
-        ipaddress.ip_address(url.host)
+        ipaddress.ip_address(host)
     except ValueError:
         return None
-    return url.host
+    return host
 
 
 _DIGITS_AND_DOTS = re.compile(r"[0-9.]+")
@@ -239,14 +253,14 @@ _NO_ADDRESS = {socket.EAI_NONAME, socket.EAI_FAIL,
                  if hasattr(socket, name))}
 
 
-async def _resolve(url: yarl.URL) -> list[str]:
-    """The addresses of *url*'s host, by aiohttp's resolver as a push resolves them (in
-    a thread or by asynchronous DNS: never blocking the event loop)."""
-    host = url.raw_host
+async def _resolve(endpoint: Endpoint) -> list[str]:
+    """The addresses of *endpoint*'s host, by aiohttp's resolver as a push resolves them
+    (in a thread or by asynchronous DNS: never blocking the event loop)."""
+    host = endpoint.host
     resolver = aiohttp.DefaultResolver()
     try:
-        found = await asyncio.wait_for(resolver.resolve(host, url.port, socket.AF_UNSPEC),
-                                       RESOLVE_TIMEOUT)
+        found = await asyncio.wait_for(
+            resolver.resolve(host, endpoint.port, socket.AF_UNSPEC), RESOLVE_TIMEOUT)
     except TimeoutError:
         raise errors.NameServiceUnavailable(
             f"The subscriber's host {host[:100]!r} did not resolve within "

@@ -81,8 +81,8 @@ def parse_as_of(text: str) -> float:
     return seconds
 
 
-def positive_int(text: str) -> int:
-    """``--partitions``: an integer of at least 1."""
+def positive_int(text: str) -> int | None:
+    """``--partitions``: an integer of at least 1; None when empty (the default)."""
     try:
         return source.parse_partitions(text)
     except ValueError as exc:

@@ -110,7 +110,10 @@ def shuffle_partitions(spark: SparkSession, count: int) -> Iterator[None]:
     try:
         yield
     finally:
-        spark.conf.set(SHUFFLE_PARTITIONS, before)
+        if before is None:  # unset before (pyspark types get as Optional): unset again
+            spark.conf.unset(SHUFFLE_PARTITIONS)
+        else:
+            spark.conf.set(SHUFFLE_PARTITIONS, before)
 
 
 def _read(spark: SparkSession, request: Request, queues: tuple[str, ...] | None,

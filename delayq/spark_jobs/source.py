@@ -224,7 +224,10 @@ class DelayqReader(DataSourceReader):
         wanted = self.options.partitions or self.default_partitions or len(pairs)
         return deal(pairs, wanted)
 
-    def read(self, partition: QueueSlice | None) -> Iterator[pa.RecordBatch]:
+    # pyspark's stub takes any InputPartition; Spark hands read only those this
+    # reader's partitions made, or None, which the stub leaves out.
+    def read(self, partition: QueueSlice | None  # type: ignore[override]
+             ) -> Iterator[pa.RecordBatch]:
         # Spark hands None to the one task of a reader that planned no partition.
         pairs = partition.pairs if partition is not None else ()
         if not pairs:

@@ -45,7 +45,7 @@ def rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(float(seconds), DIGITS)
 
 
-def summary(collected: Any) -> dict[str, float] | None:
+def summary(collected: Any) -> dict[str, float | None] | None:
     """A collected ``distribution()`` as ``{"p50", "p90", "p99", "max"}``, rounded."""
     if collected is None:
         return None

@@ -64,6 +64,7 @@ class StoreLocation:
         """Data source options naming this location."""
         if self.config_file is not None:
             return {CONFIG_FILE: self.config_file}
+        assert self.uri is not None  # exactly one of the two is given (__post_init__)
         return {URI: self.uri}
 
 
@@ -80,6 +81,7 @@ def load_conf(location: StoreLocation) -> cfg.ConfigOpts:
         except cfg.Error as exc:
             raise ValueError(f"{location.config_file}: {exc}") from exc
     else:
+        assert location.uri is not None  # exactly one of the two is given
         conf = conf_for_uri(location.uri)
     # An audit only reads: it must not start a background reaper, which would expire
     # messages (and write their events) from every Spark task.
@@ -107,6 +109,7 @@ def absolute(location: StoreLocation) -> StoreLocation:
             if path and not os.path.isabs(path):
                 return StoreLocation(uri=SQLITE_SCHEME + os.path.abspath(path))
         return location
+    assert location.config_file is not None  # exactly one of the two is given
     config_file = os.path.abspath(location.config_file)
     conf = load_conf(StoreLocation(config_file=config_file))
     if driver_name(conf) == "sqlite" and not os.path.isabs(conf[SQLITE_GROUP].path):

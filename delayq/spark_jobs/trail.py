@@ -99,7 +99,9 @@ class Trail:
 
     def event_count(self) -> int:
         """How many events of the trail there are (at or before ``as_of``)."""
-        return self.events.agg(F.sum("events")).first()[0] or 0
+        total = self.events.agg(F.sum("events")).first()
+        assert total is not None  # an aggregate without grouping has one row, always
+        return total[0] or 0
 
     def materialized(self) -> Trail:
         """This trail computed now and kept (a local checkpoint: in the executors'
