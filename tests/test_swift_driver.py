@@ -1331,7 +1331,7 @@ def test_load_driver_builds_a_working_swift_driver_from_the_configuration(prefix
         conf.set_override(name, value, group=group)
     driver = Synchronous(load_driver(conf))
     try:
-        assert isinstance(driver, Driver) and driver.name == "swift"
+        assert isinstance(driver.target, Driver) and driver.name == "swift"
         assert driver.ping() is True
         broker = Synchronous(Broker(driver.target, Limits()))
         [message_id] = post(driver, "from-conf", 1)
@@ -1588,7 +1588,7 @@ def test_a_container_holding_messages_but_no_metadata_is_a_queue_finished_on_rea
     driver = make_driver(clock=clock)
     post(driver, "q", 2)
     raw.delete_object(layout.container(prefix, PROJECT, "q"), layout.META)
-    assert make_driver(clock=clock).get_queue(PROJECT, "q") == {}
+    assert make_driver(clock=clock).queues.get(PROJECT, "q") == {}
     assert names(raw, prefix, "q", layout.META) == [layout.META]
 
 

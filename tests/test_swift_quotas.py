@@ -81,9 +81,9 @@ def test_creations_through_drivers_sharing_only_swift_make_exactly_the_quota(mak
         d.queues.create(PROJECT, f"q{i}", {}, queue_quota=4) if i % 2
         else post(d, f"q{i}", queue_quota=4)))
     assert refused(outcomes) == 56
-    assert drivers[0].count_queues(PROJECT) == 4
+    assert drivers[0].queues.count(PROJECT) == 4
     made = {f"q{i}" for i, o in enumerate(outcomes) if not isinstance(o, Exception)}
-    assert {name for name, _ in drivers[0].list_queues(PROJECT, None, 10)} == made
+    assert {name for name, _ in drivers[0].queues.page(PROJECT, None, 10)} == made
 
 
 def lease_name(queue: str) -> str:

@@ -65,7 +65,7 @@ def test_of_creators_racing_for_one_subscriber_exactly_one_wins_every_round(make
             thread.join(timeout=60)
         [winner] = [got for got in created if got is not None]
         assert len(created) == len(drivers)
-        assert [s.id for s in drivers[0].list_subscriptions(PROJECT, "q", None, 20)
+        assert [s.id for s in drivers[0].subscriptions.page(PROJECT, "q", None, 20)
                 if s.subscriber == subscriber] == [winner]
 
 

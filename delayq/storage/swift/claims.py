@@ -1,6 +1,6 @@
-"""The Swift driver's claims as their holder sees them: the claim object ``k/<claim id>``,
-the messages it still holds, and what its holder does with them — renew the claim,
-release it, or hand one message back.
+"""The Swift driver's claims: making one, the claim object ``k/<claim id>``, the messages
+it still holds, and what its holder does with them — renew the claim, release it, or hand
+one message back.
 
 A claim wins its messages by bidding for their generation markers (``markers.py``); what
 its holder does afterwards stays within those generations and bids for nothing. Per
@@ -20,32 +20,76 @@ overwrite the state a new claim of the same message has just written.
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from delayq import errors, events
 from delayq.claim import MESSAGE_NOT_CLAIMED, Claim, delete_refusal, refuse_delete
 from delayq.message import Message
+from delayq.queue import DeadLetterPolicy
 from delayq.retry import Backoff
 from delayq.storage.swift import layout as lay
-from delayq.storage.swift.layout import US, Marker, Record
+from delayq.storage.swift.layout import US, Entry, Marker, Record
 from delayq.storage.swift.markers import Markers
-from delayq.storage.swift.objects import Objects, delete_at
+from delayq.storage.swift.objects import Objects, delete_at, unavailable
+from delayq.storage.swift.recorder import Recorder
 from delayq.storage.swift.tallies import Tallies
-from delayq.storage.swift.trail import Trail
 
 Held = tuple[str, Record, bytes]  # (id, record, body) of a message a claim holds
 
 
 class Claims:
-    """The claims of the queues under the driver's prefix."""
+    """The claims of the queues under the driver's prefix (``BlockingClaims``); *now_us*
+    is the driver's clock (µs)."""
 
-    def __init__(self, objects: Objects, tallies: Tallies, trail: Trail,
-                 markers: Markers) -> None:
+    def __init__(self, objects: Objects, tallies: Tallies, recorder: Recorder,
+                 markers: Markers, now_us: Callable[[], int]) -> None:
         self._objects = objects
         self._tallies = tallies
-        self._trail = trail
+        self._recorder = recorder
         self._markers = markers
+        self._now_us = now_us
+
+    def create(self, project: str, queue: str, *, ttl: int, grace: int, limit: int,
+               dead_letter: DeadLetterPolicy | None, metadata_token: Any = None,
+               backoff: Backoff | None = None) -> Claim | None:
+        """The messages are won by bidding for their generation markers
+        (``markers.Markers.take``); the claim object then lists them."""
+        container = self._objects.container(project, queue)
+        with unavailable:
+            now = self._now_us()
+            claim_id = uuid.uuid4().hex
+            expires = now + ttl * US
+            taken, moved, expired = self._markers.take(project, queue, now, limit, claim_id,
+                                                       expires, grace, dead_letter, backoff)
+            trail = expired + [move.dead_lettered(project, queue, now) for move in moved]
+            if not taken:
+                self._recorder.record(project, queue, now, trail)
+                return None
+            claim = {"ttl": ttl, "grace": grace, "created": now, "expires": expires,
+                     "messages": [[i, record.generation] for i, record, _, _ in taken]}
+            self.put(container, claim_id, claim)
+            self._recorder.record(project, queue, now, trail + [
+                self._recorder.event(project, queue, events.CLAIMED, now,
+                                     message_id=message_id, claim_id=claim_id,
+                                     claim_count=record.count, expires=record.expires / US)
+                for message_id, record, _, _ in taken])
+        return Claim(id=claim_id, ttl=ttl, grace=grace, created=now / US,
+                     expires=expires / US, as_of=now / US,
+                     messages=[record.message(i, body, now) for i, record, body, _ in taken])
+
+    def available_in(self, project: str, queue: str) -> float | None:
+        # The index's first entry: names sort by availability. A queue that does not
+        # exist lists nothing.
+        with unavailable:
+            head = self._objects.names(self._objects.container(project, queue),
+                                       lay.INDEX_PREFIX, limit=1)
+            entry = Entry.parse(head[0]) if head else None
+            if entry is None:
+                return None
+            return max(0, entry.available - self._now_us()) / US
 
     def put(self, container: str, claim_id: str, claim: dict[str, Any]) -> None:
         """Write the claim object: ttl, grace, times and the ``[id, generation]`` pairs
@@ -75,28 +119,32 @@ class Claims:
                 if read is not None and read[0].claim == claim_id
                 and read[0].is_claimed(now) and read[0].expires > now]
 
-    def get(self, project: str, queue: str, claim_id: str, now: int) -> Claim:
-        container = self._objects.container(project, queue)
-        claim = self._live(container, claim_id, now)
-        held = self._held(container, claim_id, claim, now)
-        return Claim(id=claim_id, ttl=claim["ttl"], grace=claim["grace"],
-                     created=claim["created"] / US, expires=claim["expires"] / US,
-                     as_of=now / US,
-                     messages=[r.message(i, b, now) for i, r, b in sorted(held)])
+    def get(self, project: str, queue: str, claim_id: str) -> Claim:
+        with unavailable:
+            now = self._now_us()
+            container = self._objects.container(project, queue)
+            claim = self._live(container, claim_id, now)
+            held = self._held(container, claim_id, claim, now)
+            return Claim(id=claim_id, ttl=claim["ttl"], grace=claim["grace"],
+                         created=claim["created"] / US, expires=claim["expires"] / US,
+                         as_of=now / US,
+                         messages=[r.message(i, b, now) for i, r, b in sorted(held)])
 
     def renew(self, project: str, queue: str, claim_id: str, ttl: int, grace: int,
-              backoff: Backoff | None, now: int) -> None:
-        """Restart the claim's ttl from *now*; with *backoff*, each message is due
+              backoff: Backoff | None = None) -> None:
+        """Restart the claim's ttl from now; with *backoff*, each message is due
         ``backoff.after(its claim count)`` after the new expiry. Raises ClaimNotFound."""
-        container = self._objects.container(project, queue)
-        claim = self._live(container, claim_id, now)
-        expires = now + ttl * US
-        self._objects.parallel(
-            lambda held: self._renew_one(project, queue, held, claim_id, expires, grace,
-                                         backoff, now),
-            self._held(container, claim_id, claim, now))
-        self.put(container, claim_id, {**claim, "ttl": ttl, "grace": grace,
-                                       "expires": expires})
+        with unavailable:
+            now = self._now_us()
+            container = self._objects.container(project, queue)
+            claim = self._live(container, claim_id, now)
+            expires = now + ttl * US
+            self._objects.parallel(
+                lambda held: self._renew_one(project, queue, held, claim_id, expires, grace,
+                                             backoff, now),
+                self._held(container, claim_id, claim, now))
+            self.put(container, claim_id, {**claim, "ttl": ttl, "grace": grace,
+                                           "expires": expires})
 
     def _renew_one(self, project: str, queue: str, held: Held, claim_id: str, expires: int,
                    grace: int, backoff: Backoff | None, now: int) -> None:
@@ -120,55 +168,60 @@ class Claims:
         objects.move_entry(container, message_id, record.entry(message_id),
                            renewed.entry(message_id))
 
-    def release(self, project: str, queue: str, claim_id: str, backoff: Backoff | None,
-                now: int) -> None:
-        """Free the claim's messages: at once (due no later than *now*), or with
-        *backoff* each due ``backoff.after(its claim count)`` from *now*; then delete
+    def release(self, project: str, queue: str, claim_id: str,
+                backoff: Backoff | None = None) -> None:
+        """Free the claim's messages: at once (due no later than now), or with
+        *backoff* each due ``backoff.after(its claim count)`` from now; then delete
         the claim object. An absent claim is not an error."""
-        container = self._objects.container(project, queue)
-        try:
-            claim = self._live(container, claim_id, now)
-        except errors.ClaimNotFound:
-            return
+        with unavailable:
+            now = self._now_us()
+            container = self._objects.container(project, queue)
+            try:
+                claim = self._live(container, claim_id, now)
+            except errors.ClaimNotFound:
+                return
 
-        def release_one(held: Held) -> None:
-            record = held[1]
-            due = (min(record.due, now) if backoff is None
-                   else now + backoff.after(record.count) * US)
-            self._release_one(project, queue, held[0], record, due, now)
+            def release_one(held: Held) -> None:
+                record = held[1]
+                due = (min(record.due, now) if backoff is None
+                       else now + backoff.after(record.count) * US)
+                self._release_one(project, queue, held[0], record, due, now)
 
-        self._objects.parallel(release_one, self._held(container, claim_id, claim, now))
-        self._objects.delete(container, lay.claim_name(claim_id))
+            self._objects.parallel(release_one, self._held(container, claim_id, claim, now))
+            self._objects.delete(container, lay.claim_name(claim_id))
 
-    def hand_back(self, project: str, queue: str, message_id: str, claim_id: str,
-                  delay: float, now: int) -> Message:
-        """Take one message out of claim *claim_id*, due *delay* seconds from *now*
-        (``release_message``): checked as a delete with a claim id is, then released as
+    def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
+                        delay: float) -> Message:
+        """Take one message out of claim *claim_id*, due *delay* seconds from now:
+        checked as a delete with a claim id is, then released as
         a release frees each of its messages. Records a ``released`` event."""
-        objects = self._objects
-        container = objects.container(project, queue)
-        found = (objects.read(container, message_id) if lay.is_message_id(message_id)
-                 else None)
-        if found is not None and found[0].moving:
-            # It has left this queue: its move is completed, not reported.
-            self._markers.finish_move(project, queue, message_id, found[0], found[1],
-                                      found[0].move(), now)
-            found = None
-        if found is None or found[0].expires <= now:
-            raise errors.MessageNotFound.with_id(message_id)
-        record, body = found
-        holder = record.claim if record.is_claimed(now) else None
-        refuse_delete(delete_refusal(claim_id, holder), message_id, claim_id)
-        released = self._release_one(project, queue, message_id, record,
-                                     now + round(delay * US), now)
-        if released is None:
-            # Its marker says the claim no longer holds it: a release of the claim
-            # rewrote it just now.
-            refuse_delete(MESSAGE_NOT_CLAIMED, message_id, claim_id)
-        self._trail.record(project, queue, now, [self._trail.event(
-            project, queue, events.RELEASED, now, message_id=message_id,
-            due=released.due / US, claim_count=released.count)])
-        return released.message(message_id, body, now)
+        with unavailable:
+            now = self._now_us()
+            objects = self._objects
+            container = objects.container(project, queue)
+            found = (objects.read(container, message_id) if lay.is_message_id(message_id)
+                     else None)
+            if found is not None and found[0].moving:
+                # It has left this queue: its move is completed, not reported.
+                self._markers.finish_move(project, queue, message_id, found[0], found[1],
+                                          found[0].move(), now)
+                found = None
+            if found is None or found[0].expires <= now:
+                raise errors.MessageNotFound.with_id(message_id)
+            record, body = found
+            holder = record.claim if record.is_claimed(now) else None
+            refuse_delete(delete_refusal(claim_id, holder), message_id, claim_id)
+            released = self._release_one(project, queue, message_id, record,
+                                         now + round(delay * US), now)
+            if released is None:
+                # Its marker says the claim no longer holds it: a release of the claim
+                # rewrote it just now.
+                refuse_delete(MESSAGE_NOT_CLAIMED, message_id, claim_id)
+            assert released is not None  # refuse_delete raised for MESSAGE_NOT_CLAIMED
+            self._recorder.record(project, queue, now, [self._recorder.event(
+                project, queue, events.RELEASED, now, message_id=message_id,
+                due=released.due / US, claim_count=released.count)])
+            return released.message(message_id, body, now)
 
     def _release_one(self, project: str, queue: str, message_id: str, record: Record,
                      due: int, now: int) -> Record | None:

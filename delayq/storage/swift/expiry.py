@@ -29,6 +29,7 @@ from delayq.storage.swift.objects import (
     is_status,
     unavailable,
 )
+from delayq.storage.swift.recorder import Recorder
 from delayq.storage.swift.trail import Trail
 
 LOG = logging.getLogger(__name__)
@@ -40,11 +41,13 @@ REAPER_POOL = "delayq-swift-reaper"  # the reaper's threads for per-message requ
 class Expiry:
     """Reaper passes over the queues under the driver's prefix."""
 
-    def __init__(self, objects: Objects, markers: Markers, trail: Trail,
+    def __init__(self, objects: Objects, markers: Markers, recorder: Recorder, trail: Trail,
                  now_us: Callable[[], int], stop: threading.Event) -> None:
-        """*now_us* is the driver's clock; *stop* is set when the driver closes."""
+        """*trail* names the projects of hashed project parts; *now_us* is the driver's
+        clock; *stop* is set when the driver closes."""
         self._objects = objects
         self._markers = markers
+        self._recorder = recorder
         self._trail = trail
         self._now_us = now_us
         self._stop = stop
@@ -114,7 +117,7 @@ class Expiry:
                     trail = objects.parallel(
                         lambda entry: self._markers.expire(project, queue, entry, now),
                         expired[start:start + REAP_BATCH], pool=REAPER_POOL)
-                    self._trail.record(project, queue, now,
+                    self._recorder.record(project, queue, now,
                                        [event for event in trail if event])
                 if len(names) < LISTING_PAGE:
                     return

@@ -538,6 +538,13 @@ class Marker:
     nonce: str | None = None  # the winning bid's, once stored
     base: int | None = None  # a move's first generation in its target queue
 
+    @property
+    def target(self) -> str:
+        """A move's target queue (a move marker always names one)."""
+        if self.queue is None:
+            raise ValueError(f"a {self.kind} marker names no target queue")
+        return self.queue
+
     @classmethod
     def parse(cls, stored: bytes | str) -> Marker:
         """The marker of a marker object's body (or of ``Record.moving``)."""

@@ -66,8 +66,8 @@ from delayq.retry import Backoff
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Marker, Record
 from delayq.storage.swift.objects import Objects, is_status
+from delayq.storage.swift.recorder import Recorder
 from delayq.storage.swift.tallies import Tallies
-from delayq.storage.swift.trail import Trail
 
 CLAIM_BATCH = 32  # index entries read per listing while claiming or redriving
 # A repairer meeting an expire marker (beyond the record) completes the removal only once
@@ -94,14 +94,14 @@ class Moved:
         """The event of a dead-letter move, for the source's trail, with the message as
         the target queue holds it."""
         ttl, expires = dead_lettered(self.record, self.move)
-        return Trail.event(project, queue, events.DEAD_LETTERED, now,
+        return Recorder.event(project, queue, events.DEAD_LETTERED, now,
                            message_id=self.message_id, claim_count=self.record.count,
                            source=queue, target=self.move.queue, ttl=ttl,
                            expires=expires / US, body=self.body.decode())
 
     def redriven(self, project: str, queue: str, now: int) -> events.Event:
         """The event of a redrive, for the source's trail."""
-        return Trail.event(project, queue, events.REDRIVEN, now, message_id=self.message_id,
+        return Recorder.event(project, queue, events.REDRIVEN, now, message_id=self.message_id,
                            claim_count=self.record.count, source=queue,
                            target=self.move.queue, expires=self.record.expires / US)
 
@@ -157,13 +157,13 @@ def edited(record: Record, edit: Marker, generation: int) -> Record:
 class Markers:
     """The protocol's steps, for the queues of one driver."""
 
-    def __init__(self, objects: Objects, tallies: Tallies, trail: Trail,
+    def __init__(self, objects: Objects, tallies: Tallies, recorder: Recorder,
                  ensure_queue: Callable[[str, str, dict[str, Any]], bool]) -> None:
         """*ensure_queue* creates a queue (a dead-letter queue a move is the first to
-        use), as ``Driver.create_queue`` does."""
+        use), as ``Queues.create`` does."""
         self._objects = objects
         self._tallies = tallies
-        self._trail = trail
+        self._recorder = recorder
         self._ensure_queue = ensure_queue
 
     # Claims
@@ -208,7 +208,7 @@ class Markers:
             for result in self._objects.parallel(
                     lambda e: self._take_one(project, queue, e, now, claim_id, claim_expires,
                                              grace, dead_letter, backoff), attempt):
-                if result is LOST:
+                if isinstance(result, Lost):
                     contended = True
                 elif isinstance(result, Moved):
                     moved.append(result)
@@ -228,15 +228,17 @@ class Markers:
             # Removed here (reported once, by the winner of its expire marker), so that
             # the next claims do not meet it again.
             return self.expire(project, queue, entry, now)
-        move = dead_letter is not None and entry.count >= dead_letter.max_claim_count
+        move_to = (dead_letter if dead_letter is not None
+                   and entry.count >= dead_letter.max_claim_count else None)
+        move = move_to is not None
         # The marker carries the due time the claim sets, so that whoever completes the
         # claim of a claimer that died sets the same.
         due = (None if move or backoff is None
                else claim_expires + backoff.after(entry.count + 1) * US)
         marker = Marker(kind=lay.MOVE if move else lay.CLAIM, at=now, claim=claim_id,
                         expires=claim_expires, grace=grace,
-                        queue=dead_letter.queue if move else None,
-                        ttl=dead_letter.messages_ttl if move else None, due=due)
+                        queue=move_to.queue if move_to else None,
+                        ttl=move_to.messages_ttl if move_to else None, due=due)
         won = self._win(project, queue, entry, marker, now)
         if not isinstance(won, tuple):
             return won
@@ -283,7 +285,7 @@ class Markers:
                            "moving": json.dumps(move.stored())})
         # Counted by the winner, in both queues: whoever completes the move counts nothing.
         self._tallies.tally(project, queue, before, None)
-        self._tallies.tally(project, move.queue, None, arrival(queue, moving, move)[0])
+        self._tallies.tally(project, move.target, None, arrival(queue, moving, move)[0])
         self._objects.write_record(self._objects.container(project, queue), message_id,
                                    moving)
         self.finish_move(project, queue, message_id, moving, body, move, now, entry)
@@ -297,7 +299,7 @@ class Markers:
         through a cycle of dead-letter policies), so its first claim there is not taken
         for one of its old ones.
         """
-        target = self._objects.container(project, marker.queue)
+        target = self._objects.container(project, marker.target)
         old = self._objects.names(target, lay.marker_prefix(message_id))
         return replace(marker, base=lay.generation_of(old[-1]) if old else 0)
 
@@ -312,7 +314,7 @@ class Markers:
         """
         objects = self._objects
         source = objects.container(project, queue)
-        target = objects.container(project, move.queue)
+        target = objects.container(project, move.target)
         moved, available = arrival(queue, record, move)
         entry = lay.free_entry(available, message_id, moved.count, moved.generation,
                                moved.expires)
@@ -324,7 +326,7 @@ class Markers:
             except ClientException as exc:
                 if not is_status(exc, 404):
                     raise
-                self._ensure_queue(project, move.queue, {})
+                self._ensure_queue(project, move.target, {})
                 objects.create(target, lay.message_name(message_id), body, headers)
             objects.put_entry(target, entry)
         self.leave_source(source, message_id, record, met)
@@ -405,7 +407,7 @@ class Markers:
 
     def edit(self, project: str, queue: str, message_id: str, body: Any | Unchanged,
              delay: float | None, now_us: Callable[[], int]) -> Message:
-        """Edit the message (``edit_message``), bidding for its next generation, again
+        """Edit the message (``Messages.edit``), bidding for its next generation, again
         while other requests keep winning it, up to ``EDIT_ATTEMPTS`` times."""
         objects = self._objects
         container = objects.container(project, queue)
@@ -428,7 +430,7 @@ class Markers:
                     # most likely the one before this edit.
                     self._tallies.tally(project, queue, counted, record)
                     raise errors.MessageNotFound.with_id(message_id)
-                self._trail.record(project, queue, now, [self._trail.event(
+                self._recorder.record(project, queue, now, [self._recorder.event(
                     project, queue, events.EDITED, now, message_id=message_id,
                     due=result[0].due / US, claim_count=result[0].count)])
                 return result[0].message(message_id, result[1], now)
@@ -513,7 +515,7 @@ class Markers:
         if not self._remove(container, message_id, record, entry):
             return None  # deleted by another request (a delete by ids that read it live)
         self._tallies.tally(project, queue, record, None)
-        return self._trail.event(project, queue, events.EXPIRED, record.expires,
+        return self._recorder.event(project, queue, events.EXPIRED, record.expires,
                                  message_id=message_id, claim_count=record.count,
                                  expires=record.expires / US)
 

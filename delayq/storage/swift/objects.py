@@ -47,10 +47,10 @@ import requests
 from swiftclient import client as swift
 from swiftclient.exceptions import ClientException
 
+from delayq.storage.base.unavailable import Unavailability
 from delayq.storage.clock import Stamp
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Record
-from delayq.storage.base.unavailable import Unavailability
 
 NAME = "swift"  # the store a 503 names
 

@@ -48,8 +48,8 @@ from delayq.message import NewMessage
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Record
 from delayq.storage.swift.objects import Objects, delete_at, is_status, unavailable
+from delayq.storage.swift.recorder import Recorder
 from delayq.storage.swift.tallies import Tallies
-from delayq.storage.swift.trail import Trail
 
 KEY_PREFIX = "i/"
 STATE_HEADER = "X-Object-Meta-State"
@@ -86,11 +86,11 @@ class PostKeys:
     """Keyed posts into the queues of *objects*; *now* reads the clock (µs), *new_id*
     makes a message id."""
 
-    def __init__(self, objects: Objects, tallies: Tallies, trail: Trail,
+    def __init__(self, objects: Objects, tallies: Tallies, recorder: Recorder,
                  new_id: Callable[[int], str], now: Callable[[], int]) -> None:
         self._objects = objects
         self._tallies = tallies
-        self._trail = trail
+        self._recorder = recorder
         self._new_id = new_id
         self._now = now
 
@@ -133,8 +133,8 @@ class PostKeys:
                             client=client_id, expires=now + message.ttl * US)
             records.append([self._new_id(now), record.headers(),
                             lay.encode(message.body).decode()])
-        post = {"digest": key.digest, "ids": [r[0] for r in records], "at": now,
-                "window": key.window, "messages": records}
+        post: dict[str, Any] = {"digest": key.digest, "ids": [r[0] for r in records],
+                                "at": now, "window": key.window, "messages": records}
         until = {"X-Delete-At": delete_at(now + key.window * US)}
         try:
             won = self._objects.bid(container, name, post, until)
@@ -206,8 +206,8 @@ class PostKeys:
                    for message_id, headers, _ in messages]
         for _, record in records:
             self._tallies.tally(project, queue, None, record)
-        self._trail.record(project, queue, now, [
-            self._trail.event(project, queue, events.POSTED, now, message_id=message_id,
+        self._recorder.record(project, queue, now, [
+            self._recorder.event(project, queue, events.POSTED, now, message_id=message_id,
                               due=record.due / US, ttl=record.ttl,
                               expires=record.expires / US)
             for message_id, record in records])

@@ -12,11 +12,11 @@ the quotas container, ``<prefix>:quotas`` (``layout.quotas_container``):
 ``q/<project part>``
     The project's queue-creation lease (the project part as in its queue containers'
     names). Its holder counts the project's queue containers (the account listing
-    ``count_queues`` reads: a queue counts from its container's creation to its
+    ``Queues.count`` reads: a queue counts from its container's creation to its
     deletion) and creates the queue only when they are fewer than the quota.
 ``p/<project part>/<queue>``
     The queue's post lease. Its holder counts the queue's live messages (its index
-    entries whose expiry, in their names, is to come: what ``queue_stats`` counts, so an
+    entries whose expiry, in their names, is to come: what ``Queues.stats`` counts, so an
     expired message no reaper removed yet does not count) and writes the post, index
     entries included, only when the queue stays within the quota.
 

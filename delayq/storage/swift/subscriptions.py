@@ -43,7 +43,14 @@ from swiftclient.exceptions import ClientException
 from delayq import errors
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, SubscriptionName
-from delayq.storage.swift.objects import DELETE_AFTER, MARKER_MARGIN, Objects, delete_at, is_status
+from delayq.storage.swift.objects import (
+    DELETE_AFTER,
+    MARKER_MARGIN,
+    Objects,
+    delete_at,
+    is_status,
+    unavailable,
+)
 from delayq.subscription import Subscription, SubscriptionChange
 
 # A lock naming a subscription that does not hold its subscriber is its winner's, about
@@ -84,53 +91,60 @@ def is_live(name: str, now: int) -> bool:
 
 
 class Subscriptions:
-    """The subscriptions of every project under the driver's prefix."""
+    """The subscriptions of every project under the driver's prefix
+    (``BlockingSubscriptions``); *now_us* is the driver's clock (µs)."""
 
-    def __init__(self, objects: Objects) -> None:
+    def __init__(self, objects: Objects, now_us: Callable[[], int]) -> None:
         self._objects = objects
+        self._now_us = now_us
         self._container = lay.subscriptions_container(objects.prefix)
         # Hashed project parts (``layout.project_part``) and the projects they stand for.
         self._projects: dict[str, str] = {}
 
     # Reads
 
-    def get(self, project: str, queue: str, subscription_id: str, now: int
-            ) -> Subscription | None:
+    def get(self, project: str, queue: str, subscription_id: str) -> Subscription | None:
         """The live subscription: a listing of its versions and a GET of the newest."""
-        stored = self._current(self._versions(project, queue, subscription_id), now)
-        return None if stored is None else subscription(stored, now)
+        with unavailable:
+            now = self._now_us()
+            stored = self._current(self._versions(project, queue, subscription_id), now)
+            return None if stored is None else subscription(stored, now)
 
-    def list(self, project: str, queue: str, marker: str | None, limit: int, now: int
+    def page(self, project: str, queue: str, marker: str | None, limit: int
              ) -> list[Subscription]:
         """Up to *limit* live subscriptions after *marker*, by id: one listing of the
         queue's names, then a GET of each subscription of the page."""
-        start = lay.queue_subscriptions(project, queue)
-        # Past every version of the marker's id ("~" sorts after any hexadecimal digit).
-        after = f"{start}{marker}/~" if marker else start
-        live = [name for name in current_versions(self._names(start, after)).values()
-                if is_live(name, now)]
-        page: list[Subscription] = []
-        for begin in range(0, len(live), limit):
-            read = self._objects.parallel(self._read, live[begin:begin + limit])
-            page += [subscription(stored, now) for stored in read if stored is not None]
-            if len(page) >= limit:
-                break
-        return page[:limit]
+        with unavailable:
+            now = self._now_us()
+            start = lay.queue_subscriptions(project, queue)
+            # Past every version of the marker's id ("~" sorts after any hexadecimal digit).
+            after = f"{start}{marker}/~" if marker else start
+            live = [name for name in current_versions(self._names(start, after)).values()
+                    if is_live(name, now)]
+            page: list[Subscription] = []
+            for begin in range(0, len(live), limit):
+                read = self._objects.parallel(self._read, live[begin:begin + limit])
+                page += [subscription(stored, now) for stored in read if stored is not None]
+                if len(page) >= limit:
+                    break
+            return page[:limit]
 
-    def subscribed_queues(self, now: int) -> list[tuple[str, str]]:
+    def subscribed_queues(self) -> list[tuple[str, str]]:
         """``(project, queue)`` of every queue with a live subscription, sorted: one
         listing of the container, plus a GET the first time a hashed project is met."""
-        live: dict[tuple[str, str], str] = {}
-        for (part, queue, _), name in current_versions(
-                self._names(lay.SUBSCRIPTION_PREFIX)).items():
-            if is_live(name, now):
-                live.setdefault((part, queue), name)
-        found = []
-        for (part, queue), name in live.items():
-            project = self._project(part, name)
-            if project is not None:
-                found.append((project, queue))
-        return sorted(found)
+        with unavailable:
+            now = self._now_us()
+            live: dict[tuple[str, str], str] = {}
+            for (part, queue, _), name in current_versions(
+                    self._names(lay.SUBSCRIPTION_PREFIX)).items():
+                if is_live(name, now):
+                    live.setdefault((part, queue), name)
+            found = []
+            for (part, queue), name in live.items():
+                project = self._project(part, name)
+                if project is not None:
+                    found.append((project, queue))
+            return sorted(found)
 
     def _project(self, part: str, name: str) -> str | None:
         """The project of a project part; a hashed one is read from subscription *name*
@@ -147,66 +161,73 @@ class Subscriptions:
     # Writes
 
     def create(self, project: str, queue: str, subscriber: str, ttl: int,
-               options: dict[str, Any], now: int) -> str | None:
+               options: dict[str, Any]) -> str | None:
         """Store a subscription; its id, or None when a live one holds *subscriber*."""
-        generation = self._free_lock(project, queue, subscriber, now)
-        subscription_id = uuid.uuid4().hex
-        if generation is None or not self._take_lock(project, queue, subscriber,
-                                                     generation, subscription_id, now):
-            return None
-        self._write({"project": project, "queue": queue, "id": subscription_id,
-                     "subscriber": subscriber, "ttl": ttl, "options": options,
-                     "created": now, "expires": now + ttl * US, "written": now})
-        return subscription_id
+        with unavailable:
+            now = self._now_us()
+            generation = self._free_lock(project, queue, subscriber, now)
+            subscription_id = uuid.uuid4().hex
+            if generation is None or not self._take_lock(project, queue, subscriber,
+                                                         generation, subscription_id, now):
+                return None
+            self._write({"project": project, "queue": queue, "id": subscription_id,
+                         "subscriber": subscriber, "ttl": ttl, "options": options,
+                         "created": now, "expires": now + ttl * US, "written": now})
+            return subscription_id
 
     def update(self, project: str, queue: str, subscription_id: str,
-               change: SubscriptionChange, now_us: Callable[[], int]) -> None:
+               change: SubscriptionChange) -> None:
         """Apply *change* to a live subscription, as a new version (a new ttl runs from
         now). Raises SubscriptionNotFound, or SubscriptionExists when the new subscriber
         is held by another live subscription of the queue."""
-        for _ in range(UPDATE_ATTEMPTS):
-            now = now_us()
-            versions = self._versions(project, queue, subscription_id)
-            stored = self._current(versions, now)
-            if stored is None:
-                raise errors.SubscriptionNotFound.with_id(subscription_id)
-            updated = {**stored, "written": now}
-            if change.ttl is not None:
-                updated.update(ttl=change.ttl, expires=now + change.ttl * US)
-            if change.options is not None:
-                updated["options"] = change.options
-            moving = change.subscriber not in (None, stored["subscriber"])
-            if moving:
-                updated["subscriber"] = change.subscriber
-                generation = self._free_lock(project, queue, change.subscriber, now,
-                                             subscription_id)
-                if generation is None:
-                    raise errors.SubscriptionExists.for_subscriber(change.subscriber)
-                if not self._take_lock(project, queue, change.subscriber, generation,
-                                       subscription_id, now):
-                    continue  # another request won it first: look again
-            name = self._write(updated)
-            self._objects.delete_objects(self._container, [n for n in versions if n != name])
-            if moving:
-                # The old subscriber is free at once, not only once ABANDONED has passed.
-                self._release(project, queue, stored["subscriber"], subscription_id)
-            return
-        raise errors.Conflict(f"Subscription {subscription_id} is being changed by other "
-                              "requests; retry.")
+        with unavailable:
+            for _ in range(UPDATE_ATTEMPTS):
+                now = self._now_us()
+                versions = self._versions(project, queue, subscription_id)
+                stored = self._current(versions, now)
+                if stored is None:
+                    raise errors.SubscriptionNotFound.with_id(subscription_id)
+                updated = {**stored, "written": now}
+                if change.ttl is not None:
+                    updated.update(ttl=change.ttl, expires=now + change.ttl * US)
+                if change.options is not None:
+                    updated["options"] = change.options
+                # The subscriber it moves to, if it moves.
+                moving = (None if change.subscriber == stored["subscriber"]
+                          else change.subscriber)
+                if moving is not None:
+                    updated["subscriber"] = moving
+                    generation = self._free_lock(project, queue, moving, now,
+                                                 subscription_id)
+                    if generation is None:
+                        raise errors.SubscriptionExists.for_subscriber(moving)
+                    if not self._take_lock(project, queue, moving, generation,
+                                           subscription_id, now):
+                        continue  # another request won it first: look again
+                name = self._write(updated)
+                self._objects.delete_objects(self._container, [n for n in versions if n != name])
+                if moving is not None:
+                    # The old subscriber is free at once, not only once ABANDONED has passed.
+                    self._release(project, queue, stored["subscriber"], subscription_id)
+                return
+            raise errors.Conflict(f"Subscription {subscription_id} is being changed by other "
+                                  "requests; retry.")
 
     def delete(self, project: str, queue: str, subscription_id: str) -> None:
-        self._remove(project, queue, subscription_id,
-                     self._versions(project, queue, subscription_id))
+        with unavailable:
+            self._remove(project, queue, subscription_id,
+                         self._versions(project, queue, subscription_id))
 
     def purge(self, project: str, queue: str) -> None:
-        start = lay.queue_subscriptions(project, queue)
-        by_id: dict[str, list[str]] = {}
-        for name in self._names(start):
-            parsed = SubscriptionName.parse(name)
-            if parsed is not None:
-                by_id.setdefault(parsed.id, []).append(name)
-        self._objects.parallel(
-            lambda item: self._remove(project, queue, item[0], item[1]), by_id.items())
+        with unavailable:
+            start = lay.queue_subscriptions(project, queue)
+            by_id: dict[str, list[str]] = {}
+            for name in self._names(start):
+                parsed = SubscriptionName.parse(name)
+                if parsed is not None:
+                    by_id.setdefault(parsed.id, []).append(name)
+            self._objects.parallel(
+                lambda item: self._remove(project, queue, item[0], item[1]), by_id.items())
 
     def reap(self, now: int) -> None:
         """Delete the expired subscriptions and the older versions of the others."""

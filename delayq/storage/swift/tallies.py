@@ -1,8 +1,8 @@
 """The Swift driver's tallies (the /metrics gauges): counted in memory, written under a
-leased writer slot, read by ``queue_counts``.
+leased writer slot, read by ``Queues.counts``.
 
 Tallies
-    ``queue_counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
+    ``Queues.counts`` reads ``delayq.tallies`` pages, never the messages. Swift has no
     atomic increment, so each process keeps running sums of its own in memory
     (``TallyBook``) and writes the pages it changed every ``tally_flush_interval`` (and on
     ``close``) as ``t/<level>/<page>/<slot>`` (``layout.py``), objects only it writes; a

@@ -1,116 +1,36 @@
-"""The Swift driver's event trail (``delayq.events``): recording a request's events, and
-reading them back for audits.
+"""The Swift driver's audit reads (``delayq.spark_jobs``): the event trails the recorder
+wrote (``recorder.py``) and the live messages, of whole queues.
 
-Each request that changed messages writes its events as one more object, ``PUT`` right
-*after* the change succeeded, into the queue's events container (``layout.py``), which
-outlives the queue's; ``X-Delete-At`` is the retention. Swift cannot write both at once,
-so a process dying (or Swift failing) in between loses those events; none is recorded
-for a change this request did not make: only the winner of a marker records the claim or
-move it won, and only the request whose ``DELETE`` found a message records its deletion
-or pop. A failed event write is logged, not answered with 503: the change is done, and a
-client retrying would post or claim again. Each expired message's ``expired`` event is
-written by the winner of its ``expire`` marker, once its DELETE found the message, with
-the time it expired.
-
-The audit reads (``trail_queues``, ``read_events``) use Swift's listings, which may lag a
-little behind the latest writes.
+They use Swift's listings, which may lag a little behind the latest writes.
 """
 
 from __future__ import annotations
 
-import logging
-import secrets
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
-from swiftclient.exceptions import ClientException
-
-from delayq import events
-from delayq.storage import trail as shared
+from delayq.events import Event
+from delayq.message import Message
+from delayq.storage import base
 from delayq.storage.swift import layout as lay
-from delayq.storage.swift.layout import US, Record
-from delayq.storage.swift.objects import (
-    LISTING_PAGE,
-    Objects,
-    delete_at,
-    is_status,
-    unavailable,
-)
+from delayq.storage.swift.live_messages import LiveMessages
+from delayq.storage.swift.objects import LISTING_PAGE, Objects, unavailable
 
-LOG = logging.getLogger(__name__)
-
-TRAIL_BATCH = 64  # event objects read at once by read_events
+TRAIL_BATCH = 64  # event objects read at once by events
+MESSAGES_BATCH = 100  # messages read at once by messages
 
 
-class Trail:
-    """The event trails of the queues under the driver's prefix."""
+class Trail(base.Trail):
+    """The event trails and the live messages of the queues under the driver's prefix;
+    *now_us* is the driver's clock (µs)."""
 
-    def __init__(self, objects: Objects, settings: events.Settings,
-                 endings: Callable[[Iterable[str]], None]) -> None:
-        """*settings* turn the trail on or off; *endings* is told the kinds of the
-        messages each recorded trail ends, whether the trail is on or not."""
+    def __init__(self, objects: Objects, live: LiveMessages, now_us: Callable[[], int]
+                 ) -> None:
         self._objects = objects
-        self._settings = settings
-        self._endings = endings
-        # Names this process's event objects: random, so no two processes' names collide
-        # (its tally objects are named by its writer slot instead).
-        self._writer = secrets.token_hex(4)
-        self._serial = 0
-        self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self._settings.enabled
-
-    @staticmethod
-    def event(project: str, queue: str, kind: str, now: int, **fields: Any) -> events.Event:
-        """An event of *kind* at *now* (µs); *fields* as ``events.Event`` has them."""
-        return events.Event(project=project, queue=queue, kind=kind, time=now / US, **fields)
-
-    def deleted(self, project: str, queue: str, now: int, message_id: str, record: Record,
-                claim_id: str | None = None) -> events.Event:
-        return self.event(project, queue, events.DELETED, now, message_id=message_id,
-                          claim_id=claim_id, claim_count=record.count)
-
-    def record(self, project: str, queue: str, now: int, trail: list[events.Event]) -> None:
-        """Write a request's events as one object, once the change they record is done.
-
-        Swift failing now loses these events, and only them: the change stands, so the
-        request must not fail (a client would repeat it). The messages they end go to
-        *endings* whether the trail is on or not.
-        """
-        shared.report_endings((event.kind for event in trail), self._endings)
-        if not trail or not self._settings.enabled:
-            return
-        container = lay.events_container(self._objects.prefix, project, queue)
-        with self._lock:
-            self._serial += 1
-            name = lay.event_object(now, self._serial, self._writer)
-        body = lay.encode_events(trail)
-        headers = {"X-Delete-At": delete_at(now, self._settings.retention)}
-        shared.write_or_log(lambda: self._put_events(container, name, body, headers),
-                            len(trail), unavailable)
-
-    def _put_events(self, container: str, name: str, body: bytes, headers: dict[str, str]
-                    ) -> None:
-        try:
-            self._put(container, name, body, headers)
-        except ClientException as exc:
-            if not is_status(exc, 404):
-                raise
-            # A queue made before its trail was on: its events container now.
-            self._objects.swift.put_container(container)
-            self._put(container, name, body, headers)
-
-    def _put(self, container: str, name: str, body: bytes, headers: dict[str, str]) -> None:
-        self._objects.swift.put_object(container, name, body,
-                                       content_type=lay.EVENTS_CONTENT_TYPE, headers=headers)
-
-    # Reading
+        self._live = live
+        self._now_us = now_us
 
     def queues(self, project: str | None) -> list[tuple[str, str]]:
-        """Every ``(project, queue)`` holding messages or events, sorted (``trail_queues``)."""
+        """Every ``(project, queue)`` holding messages or events, sorted."""
         objects = self._objects
         prefix = objects.prefix
         starts = ([f"{prefix}:"] if project is None else
@@ -132,8 +52,8 @@ class Trail:
             for (part, queue), first in held.items():
                 if projects[part] is None:  # a hashed project part: its events name it
                     projects[part] = self._project_of_trail(part, queue, first)
-        return sorted((projects[part], queue) for part, queue in queues | held.keys()
-                      if projects[part] is not None)
+        named = [(projects[part], queue) for part, queue in queues | held.keys()]
+        return sorted((name, queue) for name, queue in named if name is not None)
 
     def project_of_queue(self, part: str, queue: str) -> str | None:
         """The project of a hashed project part, from the queue's trail, if it has one."""
@@ -148,8 +68,8 @@ class Trail:
         trail = lay.decode_events(found[1]) if found else []
         return trail[0].project if trail else None
 
-    def read(self, project: str, queue: str) -> Iterator[events.Event]:
-        """The retained events of one queue's trail, oldest first (``read_events``)."""
+    def events(self, project: str, queue: str) -> Iterator[Event]:
+        """The retained events of one queue's trail, oldest first."""
         objects = self._objects
         container = lay.events_container(objects.prefix, project, queue)
         after = ""
@@ -165,4 +85,20 @@ class Trail:
                         yield from lay.decode_events(found[1])
             if len(names) < LISTING_PAGE:
                 return
+            after = names[-1]
+
+    def messages(self, project: str, queue: str) -> Iterator[Message]:
+        container = self._objects.container(project, queue)
+        after = lay.MESSAGE_PREFIX
+        with unavailable:
+            now = self._now_us()
+        while True:
+            with unavailable:
+                names = self._objects.names(container, lay.MESSAGE_PREFIX, marker=after,
+                                            limit=MESSAGES_BATCH)
+                if not names:
+                    return
+                ids = [name[len(lay.MESSAGE_PREFIX):] for name in names]
+                live = self._live.read(project, queue, ids, now)
+            yield from live
             after = names[-1]
