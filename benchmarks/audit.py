@@ -65,6 +65,7 @@ except ModuleNotFoundError:  # imported from elsewhere than benchmarks/
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy
 from delayq.storage.sqlite.driver import Driver
+from delayq.synchronous import Synchronous
 
 PROJECT = "bench"
 SOURCES = tuple(f"orders-{n}" for n in range(4))
@@ -98,16 +99,16 @@ def body(rnd: random.Random, n: int) -> dict[str, Any]:
 def fill(path: Path, messages: int, progress: bool = True) -> None:
     """*messages* messages through the SQLite driver (module docstring)."""
     clock = Clock(time.time() - 86400)
-    driver = Driver(str(path), clock=clock)
+    driver = Synchronous(Driver(str(path), clock=clock))
     client = str(uuid.uuid4())
     rnd = random.Random(27)
     try:
         for queue in SOURCES:
-            driver.create_queue(PROJECT, queue, {"_max_claim_count": 2,
-                                                 "_dead_letter_queue": DLQ})
+            driver.queues.create(PROJECT, queue, {"_max_claim_count": 2,
+                                 "_dead_letter_queue": DLQ})
         for queue in DELAYED:
-            driver.create_queue(PROJECT, queue, {"_default_message_delay": DELAY})
-        driver.create_queue(PROJECT, DLQ, {"_dead_letter_queue_messages_ttl": 600})
+            driver.queues.create(PROJECT, queue, {"_default_message_delay": DELAY})
+        driver.queues.create(PROJECT, DLQ, {"_dead_letter_queue_messages_ttl": 600})
         posted = 0
         while posted < messages:
             for queue in (*SOURCES, *DELAYED):
@@ -115,33 +116,34 @@ def fill(path: Path, messages: int, progress: bool = True) -> None:
                 if count <= 0:
                     break
                 delay = DELAY if queue in DELAYED else 0
-                ids = driver.post_messages(PROJECT, queue, client, [
+                ids = driver.messages.post(PROJECT, queue, client, [
                     NewMessage(body(rnd, posted + i), TTL, delay) for i in range(count)])
                 posted += count
                 clock.now += 0.5
                 if delay:
                     for message_id in ids[::50]:
-                        driver.edit_message(PROJECT, queue, message_id, delay=2 * DELAY)
+                        driver.messages.edit(PROJECT, queue, message_id, delay=2 * DELAY)
                 else:
-                    driver.pop_messages(PROJECT, queue, count // 20)
+                    driver.messages.pop(PROJECT, queue, count // 20)
             clock.now += 2 * DELAY + 1
             for queue in (*SOURCES, *DELAYED):
-                held = driver.claim(PROJECT, queue, ttl=60, grace=60, limit=3 * BATCH,
-                                    dead_letter=POLICY if queue in SOURCES else None)
+                held = driver.claims.create(PROJECT, queue, ttl=60, grace=60, limit=3 * BATCH,
+                                            dead_letter=POLICY if queue in SOURCES else None)
                 if held is None:
                     continue
                 fresh = [m.id for m in held.messages if m.claim_count == 1]
                 kept = set(fresh[:len(fresh) // 12]) if queue in SOURCES else set()
-                driver.delete_messages(PROJECT, queue, [m for m in fresh if m not in kept])
-                driver.release_claim(PROJECT, queue, held.id)
+                driver.messages.delete_many(PROJECT, queue, [m for m in fresh if m not in kept])
+                driver.claims.release(PROJECT, queue, held.id)
                 clock.now += 0.5
-            held = driver.claim(PROJECT, DLQ, ttl=60, grace=60, limit=BATCH, dead_letter=None)
+            held = driver.claims.create(PROJECT, DLQ, ttl=60, grace=60, limit=BATCH,
+                                        dead_letter=None)
             if held is not None:
                 ids = [m.id for m in held.messages]
-                driver.delete_messages(PROJECT, DLQ, ids[:len(ids) // 2])
-                driver.release_claim(PROJECT, DLQ, held.id)
+                driver.messages.delete_many(PROJECT, DLQ, ids[:len(ids) // 2])
+                driver.claims.release(PROJECT, DLQ, held.id)
             if rnd.random() < 0.2:
-                driver.redrive(PROJECT, DLQ, destination=None, limit=BATCH // 4)
+                driver.messages.redrive(PROJECT, DLQ, destination=None, limit=BATCH // 4)
             clock.now += 5
             if progress:
                 print(f"\r  fill: {posted:,} of {messages:,} messages", end="", flush=True)
@@ -211,7 +213,7 @@ def plain_pass(database: Path, as_of: float) -> tuple[dict[str, Any], float, flo
     included)."""
     cpu = time.process_time()
     started = time.perf_counter()
-    driver = Driver(str(database))
+    driver = Synchronous(Driver(str(database)))
     try:
         rows = plain_audit.audit(driver, as_of)
     finally:
@@ -227,7 +229,7 @@ def small_store(directory: Path, messages: int) -> Path:
     if messages:
         fill(database, messages, progress=False)
     else:
-        Driver(str(database)).close()
+        Synchronous(Driver(str(database))).close()
     return store_config(directory, database)
 
 

@@ -164,14 +164,14 @@ def post_backlog(driver: Any, spec: BacklogSpec, start: int, count: int, delay: 
     from delayq.message import NewMessage
 
     # Tiny bodies ({"n": 123456}): the memory figure is the one for a tiny message.
-    driver.post_messages(spec.project, spec.queue, spec.client_id, [
+    driver.messages.post(spec.project, spec.queue, spec.client_id, [
         NewMessage(body={"n": start + i}, ttl=spec.ttl, delay=delay) for i in range(count)])
 
 
 def claim_backlog(driver: Any, spec: BacklogSpec, count: int) -> None:
     """Claim *count* messages for *spec*'s long claim; all must be there to take."""
-    claim = driver.claim(spec.project, spec.queue, ttl=spec.claim_ttl,
-                         grace=spec.claim_grace, limit=count, dead_letter=None)
+    claim = driver.claims.create(spec.project, spec.queue, ttl=spec.claim_ttl,
+                                 grace=spec.claim_grace, limit=count, dead_letter=None)
     got = len(claim.messages) if claim else 0
     if got != count:
         raise RuntimeError(f"backlog claim took {got} messages, expected {count}")
@@ -193,13 +193,14 @@ def fill_backlog(driver: Any, spec: BacklogSpec, progress: Progress) -> None:
 
 def sqlite_fill(sections: Sections, spec: BacklogSpec, progress: Progress) -> FillInfo:
     from delayq.storage.sqlite.driver import Driver
+    from delayq.synchronous import Synchronous
 
-    driver = Driver(sections["drivers:message_store:sqlite"]["path"])
+    driver = Synchronous(Driver(sections["drivers:message_store:sqlite"]["path"]))
     try:
         fill_backlog(driver, spec, progress)
         # Fold the write-ahead log into the database so that the measurement does not
         # pay for a checkpoint of the fill.
-        driver._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        driver.database.db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         driver.close()
     return None
@@ -327,9 +328,10 @@ def redis_fill(sections: Sections, spec: BacklogSpec, progress: Progress) -> Fil
     three state indexes, the bucket indexes and the claim records of the fill's claims.
     """
     from delayq.storage.redis.driver import Driver
+    from delayq.synchronous import Synchronous
 
     group = sections[REDIS_GROUP]
-    driver = Driver(group["uri"], namespace=group["namespace"])
+    driver = Synchronous(Driver(group["uri"], namespace=group["namespace"]))
     before = used_memory(sections)
     try:
         fill_backlog(driver, spec, progress)
@@ -366,11 +368,12 @@ def redis_record(client: Any, prefix: str, index: str) -> dict[str, Any] | None:
 def redis_describe(sections: Sections) -> dict[str, Any]:
     """Server version and memory, and how the backlog queue's keys are stored."""
     from delayq.storage.redis.driver import Driver
+    from delayq.synchronous import Synchronous
 
     group = sections[REDIS_GROUP]
     # The driver's own key layout, rather than a copy of it here.
-    driver = Driver(group["uri"], namespace=group["namespace"])
-    prefix = driver.keys.queue(PROJECT, BACKLOG_QUEUE)[:-1]  # without the final "s"
+    driver = Synchronous(Driver(group["uri"], namespace=group["namespace"]))
+    prefix = driver.key_names.queue(PROJECT, BACKLOG_QUEUE)[:-1]  # without the final "s"
     driver.close()
     client = redis_client(sections)
     try:
@@ -448,10 +451,11 @@ def swift_driver(sections: Sections) -> Any:
     """A Swift driver as tests/contract/drivers.py opens one: the real clock (the proxy's,
     which the server's driver keeps time by too), the default claim settle time."""
     from delayq.storage.swift.driver import Driver
+    from delayq.synchronous import Synchronous
 
-    return Driver(lambda: swift_connection(sections),
-                  prefix=sections[SWIFT_GROUP]["container_prefix"],
-                  concurrency=SWIFT_FILL_CONCURRENCY)
+    return Synchronous(Driver(lambda: swift_connection(sections),
+                              prefix=sections[SWIFT_GROUP]["container_prefix"],
+                              concurrency=SWIFT_FILL_CONCURRENCY))
 
 
 class Tally:

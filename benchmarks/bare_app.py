@@ -4,7 +4,7 @@
 This measures what the Redis work of delayq's post, claim and delete costs on top: each
 request makes the one ``EVALSHA`` delayq makes (the same Lua scripts, with the same
 arguments), as delayq's driver makes it on the event loop
-(``delayq/storage/redis/calls.py``: redis-py's asyncio client), reads the JSON body
+(``delayq/storage/redis/calls.py``: its fast path on one server), reads the JSON body
 and answers JSON of the same shape, both with delayq's encoder and decoder
 (``delayq/jsontext.py``). It skips everything else delayq does:
 validation (it trusts the benchmark's requests), the broker's rules, metrics, the 503
@@ -36,10 +36,15 @@ import falcon.media
 from delayq import conf, jsontext
 from delayq.server import Server
 from delayq.storage.redis import layout
-from delayq.storage.redis.calls import ScriptCall
-from delayq.storage.redis.driver import CLAIM_BUDGET, NO_KEY, WRITE_REAP_BUDGET, Driver
+from delayq.storage.redis.driver import Driver
 from delayq.storage.redis.layout import TOKEN_LENGTH, US, new_nonce, new_tokens
-from delayq.storage.redis.scripts import NO_BACKOFF
+from delayq.storage.redis.messages import NO_KEY
+from delayq.storage.redis.scripts import (
+    CLAIM_BUDGET,
+    NO_BACKOFF,
+    WRITE_REAP_BUDGET,
+    CountedScript,
+)
 
 PROJECT_HEADER = "X-Project-ID"
 CLIENT_HEADER = "Client-ID"
@@ -51,29 +56,29 @@ def script_reply(reply: list) -> Any:
 
 
 class Store:
-    """delayq's Redis driver, for connecting, creating queues and registering scripts;
-    requests call its scripts directly, as its operations do."""
+    """delayq's Redis driver, for connecting, creating queues and loading scripts;
+    requests call its scripts directly, as its controllers do."""
 
     def __init__(self, uri: str, namespace: str) -> None:
         self.driver = Driver(uri, namespace=namespace)
-        scripts = self.driver._scripts
-        self.clients = scripts.clients
-        self.post = scripts.post.script
-        self.claim = scripts.claim.script
-        self.delete = scripts.delete.script
+        context = self.driver.context
+        self.calls = context.calls
+        self.post = context.scripts.post
+        self.claim = context.scripts.claim
+        self.delete = context.scripts.delete
         self.tokens: dict[str, bytes] = {}  # queue key -> its metadata as stored
 
-    async def call(self, script, key: str, args: list) -> list:
+    async def call(self, script: CountedScript, key: str, args: list) -> list:
         """The script's own reply (delayq's scripts put their ended-counts first)."""
-        return await ScriptCall(self.clients, script.sha, script.script, script_reply,
-                                [key], args).awaited()
+        return script_reply(await self.calls.script(script.sha, script.source, [key], args))
 
-    def key(self, project: str, name: str) -> tuple[str, bytes]:
+    async def key(self, project: str, name: str) -> tuple[str, bytes]:
         """The queue's state key and metadata token, read once per queue."""
-        key = self.driver.keys.queue(project, name)
+        key = self.driver.key_names.queue(project, name)
         token = self.tokens.get(key)
         if token is None:
-            token = self.tokens[key] = self.driver.queue_for_write(project, name)[1] or b""
+            _, stored = await self.driver.queues.for_write(project, name)
+            token = self.tokens[key] = stored or b""
         return key, token
 
 
@@ -84,13 +89,13 @@ class Resource:
 
 class Queue(Resource):
     async def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        self.store.driver.create_queue(req.get_header(PROJECT_HEADER), name, {})
+        await self.store.driver.queues.create(req.get_header(PROJECT_HEADER), name, {})
         resp.status = falcon.HTTP_201
 
 
 class Messages(Resource):
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
+        key, token = await self.store.key(req.get_header(PROJECT_HEADER), name)
         client = req.get_header(CLIENT_HEADER).encode()
         document = jsontext.loads((await req.stream.readall()).decode())
         # A nonce, in case the queue is new; no message quota, no queue fence, no
@@ -112,15 +117,15 @@ class Messages(Resource):
 class Message(Resource):
     async def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str,
                         message_id: str) -> None:
-        key, _ = self.store.key(req.get_header(PROJECT_HEADER), name)
+        key, _ = await self.store.key(req.get_header(PROJECT_HEADER), name)
         await self.store.call(self.store.delete, key,
-                        ["", message_id, req.get_param("claim_id") or ""])
+                              ["", message_id, req.get_param("claim_id") or ""])
         resp.status = falcon.HTTP_204
 
 
 class Claims(Resource):
     async def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        key, token = self.store.key(req.get_header(PROJECT_HEADER), name)
+        key, token = await self.store.key(req.get_header(PROJECT_HEADER), name)
         document = jsontext.loads((await req.stream.readall()).decode())
         ttl, grace = document.get("ttl", 60), document.get("grace", 60)
         reply = await self.store.call(self.store.claim, key, [

@@ -111,12 +111,14 @@ def open_store(driver: str, sections: Sections) -> Any:
     """A storage driver on a variant's store (to read its trail back)."""
     if driver == "sqlite":
         from delayq.storage.sqlite.driver import Driver
+        from delayq.synchronous import Synchronous
 
-        return Driver(sections["drivers:message_store:sqlite"]["path"])
+        return Synchronous(Driver(sections["drivers:message_store:sqlite"]["path"]))
     from delayq.storage.redis.driver import Driver
+    from delayq.synchronous import Synchronous
 
     group = sections[backlog.REDIS_GROUP]
-    return Driver(group["uri"], namespace=group["namespace"])
+    return Synchronous(Driver(group["uri"], namespace=group["namespace"]))
 
 
 def trail_counts(driver: str, sections: Sections) -> dict[str, int]:

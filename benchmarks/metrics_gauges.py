@@ -83,7 +83,7 @@ def fill(driver, backlog: int) -> float:
     started = time.perf_counter()
     for start in range(0, backlog, BATCH):
         count = min(BATCH, backlog - start)
-        driver.post_messages(PROJECTS[1], QUEUE, str(uuid.uuid4()), [
+        driver.messages.post(PROJECTS[1], QUEUE, str(uuid.uuid4()), [
             NewMessage(body={"n": start + i}, ttl=2 * DELAY, delay=DELAY)
             for i in range(count)])
         print(f"\rfilled {start + count}/{backlog}", end="", file=sys.stderr, flush=True)
@@ -110,6 +110,7 @@ def main() -> None:
 
     from delayq.api.app import create_app
     from delayq.storage.registry import load_driver
+    from delayq.synchronous import Synchronous
 
     with tempfile.TemporaryDirectory(prefix="delayq-bench-") as tmp, \
             store(args.driver, Path(tmp)) as (conf, driver):
@@ -122,7 +123,7 @@ def main() -> None:
         headers["X-Project-ID"] = PROJECTS[1]
         client.simulate_put(f"/v2/queues/{QUEUE}", headers=headers,
                             json={"_default_message_delay": 900})
-        fill_seconds = fill(driver, args.backlog)
+        fill_seconds = fill(Synchronous(driver), args.backlog)
         # The gauges must see the backlog, or the comparison means nothing.
         text = client.simulate_get("/metrics", query_string=f"project={PROJECTS[1]}").text
         line = next(x for x in text.splitlines()

@@ -49,8 +49,8 @@ def read(driver: Any, as_of: float) -> tuple[dict, dict]:
     purge times ((project, queue) -> list), at or before *as_of*."""
     messages: dict[tuple[str, str], list[ev.Event]] = defaultdict(list)
     purges: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for project, queue in driver.trail_queues(None):
-        for event in driver.read_events(project, queue):
+    for project, queue in driver.trail.queues(None):
+        for event in driver.trail.events(project, queue):
             if event.time > as_of:
                 continue
             if event.message_id is None:
