@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from delayq import errors
-from delayq.storage.redis.client import NAME
+from delayq.storage.redis.client import unavailable
 from delayq.storage.redis.layout import US, KeyNames, new_nonce
 from delayq.storage.redis.scripts import Scripts
 
@@ -180,9 +180,9 @@ class Creation:
         under, once the name is held; raises ``QuotaExceeded`` when it cannot be."""
         await self.done(False)
         if self.holds_taken == HOLD_ATTEMPTS:
-            raise errors.StorageUnavailable(
+            raise unavailable.error(
                 f"Creating queue {self.name!r} outlasted {self.holds_taken} holds of its "
-                "name; retry.", store=NAME)
+                "name; retry.")
         self.hold = await self.catalogue.reserve(self.project, self.name, self.quota)
         self.holds_taken += 1
         return self.hold.fence
