@@ -242,10 +242,10 @@ class OffloadedSubscriptions(Subscriptions):
 
 
 class OffloadedDriver(Driver):
-    """A ``Driver`` over blocking controllers: a driver sets ``self.queues =
-    OffloadedQueues(its Queues, self.offload)`` and so on, and writes ``now_blocking``,
-    ``ping_blocking``, ``reap_blocking`` (and, when it takes a reaper lease,
-    ``lease_blocking``) as plain methods."""
+    """A ``Driver`` over blocking controllers: a driver hands them to
+    ``offload_controllers`` and writes ``now_blocking``, ``ping_blocking``,
+    ``reap_blocking`` (and, when it takes a reaper lease, ``lease_blocking``) as plain
+    methods."""
 
     # ``delayq.offload`` mode of the store's calls: THREADS, or AUTO for a store whose
     # calls are brief round trips to a nearby backend (no fan-out, no retry loop).
@@ -255,6 +255,16 @@ class OffloadedDriver(Driver):
                  ) -> None:
         super().__init__(endings=endings, reap_interval=reap_interval)
         self.offload = Offload(self.calls)
+
+    def offload_controllers(self, *, queues: BlockingQueues, messages: BlockingMessages,
+                            claims: BlockingClaims, subscriptions: BlockingSubscriptions
+                            ) -> None:
+        """Serve the interface's controllers from these blocking ones, each call run
+        through ``self.offload``."""
+        self.queues = OffloadedQueues(queues, self.offload)
+        self.messages = OffloadedMessages(messages, self.offload)
+        self.claims = OffloadedClaims(claims, self.offload)
+        self.subscriptions = OffloadedSubscriptions(subscriptions, self.offload)
 
     @abc.abstractmethod
     def now_blocking(self) -> float:

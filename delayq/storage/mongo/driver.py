@@ -53,13 +53,7 @@ from delayq import errors, events
 from delayq.conf import events_settings
 from delayq.offload import THREADS
 from delayq.storage.base import Endings, ignore_endings
-from delayq.storage.base.offloaded import (
-    OffloadedClaims,
-    OffloadedDriver,
-    OffloadedMessages,
-    OffloadedQueues,
-    OffloadedSubscriptions,
-)
+from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.clock import ServerClock, timed
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.claims import Claims
@@ -117,10 +111,9 @@ class Driver(OffloadedDriver):
         self._db = Database(client, db, self._now_ms, expired_retention=expired_retention,
                             events_settings=events_settings, endings=endings)
         self._expiry = self._db.expiry
-        self.queues = OffloadedQueues(Queues(self._db), self.offload)
-        self.messages = OffloadedMessages(Messages(self._db), self.offload)
-        self.claims = OffloadedClaims(Claims(self._db), self.offload)
-        self.subscriptions = OffloadedSubscriptions(Subscriptions(self._db), self.offload)
+        self.offload_controllers(queues=Queues(self._db), messages=Messages(self._db),
+                                 claims=Claims(self._db),
+                                 subscriptions=Subscriptions(self._db))
         self.trail = Trail(self._db)
         try:
             with unavailable:

@@ -15,13 +15,7 @@ from delayq import errors, events
 from delayq.conf import events_settings
 from delayq.offload import AUTO
 from delayq.storage import base
-from delayq.storage.base.offloaded import (
-    OffloadedClaims,
-    OffloadedDriver,
-    OffloadedMessages,
-    OffloadedQueues,
-    OffloadedSubscriptions,
-)
+from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.sqlite.claims import Claims
 from delayq.storage.sqlite.database import NAME, Database
 from delayq.storage.sqlite.messages import Messages
@@ -51,11 +45,10 @@ class Driver(OffloadedDriver):
                                  events_settings=events_settings,
                                  endings=lambda kinds: self.endings(kinds))
         self.database.install()
-        self.queues = OffloadedQueues(Queues(self.database), self.offload)
-        self.messages = OffloadedMessages(Messages(self.database), self.offload)
-        self.claims = OffloadedClaims(Claims(self.database), self.offload)
-        self.subscriptions = OffloadedSubscriptions(Subscriptions(self.database),
-                                                    self.offload)
+        self.offload_controllers(queues=Queues(self.database),
+                                 messages=Messages(self.database),
+                                 claims=Claims(self.database),
+                                 subscriptions=Subscriptions(self.database))
         self.trail = Trail(self.database)
 
     @classmethod

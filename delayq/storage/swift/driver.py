@@ -24,13 +24,7 @@ from delayq import errors, events
 from delayq.conf import events_settings
 from delayq.offload import THREADS
 from delayq.storage import base
-from delayq.storage.base.offloaded import (
-    OffloadedClaims,
-    OffloadedDriver,
-    OffloadedMessages,
-    OffloadedQueues,
-    OffloadedSubscriptions,
-)
+from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.clock import ServerClock
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.claims import Claims
@@ -101,18 +95,16 @@ class Driver(OffloadedDriver):
         self.trail = Trail(self._objects, live, self._now_us)
         self._expiry = Expiry(self._objects, self._markers, self._recorder, self.trail,
                               self._now_us, self._stop)
-        self.queues = OffloadedQueues(
-            Queues(self._objects, self._tallies, self._recorder, creation, live, self._now_us),
-            self.offload)
-        self.messages = OffloadedMessages(
-            Messages(self._objects, self._tallies, self._recorder, self._markers, self._quotas,
-                     self._post_keys, creation, live, ids, self._now_us),
-            self.offload)
-        self.claims = OffloadedClaims(
-            Claims(self._objects, self._tallies, self._recorder, self._markers, self._now_us),
-            self.offload)
         self._subscriptions = Subscriptions(self._objects, self._now_us)
-        self.subscriptions = OffloadedSubscriptions(self._subscriptions, self.offload)
+        self.offload_controllers(
+            queues=Queues(self._objects, self._tallies, self._recorder, creation, live,
+                          self._now_us),
+            messages=Messages(self._objects, self._tallies, self._recorder, self._markers,
+                              self._quotas, self._post_keys, creation, live, ids,
+                              self._now_us),
+            claims=Claims(self._objects, self._tallies, self._recorder, self._markers,
+                          self._now_us),
+            subscriptions=self._subscriptions)
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts, *,
