@@ -13,7 +13,7 @@ Each loop has one connection (``Link``), shared by the script calls of every req
 serves: a call writes its command at once and awaits its reply; Redis answers a
 connection's commands in order, so the replies read settle the waiting calls first to
 last. The rules of ``calls.py`` hold: a call on a connection that had served a reply
-and turns out broken is sent once more on a new connection (``Broken``); ``NOSCRIPT``
+and turns out broken is sent once more on a new connection (``StaleConnection``); ``NOSCRIPT``
 loads the script and calls again; when the oldest waiting call has had no reply for
 ``socket_timeout`` (checked every quarter of it), every waiting call fails with
 ``TimeoutError``, is never sent again, and the connection is closed, so a late reply is
@@ -42,7 +42,7 @@ ERRORS: dict[str, type[exceptions.RedisError]] = {
     "NOPERM": exceptions.NoPermissionError}
 
 
-class Broken(exceptions.ConnectionError):
+class StaleConnection(exceptions.ConnectionError):
     """A connection that had served a call failed: the call is sent once more, on a new
     connection."""
 
@@ -105,14 +105,14 @@ class Connection(asyncio.Protocol):
             self.fail(exceptions.ConnectionError(f"Error reading from Redis: {exc!r}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.fail((Broken if self.used else exceptions.ConnectionError)(
+        self.fail((StaleConnection if self.used else exceptions.ConnectionError)(
             f"Error talking to Redis: {exc or 'connection closed by server'}"))
 
     def send(self, command: bytes) -> asyncio.Future:
         """Write *command*; the future of its reply (an error reply as a value)."""
         transport = self.transport
         if self.closed or transport is None:
-            raise (Broken if self.used else exceptions.ConnectionError)(
+            raise (StaleConnection if self.used else exceptions.ConnectionError)(
                 "Error talking to Redis: connection closed")
         future = self.loop.create_future()
         self.waiting.append(future)
@@ -186,7 +186,7 @@ class Link:
             connection = await self.open()
         try:
             return await connection.send(command)
-        except Broken:
+        except StaleConnection:
             return await (await self.open()).send(command)
 
     async def open(self) -> Connection:
