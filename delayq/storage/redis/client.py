@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -312,11 +313,23 @@ def describe_unavailable(exc: BaseException) -> str | None:
     """What failed, when *exc* means Redis is unreachable or a cluster slot is
     migrating (the request may be retried); None for anything else."""
     if isinstance(exc, UNAVAILABLE):
-        return f"Redis is unavailable: {exc}"
+        return f"Redis is unavailable: {exc}{_system_reason(exc)}"
     if isinstance(exc, redis.exceptions.ResponseError) and any(
             mark in str(exc) for mark in MIGRATING):
         return f"The queue's Redis Cluster slot is being migrated; retry: {exc}"
     return None
+
+
+def _system_reason(exc: BaseException) -> str:
+    """The operating system's words for the failure behind *exc* (" (Connection
+    refused)"), which asyncio's message of a failed connect leaves out; "" when the
+    message has them already or there are none."""
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.errno:
+        reason = os.strerror(cause.errno)
+        if reason not in str(exc):
+            return f" ({reason})"
+    return ""
 
 
 unavailable = Unavailability(NAME, describe_unavailable)
