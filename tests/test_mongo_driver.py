@@ -15,7 +15,7 @@ how it uses MongoDB, because that is what keeps it correct and fast on a real se
   concurrent requests keep it exact, old pages carry the date the TTL monitor drops
   them at;
 - expiry without MongoDB's TTL monitor: expired messages invisible at once, then removed
-  by the reaper (a thread, one process at a time by a lease), claims and pops, each
+  by the reaper (a task of the loop, one process at a time by a lease), claims and pops, each
   reported ``expired`` exactly once however they race;
 - the primary's clock, an unreachable server (503, never a hang) and malformed
   connection strings;
