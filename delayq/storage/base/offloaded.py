@@ -283,7 +283,8 @@ class OffloadedDriver(Driver):
         return True
 
     def close_blocking(self) -> None:  # noqa: B027 - a store without resources needs none
-        """Release connections, blocking."""
+        """Release connections, blocking; run in a thread once the reaper has stopped
+        (closing may take round trips to the store)."""
 
     async def now(self) -> float:
         return await self.offload(self.now_blocking)
@@ -299,5 +300,5 @@ class OffloadedDriver(Driver):
 
     async def close(self) -> None:
         await super().close()
-        self.close_blocking()
+        await self.offload.in_thread(self.close_blocking)
         self.offload.shutdown()

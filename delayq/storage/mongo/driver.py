@@ -170,10 +170,7 @@ class Driver(OffloadedDriver):
         """The reaper's lease, in the ``locks`` collection (``Expiry.lease``)."""
         return self._expiry.lease(seconds)
 
-    async def close(self) -> None:
-        # The reaper first: a pass under way finishes before the client goes. Closing
-        # the client sends endSessions to the server, a round trip kept off the loop.
-        await self.stop_reaper()
+    def close_blocking(self) -> None:
+        # Closing the client sends endSessions to the server: a round trip.
         if self._owns_client:
-            await self.offload.in_thread(self._client.close)
-        await super().close()
+            self._client.close()

@@ -158,12 +158,10 @@ class Driver(OffloadedDriver):
         the writer slot, then let go of the connections."""
         # Set first: a reaper pass under way stops at its next batch (and the flusher).
         self._stop.set()
-        await self.stop_reaper()
-        # Writing the tallies takes requests, and waits for a flush under way.
-        await self.offload.in_thread(self.close_blocking)
-        self.offload.shutdown()
+        await super().close()
 
     def close_blocking(self) -> None:
+        # Writing the tallies takes requests, and waits for a flush under way.
         self._tallies.close()
         self._objects.close()
 
