@@ -15,6 +15,7 @@ from delayq.api import auth, claims, errors, home, messages, queues, share, subs
 from delayq.api import metrics as metrics_api
 from delayq.api.longpoll import LongPoll
 from delayq.api.request import Request
+from delayq.api.wakeups import Wakeups
 from delayq.broker import Broker
 from delayq.conf import NOTIFICATION_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
@@ -27,29 +28,32 @@ from delayq.validation import Limits, Quotas
 
 
 class _Lifespan:
-    """Starts the store's reaper and the pusher (when the worker pushes) on the worker's
-    event loop when it starts; stops them and closes the driver's connections when the
-    worker stops.
+    """Starts the store's reaper, the listener of its signals and the pusher (when the
+    worker pushes) on the worker's event loop when it starts; stops them and closes the
+    driver's connections when the worker stops.
 
     The driver reconnects if used again, so an ASGI host that runs the lifespan more
     than once (as Falcon's test client does per request) keeps working.
     """
 
-    def __init__(self, driver: Driver, pusher: Pusher, push: bool, offload: Offload
-                 ) -> None:
+    def __init__(self, driver: Driver, wakeups: Wakeups, pusher: Pusher, push: bool,
+                 offload: Offload) -> None:
         self.driver = driver
+        self.wakeups = wakeups
         self.pusher = pusher
         self.push = push
         self.offload = offload
 
     async def process_startup(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         self.driver.start_reaper()
+        await self.wakeups.start()
         if self.push:
             await self.pusher.start()
 
     async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         if self.push:
             await self.pusher.stop()
+        await self.wakeups.stop()
         await self.driver.close()
         self.offload.shutdown()
 
@@ -73,12 +77,14 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     # Blocking work of the API's own (a Keystone token check, reading the metric files
     # of the other workers), always in threads.
     offload = Offload(THREADS)
-    longpoll = LongPoll(broker, poll_interval=wsgi.claim_wait_poll_interval)
+    longpoll = LongPoll(broker, poll_interval=wsgi.claim_wait_poll_interval,
+                        signals=driver.signals)
     push_settings = PushSettings.from_conf(conf)
-    pusher = Pusher(broker, push_settings)
+    pusher = Pusher(broker, push_settings, signals=driver.signals)
+    wakeups = Wakeups(driver.signals, longpoll, pusher)
 
     timer = metrics_api.RequestTimer(metrics)
-    lifespan = _Lifespan(driver, pusher, conf[NOTIFICATION_GROUP].push, offload)
+    lifespan = _Lifespan(driver, wakeups, pusher, conf[NOTIFICATION_GROUP].push, offload)
     authentication = auth.from_conf(conf, offload)
     # Tuples, not a list: mypy checks each item against Falcon's middleware protocols,
     # where a list of unlike components would be a list of objects.
@@ -89,11 +95,12 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
         dumps=jsontext.response)
     errors.install(app)
 
-    on_messages: dict[str, Any] = {"broker": broker, "limits": limits, "longpoll": longpoll,
-                   "pusher": pusher}
+    on_messages: dict[str, Any] = {"broker": broker, "limits": limits,
+                                   "longpoll": longpoll, "pusher": pusher}
     on_queues: dict[str, Any] = {"broker": broker, "limits": limits}
-    on_subscriptions: dict[str, Any] = {"broker": broker, "limits": limits, "pusher": pusher,
-                        "targets": push_settings.targets}
+    on_subscriptions: dict[str, Any] = {"broker": broker, "limits": limits,
+                                        "pusher": pusher,
+                                        "targets": push_settings.targets}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))

@@ -4,8 +4,10 @@ A waiting claim holds neither a thread nor a stream of backend requests. In each
 process the waiters of one queue share one watcher task on the event loop. The watcher
 asks the backend one cheap question, ``Broker.available_in`` (when may a claim next find
 a message?), and sleeps until that time or the poll interval, whichever is sooner: the
-interval bounds how late a message posted through another process or host is noticed. A
-post or a release served by this process wakes the watcher at once (``LongPoll.notify``).
+interval bounds how late a change is noticed when its signal is lost. A post or a release
+served by this process, or by any process sharing a store whose writes signal
+(``delayq.api.wakeups``), wakes the watcher at once (``LongPoll.notify``); a watched
+queue is followed (``Signals.follow``) while its watcher lives.
 
 When a message may be claimable the watcher hands the turn to its waiters one at a time,
 oldest first. A waiter whose claim came back full passes the turn straight on (more may
@@ -24,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 from delayq.broker import Broker
 from delayq.claim import Claim
+from delayq.storage.base.signals import NoSignals, Signals
 
 LOG = logging.getLogger(__name__)
 
@@ -166,9 +169,11 @@ class _Watch:
 class LongPoll:
     """The long-poll claims of one worker process, by queue."""
 
-    def __init__(self, broker: Broker, poll_interval: float) -> None:
+    def __init__(self, broker: Broker, poll_interval: float,
+                 signals: Signals | None = None) -> None:
         self.broker = broker
         self.poll_interval = poll_interval
+        self.signals = signals if signals is not None else NoSignals()
         self._watches: dict[tuple[str, str], _Watch] = {}
 
     def notify(self, project: str, queue: str) -> None:
@@ -181,10 +186,13 @@ class LongPoll:
         key = (watch.project, watch.queue)
         if self._watches.get(key) is watch:
             del self._watches[key]
+            self.signals.unfollow(*key)
 
     def _watch(self, project: str, queue: str) -> _Watch:
         watch = self._watches.get((project, queue))
         if watch is None or not watch.alive:
+            if watch is None:
+                self.signals.follow(project, queue)
             watch = self._watches[(project, queue)] = _Watch(self, project, queue)
         return watch
 

@@ -17,8 +17,10 @@ messages as consumers do: each message goes to one of them, round robin.
 
 When to look at a queue: the pusher keeps an agenda of (when, queue). A round every
 ``push_scan_interval`` lists the subscribed queues and asks each when its next message
-is due (``Broker.available_in``); a post or release served by this process puts its
-queue on the agenda at once (``notify``), and a failed push puts it back for when the
+is due (``Broker.available_in``); a post or release served by this process, or by any
+process sharing a store whose writes signal (``delayq.api.wakeups``), puts its queue on
+the agenda at once (``notify``), as a subscription change does for the subscriptions
+(``subscriptions_changed``); and a failed push puts it back for when the
 message is due again. A turn on a queue claims as many messages as the process may push
 at once (``max_notifier_workers`` in all, ``max_pushes_per_subscription`` to one
 subscription), and the queue goes back on the agenda at once if the claim came back
@@ -46,6 +48,7 @@ from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
 from delayq.message import Message
 from delayq.push.targets import Targets
 from delayq.push.webhook import Webhooks
+from delayq.storage.base.signals import NoSignals, Signals
 from delayq.subscription import Subscription
 
 LOG = logging.getLogger(__name__)
@@ -122,9 +125,12 @@ class _Running:
 class Pusher:
     """Pushes the subscribed queues' messages from this process (``start``/``stop``)."""
 
-    def __init__(self, broker: Broker, settings: PushSettings) -> None:
+    def __init__(self, broker: Broker, settings: PushSettings,
+                 signals: Signals | None = None) -> None:
         self.broker = broker
         self.settings = settings
+        # Every queue the pusher knows of is followed.
+        self.signals = signals if signals is not None else NoSignals()
         self._queues: dict[Queue, _SubscribedQueue] = {}
         self._agenda: list[tuple[float, int, Queue]] = []
         self._order = itertools.count()
@@ -161,6 +167,10 @@ class Pusher:
             await self._running.webhooks.close()
         self._main_task = self._round_task = self._running = None
         self._tasks.clear()
+        for key in list(self._queues):
+            self._forget(key)
+        self._agenda.clear()
+        self._due_queues.clear()
 
     def _state(self) -> _Running:
         """The running pusher's loop, wake-up event and webhooks: only its own tasks,
@@ -181,9 +191,21 @@ class Pusher:
         process: read them again, and look at the queue now."""
         if self._running is None:
             return
-        known = self._queues.setdefault((project, queue), _SubscribedQueue())
+        known = self._know((project, queue))
         known.subscriptions_current = False
         self._schedule((project, queue), 0.0)
+
+    def _know(self, key: Queue) -> _SubscribedQueue:
+        """The pusher's state of *key*, made (and the queue followed) if new."""
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _SubscribedQueue()
+            self.signals.follow(*key)
+        return queue
+
+    def _forget(self, key: Queue) -> None:
+        if self._queues.pop(key, None) is not None:
+            self.signals.unfollow(*key)
 
     # The agenda
 
@@ -233,9 +255,9 @@ class Pusher:
         listed = set(keys)
         for key in [k for k, q in self._queues.items()
                     if k not in listed and not q.in_turn]:
-            del self._queues[key]
+            self._forget(key)
         for key in keys:
-            self._queues.setdefault(key, _SubscribedQueue()).subscriptions_current = False
+            self._know(key).subscriptions_current = False
             try:
                 due_in = await self.broker.available_in(*key)
             except errors.DelayqError:

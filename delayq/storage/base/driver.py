@@ -10,6 +10,7 @@ from oslo_config import cfg
 from delayq.storage.base.claims import Claims
 from delayq.storage.base.messages import Messages
 from delayq.storage.base.queues import Queues
+from delayq.storage.base.signals import NoSignals, Signals
 from delayq.storage.base.subscriptions import Subscriptions
 from delayq.storage.base.trail import Trail
 from delayq.storage.reaper import Reaper
@@ -44,6 +45,9 @@ class Driver(abc.ABC):
     claims: Claims
     subscriptions: Subscriptions
     trail: Trail
+    # How this process hears of the queues other processes change; a driver whose writes
+    # signal sets its own.
+    signals: Signals
 
     def __init__(self, *, endings: Endings = ignore_endings, reap_interval: float = 0.0
                  ) -> None:
@@ -52,6 +56,7 @@ class Driver(abc.ABC):
         # or not the event trail is on: the API counts them for /metrics.
         self.endings = endings
         self.reap_interval = reap_interval
+        self.signals = NoSignals()
         self._reaper: Reaper | None = None
 
     @classmethod
