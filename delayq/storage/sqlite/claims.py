@@ -11,6 +11,7 @@ from delayq.claim import Claim, delete_refusal, refuse_delete
 from delayq.message import Message
 from delayq.queue import DeadLetterPolicy
 from delayq.retry import Backoff
+from delayq.storage.base.signals import Change
 from delayq.storage.sqlite import rows, sql
 from delayq.storage.sqlite.database import Database
 from delayq.storage.sqlite.rows import (
@@ -76,6 +77,8 @@ class Claims:
                                    claim_count=row[CLAIM_COUNT], expires=row[EXPIRES])
                       for row in claimed]
             self.database.record(db, trail)
+            if target_id is not None and dead_letter is not None:
+                self.database.signal(Change.MESSAGES, project, dead_letter.queue)
             self.database.expire(db, now)
             if not claimed:
                 return None
@@ -118,9 +121,11 @@ class Claims:
             queue_id = rows.queue_id(db, project, queue)
             if queue_id is None:
                 return
-            db.execute(sql.CLAIM_RELEASE_MESSAGES, {
+            released = db.execute(sql.CLAIM_RELEASE_MESSAGES, {
                 "claim_id": claim_id, "queue_id": queue_id, "now": now,
                 **backoff_params(backoff)})
+            if released.rowcount:
+                self.database.signal(Change.MESSAGES, project, queue)
             db.execute(sql.CLAIM_DELETE, (claim_id, queue_id))
 
     def release_message(self, project: str, queue: str, message_id: str, claim_id: str,
@@ -133,6 +138,7 @@ class Claims:
             refuse_delete(delete_refusal(claim_id, live_holder), message_id, claim_id)
             released = rows.message(db.execute(
                 sql.MESSAGE_RELEASE, {"due": now + delay, "seq": seq}).fetchone(), now)
+            self.database.signal(Change.MESSAGES, project, queue)
             self.database.record(db, [event_params(
                 project=project, queue=queue, kind=events.RELEASED, time=now,
                 message_id=message_id, due=released.due, claim_count=released.claim_count)])

@@ -19,6 +19,7 @@ from typing import Any
 
 from delayq import events
 from delayq.storage.base import Endings
+from delayq.storage.base.signals import Change, Signal
 from delayq.storage.base.unavailable import Unavailability
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite import tallies as sqlite_tallies
@@ -34,13 +35,14 @@ class Database:
     """The database file at *path*, read and written on the *clock* of the driver.
 
     *endings* is told, once a write transaction has committed, the kind of each message
-    the transaction ended (``Driver.endings``). *events* is the trail's settings; every
+    the transaction ended (``Driver.endings``), and *send* the signals of its changes
+    (``signal``). *events* is the trail's settings; every
     write removes up to *expiry_batch* expired messages (``expire``).
     """
 
     def __init__(self, path: str, *, busy_timeout: int, synchronous: str,
                  expiry_batch: int, clock: Callable[[], float], events_settings: events.Settings,
-                 endings: Endings) -> None:
+                 endings: Endings, send: Callable[[list[Signal]], None]) -> None:
         self.path = path
         self.clock = clock
         self.events = events_settings
@@ -48,6 +50,7 @@ class Database:
         self._busy_timeout = busy_timeout
         self._synchronous = synchronous
         self._endings = endings
+        self._send = send
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -105,15 +108,26 @@ class Database:
         except sqlite3.OperationalError as exc:
             raise unavailable.error(f"SQLite database {self.path} is busy: {exc}") from exc
         self._local.ended = []
+        self._local.signals = []
         try:
             yield db
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
-        # Counted only once committed: a rolled-back transition ended nothing.
+        # Counted and signalled only once committed: a rolled-back transition changed
+        # nothing.
         if self._local.ended:
             self._endings(self._local.ended)
+        if self._local.signals:
+            self._send(self._local.signals)
+
+    def signal(self, change: Change, project: str, queue: str) -> None:
+        """Tell every process, once the current write transaction commits, that
+        *queue* changed (``delayq.storage.base.signals``)."""
+        signal = Signal(change, project, queue)
+        if signal not in self._local.signals:
+            self._local.signals.append(signal)
 
     def close(self) -> None:
         """Close every thread's connection; the next call opens a new one."""

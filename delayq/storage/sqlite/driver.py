@@ -1,6 +1,7 @@
 """The SQLite driver: one database file (``database.py``) shared by every worker process,
 and its controllers (``queues.py``, ``messages.py``, ``claims.py``, ``subscriptions.py``,
-``trail.py``), which block and run through the driver's offload.
+``trail.py``), which block and run through the driver's offload; ``signals.py`` tells
+the other processes of the host what each write changed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from delayq.storage.sqlite.database import NAME, Database
 from delayq.storage.sqlite.messages import Messages
 from delayq.storage.sqlite.options import GROUP
 from delayq.storage.sqlite.queues import Queues
+from delayq.storage.sqlite.signals import Signals
 from delayq.storage.sqlite.subscriptions import Subscriptions
 from delayq.storage.sqlite.trail import Trail
 
@@ -39,11 +41,13 @@ class Driver(OffloadedDriver):
                  endings: base.Endings = base.ignore_endings) -> None:
         super().__init__(endings=endings)
         self.path = path
+        self.signals = signals = Signals(path)
         # Read at each commit, so that endings set on the driver later are told.
         self.database = Database(path, busy_timeout=busy_timeout, synchronous=synchronous,
                                  expiry_batch=expiry_batch, clock=clock,
                                  events_settings=events_settings,
-                                 endings=lambda kinds: self.endings(kinds))
+                                 endings=lambda kinds: self.endings(kinds),
+                                 send=signals.send)
         self.database.install()
         self.offload_controllers(queues=Queues(self.database),
                                  messages=Messages(self.database),
@@ -79,3 +83,5 @@ class Driver(OffloadedDriver):
 
     def close_blocking(self) -> None:
         self.database.close()
+        if isinstance(self.signals, Signals):
+            self.signals.close()

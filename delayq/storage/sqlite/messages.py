@@ -12,6 +12,7 @@ from delayq import errors, events, idempotency, jsontext, validation
 from delayq.claim import delete_refusal, refuse_delete
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.storage.base.signals import Change
 from delayq.storage.sqlite import rows, sql
 from delayq.storage.sqlite import tallies as sqlite_tallies
 from delayq.storage.sqlite.database import Database
@@ -47,6 +48,7 @@ class Messages:
                              message_id=id_, due=now + m.delay, ttl=m.ttl,
                              expires=now + m.ttl)
                 for id_, m in zip(ids, messages, strict=True)])
+            self.database.signal(Change.MESSAGES, project, queue)
             if key is not None:
                 db.execute(sql.POST_KEY_KEEP, (queue_id, key.key, key.digest,
                                                idempotency.encode_ids(ids), now + key.window))
@@ -167,6 +169,8 @@ class Messages:
             if edited is None:
                 raise errors.MessageHeld.editing(message_id)
             message = rows.message(edited, now)
+            if delay is not None:
+                self.database.signal(Change.MESSAGES, project, queue)
             self.database.record(db, [event_params(
                 project=project, queue=queue, kind=events.EDITED, time=now,
                 message_id=message_id, due=message.due, claim_count=message.claim_count)])
@@ -197,5 +201,7 @@ class Messages:
                     message_id=row[ID], claim_count=row[CLAIM_COUNT], source=queue,
                     target=target, expires=row[EXPIRES]))
             self.database.record(db, trail)
+            for target in targets:
+                self.database.signal(Change.MESSAGES, project, target)
             self.database.expire(db, now)
             return len(movable)

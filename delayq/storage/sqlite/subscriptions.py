@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from delayq import errors
+from delayq.storage.base.signals import Change
 from delayq.storage.sqlite import sql
 from delayq.storage.sqlite.database import Database
 from delayq.subscription import Subscription, SubscriptionChange
@@ -43,6 +44,7 @@ class Subscriptions:
             subscription_id = uuid.uuid4().hex
             db.execute(sql.SUBSCRIPTION_INSERT, (project, subscription_id, queue, subscriber,
                                                  ttl, json.dumps(options), now, now + ttl))
+            self.database.signal(Change.SUBSCRIPTIONS, project, queue)
             return subscription_id
 
     def get(self, project: str, queue: str, subscription_id: str) -> Subscription | None:
@@ -74,14 +76,18 @@ class Subscriptions:
                 "project": project, "queue": queue, "id": subscription_id, "now": now})
             if updated.rowcount == 0:
                 raise errors.SubscriptionNotFound.with_id(subscription_id)
+            self.database.signal(Change.SUBSCRIPTIONS, project, queue)
 
     def delete(self, project: str, queue: str, subscription_id: str) -> None:
         with self.database.write() as db:
-            db.execute(sql.SUBSCRIPTION_DELETE, (project, queue, subscription_id))
+            if db.execute(sql.SUBSCRIPTION_DELETE,
+                          (project, queue, subscription_id)).rowcount:
+                self.database.signal(Change.SUBSCRIPTIONS, project, queue)
 
     def purge(self, project: str, queue: str) -> None:
         with self.database.write() as db:
-            db.execute(sql.SUBSCRIPTIONS_DELETE_QUEUE, (project, queue))
+            if db.execute(sql.SUBSCRIPTIONS_DELETE_QUEUE, (project, queue)).rowcount:
+                self.database.signal(Change.SUBSCRIPTIONS, project, queue)
 
     def subscribed_queues(self) -> list[tuple[str, str]]:
         rows = self.database.db().execute(sql.SUBSCRIBED_QUEUES, (self.database.now(),))

@@ -41,6 +41,7 @@ from delayq.storage.swift.queue_creation import QueueCreation
 from delayq.storage.swift.queues import Queues
 from delayq.storage.swift.quotas import Quotas
 from delayq.storage.swift.recorder import Recorder
+from delayq.storage.swift.signals import Signals
 from delayq.storage.swift.subscriptions import Subscriptions
 from delayq.storage.swift.tallies import Tallies
 from delayq.storage.swift.trail import Trail
@@ -73,6 +74,7 @@ class Driver(OffloadedDriver):
         reaper; *reap_interval* the seconds between passes of the background reaper (0:
         none, as tests want: they call ``reap`` themselves)."""
         super().__init__(endings=endings, reap_interval=reap_interval)
+        self.signals = Signals()
         self._objects = Objects(connect, prefix=prefix, concurrency=concurrency,
                                 claim_settle_time=claim_settle_time,
                                 expired_retention=expired_retention)
