@@ -16,13 +16,22 @@ hosts behind a load balancer would. Then, through the HTTP API only, ``--trials`
   one server and the post through the other); the delay is from the post's sending to
   the push's arrival.
 
-Reported per layout: median, p99 and max of each. Results are printed and written as
-JSON to ``benchmarks/results/wakeups-<driver>.json`` (or ``--output``).
+Reported per layout: median, p99 and max of each. Then the cost of a post: the CPU
+seconds of every server process and of the store's (redis-server; SQLite has none of
+its own) over ``--cost-posts`` posts, each to a queue nobody waits on, in turn through
+each server on keep-alive connections, per post. With ``--tree DIR`` (repeatable) every
+layout is measured once per tree, a delayq source tree put first on ``PYTHONPATH`` (a
+checkout of another commit, say): two commits in one run give the cost of what changed
+between them, such as the signals a post sends to the other processes.
+
+Results are printed and written as JSON to ``benchmarks/results/wakeups-<driver>.json``
+(or ``--output``).
 
 Usage::
 
     python benchmarks/wakeups.py [--driver sqlite|redis] [--layout 2w --layout 4w
                                  --layout 2s] [--trials 20] [--push-trials 10]
+                                 [--cost-posts 3000] [--tree DIR ...]
 """
 
 from __future__ import annotations
@@ -43,10 +52,12 @@ from typing import Any
 try:
     import backlog
     import push
+    import throughput
 except ModuleNotFoundError:  # imported from elsewhere than benchmarks/
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import backlog
     import push
+    import throughput
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LAYOUTS = {"2w": (1, 2), "4w": (1, 4), "2s": (2, 1)}  # servers, workers each
@@ -58,11 +69,12 @@ PUSH_TIMEOUT = 30.0  # seconds a push may take before the trial fails
 
 @contextmanager
 def servers(driver: str, layout: str, sections: backlog.Sections, workdir: Path,
-            scan_interval: float) -> Iterator[list[int]]:
-    """The layout's servers on the store of *sections*; their ports."""
+            scan_interval: float, tree: Path | None) -> Iterator[list[backlog.Server]]:
+    """The layout's servers on the store of *sections*, serving *tree*'s code (None:
+    this checkout's)."""
     count, workers = LAYOUTS[layout]
     with ExitStack() as stack:
-        ports = []
+        started = []
         for n in range(count):
             port = backlog.free_port()
             config = workdir / f"delayq-{layout}-{n}.conf"
@@ -70,11 +82,12 @@ def servers(driver: str, layout: str, sections: backlog.Sections, workdir: Path,
                 "notification": {"push_scan_interval": str(scan_interval),
                                  # The receiver is on loopback.
                                  "allowed_webhook_networks": "127.0.0.0/8"}})
-            server = backlog.Server(config, port, workdir / f"server-{layout}-{n}.log")
+            server = backlog.Server(config, port, workdir / f"server-{layout}-{n}.log",
+                                    tree=tree)
             stack.callback(server.stop)
             server.wait_ready()
-            ports.append(port)
-        yield ports
+            started.append(server)
+        yield started
 
 
 def long_poll_trial(consumer_port: int, producer_port: int, queue: str) -> float:
@@ -131,6 +144,29 @@ def push_trial(subscribe_port: int, post_port: int, hook: push.Receiver) -> floa
     return hook.arrivals[message_id] - sent
 
 
+def post_cost(ports: list[int], server_pids: list[int], store_pids: list[int], posts: int
+              ) -> dict[str, float]:
+    """CPU milliseconds per post of the servers and of the store, over *posts* posts
+    sent in turn through each port."""
+    clients = [backlog.Client(port) for port in ports]
+    body = json.dumps({"messages": [{"body": {"bench": "cost"}, "ttl": 300}]}).encode()
+    path = f"/v2/queues/cost-{uuid.uuid4().hex[:10]}/messages"
+    try:
+        for client in clients:  # the queue exists, every connection is open
+            client.expect(201, "POST", path, body)
+        servers_before = throughput.cpu_seconds(server_pids)
+        store_before = throughput.cpu_seconds(store_pids)
+        for n in range(posts):
+            clients[n % len(clients)].expect(201, "POST", path, body)
+        servers_used = throughput.cpu_seconds(server_pids) - servers_before
+        store_used = throughput.cpu_seconds(store_pids) - store_before
+    finally:
+        for client in clients:
+            client.close()
+    return {"server_cpu_ms": round(1000 * servers_used / posts, 4),
+            "store_cpu_ms": round(1000 * store_used / posts, 4), "posts": posts}
+
+
 def summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {"median_ms": round(1000 * statistics.median(ordered), 1),
@@ -139,27 +175,34 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def run_layout(driver: str, layout: str, sections: backlog.Sections, workdir: Path,
-               hook: push.Receiver, args: argparse.Namespace) -> dict[str, Any]:
-    with servers(driver, layout, sections, workdir, args.scan_interval) as ports:
+               hook: push.Receiver, store_pids: list[int], tree: Path | None,
+               args: argparse.Namespace) -> dict[str, Any]:
+    with servers(driver, layout, sections, workdir, args.scan_interval, tree) as started:
+        ports = [server.port for server in started]
+        pids = [pid for server in started
+                for pid in throughput.server_pids(server.proc.pid)]
         consumer, producer = ports[0], ports[-1]
-        queue = f"wake-{layout}"
+        queue = f"wake-{layout}-{uuid.uuid4().hex[:8]}"
         client = backlog.Client(consumer)
         client.expect(201, "PUT", f"/v2/queues/{queue}", b"{}")
         client.close()
         long_poll = [long_poll_trial(consumer, producer, queue)
                      for _ in range(args.trials)]
         pushed = [push_trial(consumer, producer, hook) for _ in range(args.push_trials)]
-    return {"long_poll": summary(long_poll), "push": summary(pushed)}
+        cost = post_cost(ports, pids, store_pids, args.cost_posts)
+    return {"long_poll": summary(long_poll), "push": summary(pushed), "post_cost": cost}
 
 
 def print_table(driver: str, results: dict[str, dict[str, Any]]) -> None:
-    print(f"\n{driver}: wake-up after a post (ms)")
-    print("layout | long-poll median | p99 | max | push median | p99 | max")
+    print(f"\n{driver}: wake-up after a post (ms), and CPU per post (ms)")
+    print("layout | long-poll median | p99 | max | push median | p99 | max "
+          "| server CPU | store CPU")
     for layout, result in results.items():
-        lp, pu = result["long_poll"], result["push"]
-        print(f"{layout:6} | {lp['median_ms']:16.1f} | {lp['p99_ms']:7.1f} | "
+        lp, pu, cost = result["long_poll"], result["push"], result["post_cost"]
+        print(f"{layout:10} | {lp['median_ms']:16.1f} | {lp['p99_ms']:7.1f} | "
               f"{lp['max_ms']:7.1f} | {pu['median_ms']:11.1f} | {pu['p99_ms']:7.1f} | "
-              f"{pu['max_ms']:7.1f}")
+              f"{pu['max_ms']:7.1f} | {cost['server_cpu_ms']:10.3f} | "
+              f"{cost['store_cpu_ms']:9.3f}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -170,6 +213,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--push-trials", type=int, default=10)
     parser.add_argument("--scan-interval", type=float, default=5.0,
                         help="push_scan_interval of the servers (the default's)")
+    parser.add_argument("--cost-posts", type=int, default=3000,
+                        help="posts over which the CPU per post is measured")
+    parser.add_argument("--tree", type=Path, action="append",
+                        help="a delayq source tree to serve from; repeatable: every layout "
+                             "is measured once per tree (layout@1 is the first tree's)")
     parser.add_argument("--output", type=Path)
     return parser.parse_args(argv)
 
@@ -182,17 +230,22 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="delayq-wakeups-") as tmp:
         workdir = Path(tmp)
         sections = backend.sections(workdir)
-        with backend.service(sections, workdir), push.Receiver() as hook:
+        trees: list[Path | None] = [tree.resolve() for tree in args.tree or []] or [None]
+        with backend.service(sections, workdir) as service, push.Receiver() as hook:
+            store_pids = throughput.store_pids(service)
             for layout in layouts:
-                print(f"  {args.driver} {layout}: {args.trials} long-poll and "
-                      f"{args.push_trials} push trials", flush=True)
-                results[layout] = run_layout(args.driver, layout, sections, workdir, hook,
-                                             args)
+                for number, tree in enumerate(trees, 1):
+                    label = layout if tree is None else f"{layout}@{number}"
+                    print(f"  {args.driver} {label}: {args.trials} long-poll and "
+                          f"{args.push_trials} push trials", flush=True)
+                    results[label] = run_layout(args.driver, layout, sections, workdir,
+                                                hook, store_pids, tree, args)
     print_table(args.driver, results)
     output = args.output or RESULTS / f"wakeups-{args.driver}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({"driver": args.driver, "trials": args.trials,
                                   "push_trials": args.push_trials,
+                                  "trees": [str(tree) for tree in args.tree or []],
                                   "machine": backlog.machine(), "layouts": results},
                                  indent=2))
     print(f"results: {output}")
