@@ -48,6 +48,7 @@ from delayq.storage.redis.messages import Messages
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.queues import Queues
 from delayq.storage.redis.scripts import READ_REAP_BUDGET, Scripts
+from delayq.storage.redis.signals import Signals
 from delayq.storage.redis.subscriptions import Subscriptions
 from delayq.storage.redis.trail import Trail
 
@@ -89,6 +90,7 @@ class Driver(base.Driver):
         self.claims = Claims(self.context)
         self.subscriptions = Subscriptions(self.context)
         self.trail = Trail(self.connection, self.key_names, clock)
+        self.signals = Signals(self.connection, self.key_names)
         if not _on_a_loop():
             self._connect_at_start()
 
