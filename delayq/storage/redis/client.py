@@ -158,6 +158,33 @@ def connect_async(uri: str, clustered: bool, *, socket_timeout: float,
         max_connections=max_connections, ssl=tls, **options)
 
 
+def listener(uri: str, options: Options, node: tuple[str, int] | None = None
+             ) -> redis.asyncio.Redis:
+    """An asyncio client for pub/sub connections to the server of *uri*, or to *node*
+    (host, port) of its cluster. It sends nothing again after a broken connection, so
+    the connection's end reaches the listener, whose caller listens again and makes up
+    for the signals lost meanwhile (``signals.py``)."""
+    tls, username, password, nodes, db = parse_uri(uri)
+    host, port = nodes[0] if node is None else node
+    return redis.asyncio.Redis(
+        host=host, port=port, db=db if node is None else 0, username=username,
+        password=password, ssl=tls, protocol=2, socket_timeout=options["socket_timeout"],
+        socket_connect_timeout=options["connect_timeout"],
+        retry=redis.asyncio.retry.Retry(BACKOFF, 0))
+
+
+async def detect_cluster(uri: str, options: Options) -> bool:
+    """Whether *uri* names a cluster: several seeds, or one that says it is."""
+    *_, nodes, _db = parse_uri(uri)
+    if len(nodes) > 1:
+        return True
+    probe = listener(uri, options)
+    try:
+        return bool((await probe.info("cluster")).get("cluster_enabled") == 1)
+    finally:
+        await probe.aclose()
+
+
 def fast_path(uri: str, *, socket_timeout: float, connect_timeout: float,
               max_connections: int) -> FastPath:
     """The fast path of script calls awaited on a loop, for one server at *uri*."""

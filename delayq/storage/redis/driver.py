@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 import redis
+import redis.asyncio.cluster
 from oslo_config import cfg
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -47,6 +48,7 @@ from delayq.storage.redis.messages import Messages
 from delayq.storage.redis.options import GROUP
 from delayq.storage.redis.queues import Queues
 from delayq.storage.redis.scripts import READ_REAP_BUDGET, Scripts
+from delayq.storage.redis.signals import Signals
 from delayq.storage.redis.subscriptions import Subscriptions
 from delayq.storage.redis.trail import Trail
 
@@ -77,7 +79,7 @@ class Driver(base.Driver):
                                      connect_timeout=connect_timeout,
                                      max_connections=max_connections)
         self._scripts = Scripts(Calls(self.connection), events_settings.retention,
-                                self.endings)
+                                self.endings, signals=self.key_names.signals())
         # ARGV[1] of every script: without a clock "" (what str() returns, with no Python
         # call), so the script reads the server's clock.
         self._now_arg: Callable[[], str] = str if clock is None else _in_micros(clock)
@@ -88,6 +90,7 @@ class Driver(base.Driver):
         self.claims = Claims(self.context)
         self.subscriptions = Subscriptions(self.context)
         self.trail = Trail(self.connection, self.key_names, clock)
+        self.signals = Signals(self.connection, self.key_names)
         if not _on_a_loop():
             self._connect_at_start()
 
@@ -113,7 +116,9 @@ class Driver(base.Driver):
             loop.close()
 
     async def _prepare(self, client: AsyncClient) -> None:
-        """Before the first call: the scripts loaded, the persistence settings checked."""
+        """Before the first call: the scripts loaded (signalling by shard on a
+        cluster), the persistence settings checked."""
+        self._scripts.shard_signals(isinstance(client, redis.asyncio.cluster.RedisCluster))
         await self._scripts.load(client)
         await persistence.check(client)
 

@@ -17,6 +17,18 @@ scripts store:
   prefix (``lua/subscribed.lua`` lists them). No percent-encoded project makes its hash
   tag, so it shares no key name with a project's.
 
+The signals (``signals.py``) are pub/sub channels, named like keys:
+
+- ``NS:signals`` — every process's channel (classic pub/sub, ``KeyNames.signals``): on
+  one server every signal, on a cluster ``SUBSCRIPTIONS`` only (rare; Redis sends a
+  classic message to every node).
+- ``NS:{PROJECT/QUEUE}:n`` — a queue's shard channel on a cluster (``KeyNames.
+  signal_channel``): its ``MESSAGES`` signals, by sharded pub/sub, in the queue's slot,
+  heard by the processes that follow the queue.
+
+A signal's payload is its change (``m`` or ``s``) then ``PROJECT/QUEUE`` as the
+subscribed-queues index names a queue (``signal``).
+
 ``PROJECT`` is percent-encoded (``project_part``), so no ``/``, ``{`` or ``}`` of its
 own is mistaken for the key's structure. A message id is the queue's nonce (minted when
 the queue is made, ``new_nonce``), the message's sequence name and its token (random,
@@ -39,6 +51,7 @@ import msgpack
 
 from delayq import jsontext
 from delayq.message import Message
+from delayq.storage.base.signals import Change, Signal
 from delayq.subscription import Subscription
 
 US = 1_000_000
@@ -115,6 +128,14 @@ class KeyNames:
         project, _, queue = entry.partition("/")
         return unquote(project), queue
 
+    def signals(self) -> str:
+        """The channel every process listens to."""
+        return f"{self.namespace}:signals"
+
+    def signal_channel(self, project: str, name: str) -> str:
+        """A queue's shard channel on a cluster: in the queue's slot."""
+        return self.queue(project, name)[:-1] + "n"
+
     def trail_pattern(self, project: str | None) -> str:
         """A SCAN pattern of the trails of *project*'s queues (every project's: None)."""
         scope = project_part(project) if project is not None else "*"
@@ -131,6 +152,19 @@ class KeyNames:
 def project_part(project: str) -> str:
     """A project id as it appears in keys: percent-encoded."""
     return quote(project, safe="")
+
+
+CHANGES = {change.value.encode(): change for change in Change}
+
+
+def signal(payload: bytes) -> Signal | None:
+    """The signal a channel message carries (``lua/common.lua``, ``signal``); None for
+    a payload of no known change."""
+    change = CHANGES.get(payload[:1])
+    if change is None:
+        return None
+    project, queue = KeyNames.subscribed_owner(payload[1:].decode())
+    return Signal(change, project, queue)
 
 
 @functools.lru_cache(maxsize=4096)  # a producer posts with the same Client-ID again

@@ -2,7 +2,8 @@
 
 Each ``lua/NAME.lua`` runs with ``lua/common.lua`` in front of it, so helpers are
 written once; in front of both, the event-trail retention the driver was configured with
-(``EVENTS_RETENTION_MS``, 0 when the trail is off) and the ``ENDED`` tally. The
+(``EVENTS_RETENTION_MS``, 0 when the trail is off), the signals' channel and whether
+they go by shard (``signal_settings``) and the ``ENDED`` tally. The
 script body runs as a function so that its reply can follow the tally (``wrapped``).
 Redis runs a script atomically: every state transition of the driver is one script call,
 whatever the number of clients and processes.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from delayq.retry import Backoff
+from delayq.storage.base.signals import Change
 from delayq.storage.redis.calls import Calls
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -76,6 +78,22 @@ def backoff_args(backoff: Backoff | None) -> tuple[str, str]:
 KEY_TAKEN = b"key-taken"
 
 
+def lua_string(text: str) -> str:
+    """*text* as a Lua string literal."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
+    return f"'{escaped}'"
+
+
+def signal_settings(channel: str, sharded: bool) -> str:
+    """What ``signal`` (common.lua) needs: the channel of every process, whether a
+    queue's ``MESSAGES`` go to its shard channel instead (a cluster), and the payload's
+    letter of each change."""
+    return (f"local SIGNALS = {lua_string(channel)}\n"
+            f"local SIGNALS_SHARDED = {'true' if sharded else 'false'}\n"
+            f"local SIGNAL_MESSAGES = {lua_string(Change.MESSAGES.value)}\n"
+            f"local SIGNAL_SUBSCRIPTIONS = {lua_string(Change.SUBSCRIPTIONS.value)}\n")
+
+
 def wrapped(common: str, body: str) -> str:
     """*body* run as a function after *common*; its reply goes last, behind the number
     of messages the call ended and the ENDED counts.
@@ -98,12 +116,20 @@ class CountedScript:
 
     def __init__(self, source: str, report: Callable[[Iterable[str]], None],
                  calls: Calls) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
+        self.source = self.sha = ""
+        self.use(source)
         self.report = report
         self.calls = calls
 
+    def use(self, source: str) -> None:
+        """Call *source* from now on."""
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
     async def call(self, keys: list[Any], args: list[Any]) -> Any:
+        if self.calls.connection.clustered is None:
+            # Connecting settles the source (``Scripts.shard_signals``): read it after.
+            await self.calls.connection.clients()
         return self.counted(await self.calls.script(self.sha, self.source, keys, args))
 
     def counted(self, reply: list) -> Any:
@@ -122,6 +148,8 @@ class Scripts:
 
     *report* hears of every message a call ended (deleted, popped, dead_lettered,
     expired), once the script has run: a Redis script either runs whole or not at all.
+    The scripts signal on *signals* (``KeyNames.signals``), and on a cluster by shard
+    once ``shard_signals`` says so.
     """
 
     post: CountedScript
@@ -157,20 +185,35 @@ class Scripts:
     catalogue_unlist: CountedScript
 
     def __init__(self, calls: Calls, events_retention: int,
-                 report: Callable[[Iterable[str]], None] = lambda kinds: None) -> None:
-        common = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
-                  f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
-                  f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
-                  f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
-                  f"local QUEUE_MISSING = '{QUEUE_MISSING.decode()}'\n"
-                  + ENDED_TABLE + (LUA_DIR / "common.lua").read_text())
+                 report: Callable[[Iterable[str]], None] = lambda kinds: None, *,
+                 signals: str = "dq:signals") -> None:
+        self._settings = (f"local EVENTS_RETENTION_MS = {int(events_retention) * 1000}\n"
+                          f"local METADATA_CHANGED = '{METADATA_CHANGED.decode()}'\n"
+                          f"local QUOTA_EXCEEDED = '{QUOTA_EXCEEDED.decode()}'\n"
+                          f"local KEY_TAKEN = '{KEY_TAKEN.decode()}'\n"
+                          f"local QUEUE_MISSING = '{QUEUE_MISSING.decode()}'\n")
+        self._common = ENDED_TABLE + (LUA_DIR / "common.lua").read_text()
+        self._signals = signals
+        self.sharded = False
         self.calls = calls
-        self._all: list[CountedScript] = []
+        self._all: list[CountedScript] = []  # in the order of NAMES
         for name in NAMES:
-            body = (LUA_DIR / f"{name}.lua").read_text()
-            script = CountedScript(wrapped(common, body), report, calls)
+            script = CountedScript(self._source(name), report, calls)
             setattr(self, name, script)
             self._all.append(script)
+
+    def _source(self, name: str) -> str:
+        common = (self._settings + signal_settings(self._signals, self.sharded)
+                  + self._common)
+        return wrapped(common, (LUA_DIR / f"{name}.lua").read_text())
+
+    def shard_signals(self, sharded: bool) -> None:
+        """Signal ``MESSAGES`` by shard (on a cluster: *sharded*) or not; before any
+        call, since the source, hence the hash, of every script changes."""
+        if sharded != self.sharded:
+            self.sharded = sharded
+            for name, script in zip(NAMES, self._all, strict=True):
+                script.use(self._source(name))
 
     async def load(self, client: Any) -> None:
         """Load every script now (on every primary of a cluster), not at first call."""

@@ -39,6 +39,7 @@ local more = walk_claimable(P, now, limit, budget, function(seq, m)
     if T ~= nil then
       ensure_queue(T, ARGV[8])
       admit(T, moved, now)
+      signal(T, SIGNAL_MESSAGES)
     else
       redis.call('HSET', P .. 'o', nonce .. seq, cmsgpack.pack({target, encode(moved)}))
     end

@@ -28,6 +28,8 @@
 --                      subscribed-queues index applies a queue's changes in this order)
 --   P..'k'       HASH  idempotency key -> digest,id,id,... of the post that stored it
 --   P..'ke'      ZSET  idempotency key -> when it is no longer kept
+-- and a pub/sub channel named like them (signal(); layout.py documents the channels):
+--   P..'n'       the queue's shard channel on a cluster, for its MESSAGES signals
 -- A message is in exactly one of r, d, c (so their sizes add up to the messages the
 -- queue holds: live ones, delayed and claimed included, and expired ones not reaped
 -- yet). One that a claim made due after the claim's end is in 'wc' too, and its score
@@ -43,7 +45,8 @@
 -- (nonce .. seq, nonce .. 'c' .. number in decimal) and records without a token.
 --
 -- scripts.py puts `local EVENTS_RETENTION_MS = n` in front of this text (0: no trail),
--- and ENDED, the messages this call ended by kind (counted by trail(), trail on or off),
+-- the signals' settings (SIGNALS, SIGNALS_SHARDED, SIGNAL_MESSAGES, SIGNAL_SUBSCRIPTIONS:
+-- scripts.signal_settings), and ENDED, the messages this call ended by kind (counted by trail(), trail on or off),
 -- which it returns to the driver in front of the script's own reply.
 
 local US = 1000000
@@ -720,4 +723,31 @@ local function keep_key(P, key, value, until_, now, budget)
   end
   redis.call('HSET', P .. 'k', key, value)
   redis.call('ZADD', P .. 'ke', until_, key)
+end
+
+-- Signals (delayq/storage/base/signals.py): a write tells every API process that queue
+-- P changed, in the script that writes, so no write goes unsignalled while Redis keeps
+-- it. *change* is SIGNAL_MESSAGES (messages may be claimable: post, release, hand-back,
+-- redrive, dead-letter move in) or SIGNAL_SUBSCRIPTIONS. The payload is the change then
+-- the queue's hash tag, PROJECT/QUEUE (layout.signal). On a cluster MESSAGES go to the
+-- queue's shard channel, in the script's slot, heard only by the processes following
+-- the queue; everything else goes to SIGNALS, which a cluster sends to every node.
+-- A script signals a queue's change once, however many of its messages it touched.
+local signalled = {}
+
+local function signal(P, change)
+  local channel = SIGNALS
+  if SIGNALS_SHARDED and change == SIGNAL_MESSAGES then
+    channel = P .. 'n'
+  end
+  if signalled[P .. change] then
+    return
+  end
+  signalled[P .. change] = true
+  local payload = change .. string.match(P, '{([^{}]*)}:$')
+  if channel == SIGNALS then
+    redis.call('PUBLISH', channel, payload)
+  else
+    redis.call('SPUBLISH', channel, payload)
+  end
 end

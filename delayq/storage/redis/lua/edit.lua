@@ -22,6 +22,7 @@ if ARGV[4] ~= '' then
   m.due = now + delay_us(tonumber(ARGV[4]))
   m.claim, m.claim_expires = 0, 0
   index_unclaimed(P, seq, m, now)
+  signal(P, SIGNAL_MESSAGES)
 end
 store(P, seq, m)
 trail(P, 'edited', now, {'m', message_id(nonce, seq, m), 'd', int(m.due), 'c', m.count})

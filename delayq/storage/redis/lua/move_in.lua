@@ -11,6 +11,7 @@ if not redis.call('ZSCORE', P .. 'mv', ARGV[2]) then
   -- The markers outlive a deleted queue, and then go by themselves.
   redis.call('EXPIRE', P .. 'mv', tonumber(ARGV[5]))
   received = 1
+  signal(P, SIGNAL_MESSAGES)
 end
 reap(P, now, 2, tonumber(ARGV[5]))
 return {received, redis.call('HGET', P .. 's', 'listed') and 1 or 0}

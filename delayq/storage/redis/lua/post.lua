@@ -68,5 +68,8 @@ if key ~= '' then
            now, tonumber(ARGV[3]))
 end
 reap(P, now, tonumber(ARGV[3]))
+if count > 0 then
+  signal(P, SIGNAL_MESSAGES)
+end
 reply[2] = redis.call('HGET', P .. 's', 'listed') and 1 or 0
 return reply

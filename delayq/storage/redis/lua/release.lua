@@ -21,6 +21,7 @@ for _, item in ipairs(holdings(P, num, claim, now)) do
   end
   store(P, seq, m)
   index_unclaimed(P, seq, m, now)
+  signal(P, SIGNAL_MESSAGES)
 end
 redis.call('HDEL', P .. 'cl', num)
 redis.call('ZREM', P .. 'ce', num)

@@ -19,5 +19,6 @@ m.claim, m.claim_expires = 0, 0
 m.due = now + delay_us(tonumber(ARGV[4]))
 store(P, seq, m)
 index_unclaimed(P, seq, m, now)
+signal(P, SIGNAL_MESSAGES)
 trail(P, 'released', now, {'m', message_id(nonce, seq, m), 'd', int(m.due), 'c', m.count})
 return {0, nonce, now, seq, wire_record(P, m)}

@@ -16,4 +16,5 @@ redis.call('ZADD', P .. 'ui', 0, id)
 redis.call('ZADD', P .. 'ux', expires, id)
 redis.call('HSET', P .. 'us', subscriber, id)
 local changed = subscriptions_changed(P, now)
+signal(P, SIGNAL_SUBSCRIPTIONS)
 return {1, changed[1], changed[2]}

@@ -15,4 +15,5 @@ elseif redis.call('ZSCORE', P .. 'ui', id) then
 else
   return {0, 0}
 end
+signal(P, SIGNAL_SUBSCRIPTIONS)
 return subscriptions_changed(P, now)

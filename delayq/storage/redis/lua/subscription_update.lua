@@ -30,4 +30,5 @@ if ARGV[5] ~= '' then
 end
 redis.call('HSET', P .. 'u', id, cmsgpack.pack(record))
 local changed = subscriptions_changed(P, now)
+signal(P, SIGNAL_SUBSCRIPTIONS)
 return {0, changed[1], changed[2]}
