@@ -3,8 +3,8 @@ have them: one listens, the other writes.
 
 Each write that may make messages claimable signals ``MESSAGES`` for the queue the
 messages land in, each subscription change ``SUBSCRIPTIONS``, and a write that changes
-nothing signals nothing; on a cluster a process hears the ``MESSAGES`` of the queues it
-follows only, on their slots' nodes, even after a slot moves. A killed pub/sub
+nothing signals nothing; a process hears the ``MESSAGES`` of the queues it follows only
+(on a cluster on their slots' nodes, even after a slot moves). A killed pub/sub
 connection ends ``listen``, and listening again works.
 """
 
@@ -91,8 +91,9 @@ class Pair:
         return self.task
 
     async def subscribed(self, *queues: str, shared: bool = True) -> None:
-        """Once the listener subscribes to the shared channel (*shared*) and to the shard
-        channels of *queues* (on a cluster), as Redis counts subscribers."""
+        """Once the listener subscribes to the shared channel (*shared*) and to the
+        channels of *queues* (shard channels on a cluster), as Redis counts
+        subscribers."""
         key_names = self.listener.key_names
         wanted = [key_names.signal_channel(PROJECT, queue) for queue in queues]
         clients = nodes(self.uri)
@@ -103,11 +104,9 @@ class Pair:
                           for client in clients]
                 ready = not shared or sum(c.get(key_names.signals().encode(), 0)
                                           for c in counts) >= 1
-                if cluster:
-                    for channel in wanted:
-                        ready = ready and sum(
-                            dict(client.pubsub_shardnumsub(channel))[channel.encode()]
-                            for client in clients) >= 1
+                for channel in wanted:
+                    ready = ready and sum(subscribers(client, channel, cluster)
+                                          for client in clients) >= 1
                 if ready:
                     return
                 await asyncio.sleep(0.01)
@@ -119,6 +118,13 @@ class Pair:
                 await self.task
         await self.listener.close()
         await self.writer.close()
+
+
+def subscribers(client: redis.Redis, channel: str, cluster: bool) -> int:
+    """How many connections to *client*'s node subscribe to the queue channel *channel*
+    (sharded on a *cluster*)."""
+    counts = client.pubsub_shardnumsub(channel) if cluster else client.pubsub_numsub(channel)
+    return dict(counts)[channel.encode()]
 
 
 @contextlib.asynccontextmanager
@@ -271,7 +277,7 @@ def test_a_write_that_frees_nothing_signals_nothing():
     signal heard."""
     async def scenario() -> None:
         uri = SERVERS.single().uri
-        async with pair(uri) as both:
+        async with pair(uri, "q", "d", "marker") as both:
             writer = both.writer
             [message_id] = await post(writer, "q")
             await both.heard.wait_for(messages("q"))
@@ -298,7 +304,7 @@ def test_a_write_that_frees_nothing_signals_nothing():
 
 def test_a_post_of_several_messages_signals_once():
     async def scenario() -> None:
-        async with pair(SERVERS.single().uri) as both:
+        async with pair(SERVERS.single().uri, "q", "marker") as both:
             await post(both.writer, "q", 50)
             await post(both.writer, "marker")
             await both.heard.wait_for(messages("marker"))
@@ -326,10 +332,11 @@ def same_node_queues(uri: str, count: int) -> list[str]:
     raise AssertionError("no node holds enough queues")
 
 
-def test_on_a_cluster_only_followed_queues_signals_arrive():
+def test_only_followed_queues_signals_arrive(uri):
     async def scenario() -> None:
-        uri = SERVERS.cluster_uri()
-        followed, unfollowed, marker = same_node_queues(uri, 3)
+        cluster = uri != SERVERS.single().uri
+        followed, unfollowed, marker = (same_node_queues(uri, 3) if cluster
+                                        else ["followed", "unfollowed", "marker"])
         async with pair(uri, followed, marker) as both:
             await post(both.writer, unfollowed)
             await post(both.writer, followed)
@@ -337,12 +344,11 @@ def test_on_a_cluster_only_followed_queues_signals_arrive():
             await both.heard.wait_for(messages(marker))
             assert both.heard.signals == [messages(followed), messages(marker)]
 
-            # Unfollowed, its shard channel has no subscriber left.
+            # Unfollowed, its channel has no subscriber left.
             both.listener.signals.unfollow(PROJECT, followed)
             channel = both.listener.key_names.signal_channel(PROJECT, followed)
             async with asyncio.timeout(WAIT):
-                while sum(dict(client.pubsub_shardnumsub(channel))[channel.encode()]
-                          for client in nodes(uri)):
+                while sum(subscribers(client, channel, cluster) for client in nodes(uri)):
                     await asyncio.sleep(0.01)
             both.heard.signals.clear()
             await post(both.writer, followed)
@@ -353,9 +359,8 @@ def test_on_a_cluster_only_followed_queues_signals_arrive():
     run(scenario())
 
 
-def test_a_queue_followed_while_listening_is_heard():
+def test_a_queue_followed_while_listening_is_heard(uri):
     async def scenario() -> None:
-        uri = SERVERS.cluster_uri()
         async with pair(uri) as both:
             both.listener.signals.follow(PROJECT, "late")
             await both.subscribed("late")

@@ -44,11 +44,12 @@ def store_config(store: str, tmp_path: Path) -> dict[str, dict[str, object]]:
 @pytest.fixture(params=STORES)
 def two_servers(request, tmp_path) -> Iterator[Callable[..., tuple[RunningServer, ...]]]:
     """Start two one-worker servers on one store: ``two_servers(push=(a, b))``."""
+    store = store_config(request.param, tmp_path)
     with ExitStack() as stack:
         def start(push: tuple[bool, bool] = (True, True)) -> tuple[RunningServer, ...]:
             servers = []
             for n, pushes in enumerate(push):
-                config = {**store_config(request.param, tmp_path),
+                config = {**store,
                           "drivers:transport:wsgi": {"workers": 1,
                                                      "claim_wait_poll_interval": POLL},
                           "notification": {"push": pushes, "push_scan_interval": 3600,

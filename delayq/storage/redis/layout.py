@@ -19,12 +19,11 @@ scripts store:
 
 The signals (``signals.py``) are pub/sub channels, named like keys:
 
-- ``NS:signals`` — every process's channel (classic pub/sub, ``KeyNames.signals``): on
-  one server every signal, on a cluster ``SUBSCRIPTIONS`` only (rare; Redis sends a
-  classic message to every node).
-- ``NS:{PROJECT/QUEUE}:n`` — a queue's shard channel on a cluster (``KeyNames.
-  signal_channel``): its ``MESSAGES`` signals, by sharded pub/sub, in the queue's slot,
-  heard by the processes that follow the queue.
+- ``NS:signals`` — every process's channel (classic pub/sub, ``KeyNames.signals``):
+  ``SUBSCRIPTIONS`` (rare; on a cluster Redis sends a classic message to every node).
+- ``NS:{PROJECT/QUEUE}:n`` — a queue's channel (``KeyNames.signal_channel``): its
+  ``MESSAGES`` signals, heard by the processes that follow the queue; classic pub/sub on
+  one server, sharded pub/sub in the queue's slot on a cluster.
 
 A signal's payload is its change (``m`` or ``s``) then ``PROJECT/QUEUE`` as the
 subscribed-queues index names a queue (``signal``).
@@ -133,7 +132,7 @@ class KeyNames:
         return f"{self.namespace}:signals"
 
     def signal_channel(self, project: str, name: str) -> str:
-        """A queue's shard channel on a cluster: in the queue's slot."""
+        """A queue's channel (on a cluster, its shard channel, in the queue's slot)."""
         return self.queue(project, name)[:-1] + "n"
 
     def trail_pattern(self, project: str | None) -> str:

@@ -86,7 +86,7 @@ def lua_string(text: str) -> str:
 
 def signal_settings(channel: str, sharded: bool) -> str:
     """What ``signal`` (common.lua) needs: the channel of every process, whether a
-    queue's ``MESSAGES`` go to its shard channel instead (a cluster), and the payload's
+    queue's ``MESSAGES`` go to its channel by shard (a cluster), and the payload's
     letter of each change."""
     return (f"local SIGNALS = {lua_string(channel)}\n"
             f"local SIGNALS_SHARDED = {'true' if sharded else 'false'}\n"

@@ -1,14 +1,14 @@
 """The Redis driver's signals: pub/sub messages that its scripts publish as they write
 (``lua/common.lua``, ``signal``), so a signal goes out with its write or not at all.
 
-On one server every signal goes to one channel (``KeyNames.signals``), to which each
-process subscribes once. On a cluster a queue's ``MESSAGES`` go to its shard channel
-(``KeyNames.signal_channel``) by sharded pub/sub: published in the queue's slot and sent
-by that slot's node alone, so a post costs the cluster bus nothing. A process subscribes
-to the shard channels of the queues it follows (``followed``), each on the node owning
-the queue's slot, and again on the new owner when a slot moves (the old one then ends
-the subscription with a ``sunsubscribe``). ``SUBSCRIPTIONS`` (rare) go to the shared
-channel, which a cluster sends to every node.
+A queue's ``MESSAGES`` go to its own channel (``KeyNames.signal_channel``), to which the
+processes that follow the queue (``followed``) subscribe: a post to a queue nobody waits
+on or pushes costs Redis one lookup and wakes no process. On a cluster the channel is a
+shard channel, published in the queue's slot and sent by that slot's node alone, so a
+post costs the cluster bus nothing; a process subscribes to it on the node owning the
+slot, and again on the new owner when the slot moves (the old one then ends the
+subscription with a ``sunsubscribe``). ``SUBSCRIPTIONS`` (rare) go to the shared channel
+(``KeyNames.signals``), which every process hears (a cluster sends it to every node).
 
 A listener's connections are its own and never send anything again: a dropped one ends
 ``listen``, whose caller (``delayq.api.wakeups``) listens again and wakes every followed
@@ -93,10 +93,11 @@ class _Listening:
     """One run of ``listen``: a connection to each node it subscribes on, each read by
     a task of its own.
 
-    The shared channel goes on one node (a cluster sends its messages to all); on a
-    cluster (*cluster*, the loop's client, which knows the slots) the followed queues'
-    shard channels go on their slots' nodes, subscribed and unsubscribed as the
-    queues followed change (``_place``, run by ``run`` whenever woken).
+    The shared channel goes on one node (a cluster sends its messages to all). The
+    followed queues' channels are subscribed and unsubscribed as the queues followed
+    change (``_place``, run by ``run`` whenever woken): on one server beside the shared
+    channel, on a cluster (*cluster*, the loop's client, which knows the slots) as shard
+    channels on their slots' nodes.
     """
 
     def __init__(self, signals: Signals, receive: Receive,
@@ -128,7 +129,9 @@ class _Listening:
             self._wake.clear()
             if self._failure is not None:
                 raise self._failure
-            if self.cluster is not None:
+            if self.cluster is None:
+                await self._place_on_server()
+            else:
                 await self._place(self.cluster)
 
     async def _node(self, node: tuple[str, int] | None) -> PubSub:
@@ -149,6 +152,23 @@ class _Listening:
             self._read(name, pubsub), name=f"delayq-signals-{name or 'redis'}")
         self._nodes[name] = (client, pubsub, reader)
         return pubsub
+
+    async def _place_on_server(self) -> None:
+        """Subscribe to the channel of each queue followed now, and unsubscribe from
+        the others, on the one server."""
+        key_names = self.signals.key_names
+        wanted = {key_names.signal_channel(project, queue)
+                  for project, queue in self.signals.following()}
+        pubsub = await self._node(None)
+        gone = [channel for channel in self._placed if channel not in wanted]
+        new = [channel for channel in wanted if channel not in self._placed]
+        for channel in gone:
+            del self._placed[channel]
+        if gone:
+            await pubsub.unsubscribe(*gone)
+        if new:
+            await pubsub.subscribe(*new)
+            self._placed.update(dict.fromkeys(new, _name(None)))
 
     async def _place(self, cluster: redis.asyncio.cluster.RedisCluster) -> None:
         """Subscribe to the shard channel of each queue followed now, on the node owning

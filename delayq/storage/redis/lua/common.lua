@@ -729,25 +729,25 @@ end
 -- P changed, in the script that writes, so no write goes unsignalled while Redis keeps
 -- it. *change* is SIGNAL_MESSAGES (messages may be claimable: post, release, hand-back,
 -- redrive, dead-letter move in) or SIGNAL_SUBSCRIPTIONS. The payload is the change then
--- the queue's hash tag, PROJECT/QUEUE (layout.signal). On a cluster MESSAGES go to the
--- queue's shard channel, in the script's slot, heard only by the processes following
--- the queue; everything else goes to SIGNALS, which a cluster sends to every node.
+-- the queue's hash tag, PROJECT/QUEUE (layout.signal). MESSAGES go to the queue's own
+-- channel, heard only by the processes following the queue (a post to a queue nobody
+-- waits on is sent to no one); on a cluster by shard, in the script's slot, so the
+-- cluster bus carries nothing. SUBSCRIPTIONS go to SIGNALS, which every process hears
+-- (a cluster sends it to every node).
 -- A script signals a queue's change once, however many of its messages it touched.
 local signalled = {}
 
 local function signal(P, change)
-  local channel = SIGNALS
-  if SIGNALS_SHARDED and change == SIGNAL_MESSAGES then
-    channel = P .. 'n'
-  end
   if signalled[P .. change] then
     return
   end
   signalled[P .. change] = true
   local payload = change .. string.match(P, '{([^{}]*)}:$')
-  if channel == SIGNALS then
-    redis.call('PUBLISH', channel, payload)
+  if change ~= SIGNAL_MESSAGES then
+    redis.call('PUBLISH', SIGNALS, payload)
+  elseif SIGNALS_SHARDED then
+    redis.call('SPUBLISH', P .. 'n', payload)
   else
-    redis.call('SPUBLISH', channel, payload)
+    redis.call('PUBLISH', P .. 'n', payload)
   end
 end
