@@ -178,10 +178,12 @@ wsgi_opts = [
                  help="Long-poll claims (POST .../claims?wait=S): longest time between "
                       "two checks of a queue that has waiting claims, in seconds. Each "
                       "worker process checks each such queue with one cheap backend read, "
-                      "whatever the number of waiters; a message posted through another "
-                      "worker or host is claimed within this time. Posts and releases "
-                      "served by the same worker wake its waiters at once, and a message "
-                      "known to come due sooner is claimed when due."),
+                      "whatever the number of waiters. Posts and releases wake the "
+                      "waiters of every worker and host at once through the store's "
+                      "signals (sqlite, redis, mongodb on a replica set); this interval "
+                      "bounds how late a change is seen where a signal is lost or the "
+                      "store has none (swift, a standalone mongod). A message known to "
+                      "come due sooner is claimed when due."),
     cfg.StrOpt("storage_calls", default="auto", choices=["auto", "inline", "threads"],
                help="How a worker makes the calls of a store whose client library "
                     "blocks (sqlite, mongodb, swift; Redis's calls are always awaited "
@@ -255,10 +257,12 @@ notification_opts = [
                       "pusher that dies mid-push delays its message that much."),
     cfg.FloatOpt("push_scan_interval", default=5.0, min=0.1, max=3600,
                  help="Seconds between two rounds in which a pushing process reads every "
-                      "subscribed queue's next due time. Messages posted through this "
-                      "process, and retries it scheduled, are pushed when due without "
-                      "waiting for a round; a round finds the rest: messages posted "
-                      "through other hosts, claims that expired, new subscriptions."),
+                      "subscribed queue's next due time. Messages posted through any "
+                      "process, subscriptions made through any, and retries this process "
+                      "scheduled, are pushed when due without waiting for a round (on a "
+                      "store that signals; on swift or a standalone mongod, only what "
+                      "this process served); a round finds the rest: claims that "
+                      "expired, changes whose signal was lost."),
     cfg.ListOpt("allowed_webhook_networks", default=[],
                 item_type=Network(),
                 help="Networks (CIDR, e.g. 10.20.0.0/16 or fd00::/8; a bare address is one "
