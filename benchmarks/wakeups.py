@@ -18,11 +18,15 @@ hosts behind a load balancer would. Then, through the HTTP API only, ``--trials`
 
 Reported per layout: median, p99 and max of each. Then the cost of a post: the CPU
 seconds of every server process and of the store's (redis-server; SQLite has none of
-its own) over ``--cost-posts`` posts, each to a queue nobody waits on, in turn through
-each server on keep-alive connections, per post. With ``--tree DIR`` (repeatable) every
-layout is measured once per tree, a delayq source tree put first on ``PYTHONPATH`` (a
-checkout of another commit, say): two commits in one run give the cost of what changed
-between them, such as the signals a post sends to the other processes.
+its own) over ``--cost-posts`` posts, in turn through each server on keep-alive
+connections, per post; once to a queue nobody waits on, once to a queue on which long-
+poll claims wait in every worker (three per worker through each server) for messages
+that are not yet due, so that each post costs the wake-ups it causes and no claim.
+
+With ``--tree DIR`` (repeatable) every layout is measured once per tree, a delayq source
+tree put first on ``PYTHONPATH`` (a checkout of another commit, say): two commits in one
+run give the cost of what changed between them, such as the signals a post sends to the
+other processes.
 
 Results are printed and written as JSON to ``benchmarks/results/wakeups-<driver>.json``
 (or ``--output``).
@@ -65,6 +69,8 @@ WAIT = 10  # seconds a consumer waits for a message
 SETTLE = 0.3  # seconds between a consumer's claim and the post: the claim waits by then
 CLAIM_BODY = json.dumps({"ttl": 60, "grace": 60}).encode()
 PUSH_TIMEOUT = 30.0  # seconds a push may take before the trial fails
+COST_DELAY = 600  # seconds: the delay of the messages posted to measure a post's cost
+COST_WAIT = 20  # seconds the claims of that queue wait: the posts end well within it
 
 
 @contextmanager
@@ -144,16 +150,30 @@ def push_trial(subscribe_port: int, post_port: int, hook: push.Receiver) -> floa
     return hook.arrivals[message_id] - sent
 
 
-def post_cost(ports: list[int], server_pids: list[int], store_pids: list[int], posts: int
-              ) -> dict[str, float]:
+def post_cost(ports: list[int], server_pids: list[int], store_pids: list[int], posts: int,
+              waiters: int) -> dict[str, float]:
     """CPU milliseconds per post of the servers and of the store, over *posts* posts
-    sent in turn through each port."""
+    sent in turn through each port, to a queue on which *waiters* long-poll claims wait
+    through each port (0: a queue nobody waits on).
+
+    Waited on, the queue delays every message by ``COST_DELAY``: each post wakes the
+    watchers of the processes that follow the queue, which ask the store when the next
+    message is due and wait again, so the posts cost what a wake-up costs and no claim.
+    """
+    queue = f"cost-{uuid.uuid4().hex[:10]}"
     clients = [backlog.Client(port) for port in ports]
+    metadata = {"_default_message_delay": COST_DELAY} if waiters else {}
+    clients[0].expect(201, "PUT", f"/v2/queues/{queue}", json.dumps(metadata).encode())
+    waiting = [threading.Thread(target=wait_in_vain, args=(port, queue), daemon=True)
+               for port in ports for _ in range(waiters)]
+    for thread in waiting:
+        thread.start()
     body = json.dumps({"messages": [{"body": {"bench": "cost"}, "ttl": 300}]}).encode()
-    path = f"/v2/queues/cost-{uuid.uuid4().hex[:10]}/messages"
+    path = f"/v2/queues/{queue}/messages"
     try:
-        for client in clients:  # the queue exists, every connection is open
+        for client in clients:  # every connection is open
             client.expect(201, "POST", path, body)
+        time.sleep(SETTLE if waiters else 0)
         servers_before = throughput.cpu_seconds(server_pids)
         store_before = throughput.cpu_seconds(store_pids)
         for n in range(posts):
@@ -163,8 +183,22 @@ def post_cost(ports: list[int], server_pids: list[int], store_pids: list[int], p
     finally:
         for client in clients:
             client.close()
+    for thread in waiting:
+        thread.join()
     return {"server_cpu_ms": round(1000 * servers_used / posts, 4),
             "store_cpu_ms": round(1000 * store_used / posts, 4), "posts": posts}
+
+
+def wait_in_vain(port: int, queue: str) -> None:
+    """A long-poll claim of *queue* that finds nothing (its messages are not due)."""
+    client = backlog.Client(port)
+    try:
+        status, document, _ = client.request(
+            "POST", f"/v2/queues/{queue}/claims?limit=1&wait={COST_WAIT}", CLAIM_BODY)
+        if status != 204:
+            raise RuntimeError(f"a claim of {queue} found a message: {status} {document}")
+    finally:
+        client.close()
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -189,20 +223,28 @@ def run_layout(driver: str, layout: str, sections: backlog.Sections, workdir: Pa
         long_poll = [long_poll_trial(consumer, producer, queue)
                      for _ in range(args.trials)]
         pushed = [push_trial(consumer, producer, hook) for _ in range(args.push_trials)]
-        cost = post_cost(ports, pids, store_pids, args.cost_posts)
-    return {"long_poll": summary(long_poll), "push": summary(pushed), "post_cost": cost}
+        # Waiters through every port: the kernel hands each new connection to one of the
+        # server's workers, so several per worker leave few of them without one.
+        waiters = 3 * LAYOUTS[layout][1]
+        cost = post_cost(ports, pids, store_pids, args.cost_posts, 0)
+        watched = post_cost(ports, pids, store_pids, args.cost_posts, waiters)
+    return {"long_poll": summary(long_poll), "push": summary(pushed), "post_cost": cost,
+            "watched_post_cost": watched}
 
 
 def print_table(driver: str, results: dict[str, dict[str, Any]]) -> None:
-    print(f"\n{driver}: wake-up after a post (ms), and CPU per post (ms)")
+    print(f"\n{driver}: wake-up after a post (ms), and CPU per post (ms) to a queue "
+          "nobody waits on and to one waited on in every process")
     print("layout | long-poll median | p99 | max | push median | p99 | max "
-          "| server CPU | store CPU")
+          "| server CPU | store CPU | waited: server | store")
     for layout, result in results.items():
-        lp, pu, cost = result["long_poll"], result["push"], result["post_cost"]
+        lp, pu = result["long_poll"], result["push"]
+        cost, watched = result["post_cost"], result["watched_post_cost"]
         print(f"{layout:10} | {lp['median_ms']:16.1f} | {lp['p99_ms']:7.1f} | "
               f"{lp['max_ms']:7.1f} | {pu['median_ms']:11.1f} | {pu['p99_ms']:7.1f} | "
               f"{pu['max_ms']:7.1f} | {cost['server_cpu_ms']:10.3f} | "
-              f"{cost['store_cpu_ms']:9.3f}")
+              f"{cost['store_cpu_ms']:9.3f} | {watched['server_cpu_ms']:14.3f} | "
+              f"{watched['store_cpu_ms']:5.3f}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
