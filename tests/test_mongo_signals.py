@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,12 +20,14 @@ from datetime import datetime
 from typing import Any
 
 import mongomock
+import pymongo.errors
 import pytest
 from bson import ObjectId
 from falcon import testing
 
 from delayq.conf import WSGI_GROUP
 from delayq.message import NewMessage
+from delayq.offload import Offload
 from delayq.queue import DeadLetterPolicy
 from delayq.storage.base.signals import Change, Signal
 from delayq.storage.mongo import change_events
@@ -243,6 +247,132 @@ def test_without_change_streams_a_waiter_sees_another_process_post_by_polling(ma
     assert resp.status_code == 201, resp.text
     assert [m["body"] for m in resp.json["messages"]] == [{"from": "other"}]
     assert took < 0.3 + 0.2 + 1.0  # its poll interval, with room for a slow machine
+
+
+# The stream's thread, on a stand-in for pymongo's ChangeStream (its documented
+# try_next, resume_token and context manager) over a mongomock database
+
+
+class StandInStream:
+    def __init__(self, events: queue.Queue, wait_ms: int) -> None:
+        self.events = events
+        self.wait = wait_ms / 1000
+        self.resume_token: Any = None
+        self.closed = threading.Event()
+
+    def try_next(self) -> dict[str, Any] | None:
+        try:
+            item = self.events.get(timeout=self.wait)
+        except queue.Empty:
+            return None
+        if isinstance(item, Exception):
+            raise item
+        self.resume_token = item["_id"]
+        return item
+
+    def __enter__(self) -> StandInStream:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.closed.set()
+
+
+class StandInDatabase:
+    """A database whose ``watch`` answers as a replica set's would, or raises *refusal*."""
+
+    def __init__(self, refusal: Exception | None = None) -> None:
+        self.db = MONGO.mock_client()[MONGO.new_database()]
+        self.events: queue.Queue = queue.Queue()
+        self.refusal = refusal
+        self.streams: list[StandInStream] = []
+        self.resumed_after: list[Any] = []
+
+    def __getitem__(self, name: str) -> Any:
+        return self.db[name]
+
+    def watch(self, pipeline: list[dict[str, Any]], *, max_await_time_ms: int,
+              resume_after: Any = None) -> StandInStream:
+        if self.refusal is not None:
+            raise self.refusal
+        self.resumed_after.append(resume_after)
+        self.streams.append(StandInStream(self.events, max_await_time_ms))
+        return self.streams[-1]
+
+
+def stand_in_signals(database: StandInDatabase) -> mongo_signals.Signals:
+    return mongo_signals.Signals(database, Offload())  # type: ignore[arg-type]
+
+
+def test_the_streams_events_arrive_as_signals_and_cancelling_ends_its_thread():
+    database = StandInDatabase()
+    signals = stand_in_signals(database)
+    doc = lay.new_message(PROJECT, "freed", 1, {}, 60, 0, "c", 1_000)
+    database.db[lay.MESSAGES].insert_one(doc)
+    signals.follow(PROJECT, "pushed")
+
+    async def main() -> list[Signal]:
+        received: list[Signal] = []
+        task = asyncio.get_running_loop().create_task(signals.listen(received.append))
+        release = message_update({lay.AVAILABLE: WHEN}, (lay.CLAIM, lay.CLAIM_EXPIRES),
+                                 key={"_id": doc["_id"]})
+        for e in (message_insert(queue="posted"), message_insert(queue="posted"),
+                  release, subscription_delete("f" * 32), CLAIM):
+            database.events.put({**e, "_id": {"_data": uuid.uuid4().hex}})
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if len(set(received)) >= 3:
+                break
+        started = time.monotonic()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert database.streams[0].closed.wait(1.0)
+        assert time.monotonic() - started < mongo_signals.POLL_MS / 1000 + 0.5
+        return received
+
+    received = asyncio.run(main())
+    # (The two posts' signals are one when the loop takes both at once: not guaranteed.)
+    assert set(received) == {
+        Signal(Change.MESSAGES, PROJECT, "posted"),
+        Signal(Change.MESSAGES, PROJECT, "freed"),  # looked up by _id
+        Signal(Change.SUBSCRIPTIONS, PROJECT, "pushed"),  # an unknown id: every followed
+    }
+
+
+def test_after_a_failure_listen_resumes_from_the_last_event():
+    database = StandInDatabase()
+    signals = stand_in_signals(database)
+    seen = {**message_insert(), "_id": {"_data": "token-1"}}
+
+    async def main() -> None:
+        database.events.put(seen)
+        database.events.put(pymongo.errors.OperationFailure("interrupted", code=11601))
+        with pytest.raises(pymongo.errors.OperationFailure):
+            await asyncio.wait_for(signals.listen(lambda signal: None), 2.0)
+        database.events.put(pymongo.errors.OperationFailure("history lost", code=286))
+        with pytest.raises(pymongo.errors.OperationFailure):
+            await asyncio.wait_for(signals.listen(lambda signal: None), 2.0)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(signals.listen(lambda signal: None), 0.2)
+
+    asyncio.run(main())
+    # Resumed after the event seen; after the token was lost, from now.
+    assert database.resumed_after == [None, {"_data": "token-1"}, None]
+
+
+def test_a_standalone_servers_refusal_is_the_fallback(caplog):
+    refusal = pymongo.errors.OperationFailure(
+        "The $changeStream stage is only supported on replica sets", code=40573)
+    signals = stand_in_signals(StandInDatabase(refusal))
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(signals.listen(lambda signal: None), 0.2)
+
+    with caplog.at_level(logging.INFO, logger=mongo_signals.__name__):
+        asyncio.run(main())
+    notes = [r.getMessage() for r in caplog.records if r.name == mongo_signals.__name__]
+    assert len(notes) == 1 and "only supported on replica sets" in notes[0]
 
 
 # On a real replica set: every kind of write through one driver reaches another's listener
