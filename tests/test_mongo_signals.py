@@ -259,6 +259,7 @@ class StandInStream:
         self.wait = wait_ms / 1000
         self.resume_token: Any = None
         self.closed = threading.Event()
+        self.alive = True
 
     def try_next(self) -> dict[str, Any] | None:
         try:
@@ -267,6 +268,8 @@ class StandInStream:
             return None
         if isinstance(item, Exception):
             raise item
+        if item["operationType"] == "invalidate":
+            self.alive = False
         self.resume_token = item["_id"]
         return item
 
@@ -357,6 +360,21 @@ def test_after_a_failure_listen_resumes_from_the_last_event():
     asyncio.run(main())
     # Resumed after the event seen; after the token was lost, from now.
     assert database.resumed_after == [None, {"_data": "token-1"}, None]
+
+
+def test_an_invalidated_stream_ends_listen_and_the_next_starts_anew():
+    database = StandInDatabase()
+    signals = stand_in_signals(database)
+
+    async def main() -> None:
+        database.events.put({**message_insert(), "_id": {"_data": "token-1"}})
+        database.events.put({"_id": {"_data": "token-2"}, "operationType": "invalidate"})
+        await asyncio.wait_for(signals.listen(lambda signal: None), 2.0)  # it returns
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(signals.listen(lambda signal: None), 0.2)
+
+    asyncio.run(main())
+    assert database.resumed_after == [None, None]
 
 
 def test_a_standalone_servers_refusal_is_the_fallback(caplog):

@@ -174,7 +174,9 @@ class Signals(base.Signals):
             raise NoChangeStreams(str(exc) or "not implemented") from exc
         with stream:
             subscriptions = _SubscriptionQueues(self._subscriptions)
-            while not stop.is_set():
+            # Not alive once invalidated (the database dropped): try_next would then
+            # return None at once, forever.
+            while stream.alive and not stop.is_set():
                 event = stream.try_next()
                 self._resume_token = stream.resume_token
                 if event is None:
@@ -182,6 +184,9 @@ class Signals(base.Signals):
                 item = subscriptions.resolve(event, change_events.translate(event))
                 if item is not None:
                     inbox.put(item)
+            if not stream.alive:
+                # An invalidated stream cannot be resumed: the next listen starts anew.
+                self._resume_token = None
 
 
 class _SubscriptionQueues:
