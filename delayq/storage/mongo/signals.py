@@ -14,8 +14,9 @@ process, on delayq's database, whose events are the writes themselves
   look-up ran. Not ``fullDocument: updateLookup``: the server would read the whole
   document (body included) once per event and per listening process, and whether it
   does so only for the events the ``$match`` keeps depends on the server version; here
-  only ``p`` and ``q`` are read, for those events alone. A message gone meanwhile
-  (claimed and deleted) needs no wake-up.
+  only ``p`` and ``q`` are read, for those events alone. The look-up runs in the
+  driver's pool whatever ``storage_calls`` says: nothing here runs on the loop. A
+  message gone meanwhile (claimed and deleted) needs no wake-up.
 - **Subscriptions' updates and deletes** tell only the subscription's ``_id``, and a
   deleted one cannot be looked up. The thread keeps the queue of every subscription id:
   read once when the stream opens (after opening it, so no insert falls between), kept
@@ -266,7 +267,7 @@ class _Lookups:
         while self._pending:
             batch, self._pending = list(self._pending.values()), {}
             try:
-                found = await self._offload(self._queues_of, batch)
+                found = await self._offload.in_thread(self._queues_of, batch)
             except Exception as exc:  # noqa: BLE001 - a lost signal costs a poll interval
                 LOG.debug("Looking up the queues of %d changed messages failed: %s",
                           len(batch), exc)
