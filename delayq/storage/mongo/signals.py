@@ -117,6 +117,7 @@ class Signals(base.Signals):
                             "cluster for wake-ups within milliseconds.", exc)
             finally:
                 stop.set()
+                inbox.close()
                 lookups.close()
         await loop.create_future()  # no change streams: until cancelled, as NoSignals
 
@@ -225,6 +226,11 @@ class _Inbox:
         self._deliver = deliver
         self._lock = threading.Lock()
         self._items: list[Item] = []
+        self._closed = False
+
+    def close(self) -> None:
+        """Deliver nothing more: ``listen`` has ended (on the loop)."""
+        self._closed = True
 
     def put(self, item: Item) -> None:
         with self._lock:
@@ -237,7 +243,8 @@ class _Inbox:
     def _flush(self) -> None:
         with self._lock:
             items, self._items = self._items, []
-        self._deliver(items)
+        if not self._closed:
+            self._deliver(items)
 
 
 class _Lookups:
