@@ -33,8 +33,9 @@ fields, index definitions), ``claimer.py`` (a claim's bulk write and what it won
 ``tallies.py`` (the /metrics gauges' counts), ``event_log.py`` (the event trail),
 ``expiry.py`` (removing expired messages, the reaper's lease), ``indexes.py`` (creating
 the indexes), ``post_keys.py`` (idempotent posts), ``quotas.py`` (the quotas, each
-checked in the transaction of the write it admits) and ``client.py`` (the pymongo
-client, and which failures are a 503).
+checked in the transaction of the write it admits), ``client.py`` (the pymongo
+client, and which failures are a 503), ``signals.py`` (the wake-ups of other processes,
+from a change stream) and ``change_events.py`` (which change events are signals).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from delayq.storage.mongo.database import Database
 from delayq.storage.mongo.messages import Messages
 from delayq.storage.mongo.options import GROUP
 from delayq.storage.mongo.queues import Queues
+from delayq.storage.mongo.signals import Signals
 from delayq.storage.mongo.subscriptions import Subscriptions
 from delayq.storage.mongo.trail import Trail
 
@@ -115,6 +117,8 @@ class Driver(OffloadedDriver):
                                  claims=Claims(self._db),
                                  subscriptions=Subscriptions(self._db))
         self.trail = Trail(self._db)
+        # The writes are the signals, read by a change stream (signals.py).
+        self.signals = Signals(db, self.offload)
         try:
             with unavailable:
                 self._db.indexes.ensure()
