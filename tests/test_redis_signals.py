@@ -4,7 +4,8 @@ have them: one listens, the other writes.
 Each write that may make messages claimable signals ``MESSAGES`` for the queue the
 messages land in, each subscription change ``SUBSCRIPTIONS``, and a write that changes
 nothing signals nothing; a process hears the ``MESSAGES`` of the queues it follows only
-(on a cluster on their slots' nodes, even after a slot moves). A killed pub/sub
+(on a cluster on their slots' nodes, even after a slot moves), and once for each queue
+as its subscription takes effect (``Pair.start`` waits for it). A killed pub/sub
 connection ends ``listen``, and listening again works.
 """
 
@@ -21,6 +22,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from delayq import errors
+from delayq.claim import Claim
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy
 from delayq.storage.base.signals import Change, Signal
@@ -80,10 +82,14 @@ class Pair:
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Listen, and return once subscribed to what the listener follows."""
+        """Listen, and return once subscribed to what the listener follows, the wake-up
+        each queue gets as its subscription takes effect heard and forgotten."""
         self.listen()
-        await self.subscribed(*(queue for _project, queue in
-                                self.listener.signals.following()))
+        followed = [queue for _project, queue in self.listener.signals.following()]
+        await self.subscribed(*followed)
+        for queue in followed:
+            await self.heard.wait_for(messages(queue))
+        self.heard.signals.clear()
 
     def listen(self) -> asyncio.Task[None]:
         self.task = asyncio.get_running_loop().create_task(
@@ -180,21 +186,24 @@ async def edited(writer: Driver, ready: Ready) -> Signal:
     return messages("q")
 
 
-async def released(writer: Driver, ready: Ready) -> Signal:
+async def two_claimed(writer: Driver) -> Claim:
+    """A claim of two messages posted to ``q``."""
     await post(writer, "q", 2)
     claim = await writer.claims.create(PROJECT, "q", ttl=60, grace=60, limit=2,
                                        dead_letter=None)
     assert claim is not None
+    return claim
+
+
+async def released(writer: Driver, ready: Ready) -> Signal:
+    claim = await two_claimed(writer)
     await ready()
     await writer.claims.release(PROJECT, "q", claim.id)
     return messages("q")
 
 
 async def handed_back(writer: Driver, ready: Ready) -> Signal:
-    await post(writer, "q", 2)
-    claim = await writer.claims.create(PROJECT, "q", ttl=60, grace=60, limit=2,
-                                       dead_letter=None)
-    assert claim is not None
+    claim = await two_claimed(writer)
     await ready()
     await writer.claims.release_message(PROJECT, "q", claim.messages[0].id, claim.id, 0)
     return messages("q")

@@ -35,14 +35,28 @@ class Listener:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.task: asyncio.Future[None] | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self.task = asyncio.run_coroutine_threadsafe(
-            self.driver.signals.listen(self.received.put), self.loop)
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(WAIT)
 
-    def follow(self, queue: str) -> None:
+    async def _start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(
+            self.driver.signals.listen(self.received.put))
+
+    def follow(self, queue: str, broker) -> None:
+        """Follow *queue*, and return once its posts through *broker* are heard: a store
+        may subscribe in the background (a Redis cluster's shard channels). The probes
+        posted meanwhile stay in the queue; their signals are drained."""
         self._call(self.driver.signals.follow, PROJECT, queue)
+        heard = Signal(Change.MESSAGES, PROJECT, queue)
+        deadline = time.monotonic() + WAIT
+        while heard not in self.drain():
+            assert time.monotonic() < deadline, f"the listener never heard {queue}"
+            post(broker, queue, "probe")
+            time.sleep(0.05)
+        time.sleep(0.05)
+        self.drain()
 
     def _call(self, function, *args) -> None:
         done = threading.Event()
@@ -75,11 +89,15 @@ class Listener:
         return found
 
     def close(self) -> None:
-        if self.task is not None:
-            self.loop.call_soon_threadsafe(self.task.cancel)
-        asyncio.run_coroutine_threadsafe(self.driver.close(), self.loop).result(WAIT)
+        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(WAIT)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(WAIT)
+
+    async def _close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        await self.driver.close()
 
 
 @pytest.fixture
@@ -91,39 +109,36 @@ def listener(spec, live_broker) -> Iterator[Listener]:
     try:
         if not listening.driver.signals.signals:
             pytest.skip(f"{spec.name}'s writes do not signal: the poll intervals apply")
-        probe = f"probe-{uuid.uuid4().hex[:8]}"
-        listening.follow(probe)
         listening.start()
-        deadline = time.monotonic() + WAIT
-        while Signal(Change.MESSAGES, PROJECT, probe) not in listening.drain():
-            assert time.monotonic() < deadline, "the listener never heard a post"
-            post(live_broker, probe, "probe")
-            time.sleep(0.05)
+        listening.follow(f"probe-{uuid.uuid4().hex[:8]}", live_broker)
         yield listening
     finally:
         listening.close()
 
 
 def test_a_post_signals_its_queue(listener, live_broker):
-    listener.follow("posted")
+    listener.follow("posted", live_broker)
     post(live_broker, "posted", "a")
     listener.expect(Change.MESSAGES, "posted")
 
 
-def test_a_released_claim_signals_its_queue(listener, live_broker):
-    listener.follow("released")
-    post(live_broker, "released", "a")
-    taken = claim(live_broker, "released")
+def claimed(listener: Listener, broker, queue: str):
+    """A claim of the messages posted to *queue*, followed, its signals drained."""
+    listener.follow(queue, broker)
+    post(broker, queue, "a")
+    taken = claim(broker, queue)
     listener.drain()
+    return taken
+
+
+def test_a_released_claim_signals_its_queue(listener, live_broker):
+    taken = claimed(listener, live_broker, "released")
     live_broker.release_claim(PROJECT, "released", taken.id)
     listener.expect(Change.MESSAGES, "released")
 
 
 def test_a_message_handed_back_signals_its_queue(listener, live_broker):
-    listener.follow("handed")
-    post(live_broker, "handed", "a")
-    taken = claim(live_broker, "handed")
-    listener.drain()
+    taken = claimed(listener, live_broker, "handed")
     live_broker.release_message(PROJECT, "handed", taken.messages[0].id, taken.id, 0)
     listener.expect(Change.MESSAGES, "handed")
 
@@ -131,7 +146,7 @@ def test_a_message_handed_back_signals_its_queue(listener, live_broker):
 def test_a_dead_letter_move_signals_the_dead_letter_queue(listener, live_broker):
     create(live_broker, "dlq")
     create(live_broker, "source", _dead_letter_queue="dlq", _max_claim_count=1)
-    listener.follow("dlq")
+    listener.follow("dlq", live_broker)
     post(live_broker, "source", "a")
     taken = claim(live_broker, "source", ttl=60)
     live_broker.release_claim(PROJECT, "source", taken.id)
@@ -147,7 +162,7 @@ def test_a_redrive_signals_the_queue_it_fills(listener, live_broker):
     taken = claim(live_broker, "source", ttl=60)
     live_broker.release_claim(PROJECT, "source", taken.id)
     assert claim(live_broker, "source") is None
-    listener.follow("source")
+    listener.follow("source", live_broker)
     listener.drain()
     assert live_broker.redrive(PROJECT, "dlq") == 1
     listener.expect(Change.MESSAGES, "source")

@@ -28,7 +28,7 @@ from redis.asyncio.client import PubSub
 from redis.crc import key_slot
 
 from delayq.storage import base
-from delayq.storage.base.signals import Receive
+from delayq.storage.base.signals import Change, Receive, Signal
 from delayq.storage.redis import layout
 from delayq.storage.redis.client import (
     Connection,
@@ -44,6 +44,7 @@ from delayq.storage.redis.layout import KeyNames
 # listener within twice this.
 PING_EVERY = 30.0
 SIGNAL_TYPES = frozenset({"message", "smessage"})
+SUBSCRIBED_TYPES = frozenset({"subscribe", "ssubscribe"})
 
 
 class Signals(base.Signals):
@@ -106,7 +107,8 @@ class _Listening:
         self.receive = receive
         self.cluster = cluster
         self._nodes: dict[str, tuple[redis.asyncio.Redis, PubSub, asyncio.Task[None]]] = {}
-        self._placed: dict[str, str] = {}  # shard channel → the node subscribed on
+        self._placed: dict[str, str] = {}  # queue channel → the node subscribed on
+        self._queue_of: dict[str, tuple[str, str]] = {}  # queue channel → its queue
         self._moved: set[str] = set()  # shard channels whose slot moved to another node
         self._wake = asyncio.Event()
         self._failure: Exception | None = None
@@ -153,12 +155,17 @@ class _Listening:
         self._nodes[name] = (client, pubsub, reader)
         return pubsub
 
+    def _wanted(self) -> set[str]:
+        """The channels of the queues followed now (and the queue of each noted)."""
+        key_names = self.signals.key_names
+        self._queue_of = {key_names.signal_channel(project, queue): (project, queue)
+                          for project, queue in self.signals.following()}
+        return set(self._queue_of)
+
     async def _place_on_server(self) -> None:
         """Subscribe to the channel of each queue followed now, and unsubscribe from
         the others, on the one server."""
-        key_names = self.signals.key_names
-        wanted = {key_names.signal_channel(project, queue)
-                  for project, queue in self.signals.following()}
+        wanted = self._wanted()
         pubsub = await self._node(None)
         gone = [channel for channel in self._placed if channel not in wanted]
         new = [channel for channel in wanted if channel not in self._placed]
@@ -173,9 +180,7 @@ class _Listening:
     async def _place(self, cluster: redis.asyncio.cluster.RedisCluster) -> None:
         """Subscribe to the shard channel of each queue followed now, on the node owning
         its slot, and unsubscribe from the others."""
-        key_names = self.signals.key_names
-        wanted = {key_names.signal_channel(project, queue)
-                  for project, queue in self.signals.following()}
+        wanted = self._wanted()
         for channel, name in list(self._placed.items()):
             if channel not in wanted:
                 del self._placed[channel]
@@ -223,6 +228,12 @@ class _Listening:
             signal = layout.signal(message["data"])
             if signal is not None:
                 self.receive(signal)
+        elif kind in SUBSCRIBED_TYPES:
+            # What the queue's writes signalled before its subscription took effect is
+            # lost: its waiters and pusher look once now.
+            queue = self._queue_of.get(message["channel"].decode())
+            if queue is not None:
+                self.receive(Signal(Change.MESSAGES, *queue))
         elif kind == "sunsubscribe":
             # Not ours when the channel is still placed here: its slot moved away.
             channel = message["channel"].decode()
