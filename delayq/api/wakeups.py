@@ -30,6 +30,7 @@ LOG = logging.getLogger(__name__)
 # MAX_PAUSE while it keeps failing.
 FIRST_PAUSE = 0.1
 MAX_PAUSE = 5.0
+RECANCEL_AFTER = 0.1  # seconds a stopping listener has to end before it is cancelled again
 
 
 class Wakeups:
@@ -48,10 +49,17 @@ class Wakeups:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # Cancelled again until it ends: on Python 3.11 a store library's own
+        # asyncio.wait_for swallows a cancellation that arrives as its operation
+        # completes (redis-py connecting, say), and the listener would go on.
+        while not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task}, timeout=RECANCEL_AFTER)
+        if not task.cancelled():
+            with contextlib.suppress(Exception):  # its failure was logged
+                task.result()
 
     def receive(self, signal: Signal) -> None:
         """Wake what this process keeps for *signal*'s queue."""
