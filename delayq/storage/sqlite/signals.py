@@ -75,6 +75,7 @@ class Signals(base.Signals):
         self.signals = supported(path)
         self.directory = Path(path + DIRECTORY_SUFFIX)
         # Strings, not Paths: every post of the process looks its queue's directory up.
+        self._top = str(self.directory)
         self._every_queue = os.path.join(self.directory, EVERY_QUEUE)
         self._queues = os.path.join(self.directory, QUEUES)
         self._lock = threading.Lock()
@@ -138,9 +139,9 @@ class Signals(base.Signals):
             self._token = token
             ended: asyncio.Future[None] = loop.create_future()
             try:
-                register(self._every_queue, token)
+                register(self._top, self._every_queue, token)
                 for project, queue in self.following():
-                    register(self.queue_directory(project, queue), token)
+                    register(self._top, self.queue_directory(project, queue), token)
                 loop.add_reader(sock.fileno(), _drain, sock, receive, ended)
                 await ended  # until cancelled, or the socket fails
             finally:
@@ -157,7 +158,7 @@ class Signals(base.Signals):
         where = self.queue_directory(project, queue)
         try:
             if wanted:
-                register(where, token)
+                register(self._top, where, token)
             else:
                 unregister(where, token)
         except OSError as exc:  # the poll interval covers the queue
@@ -165,9 +166,13 @@ class Signals(base.Signals):
                         where, exc)
 
 
-def register(where: str, token: str) -> None:
-    """Register *token* in *where*, made if missing."""
+def register(top: str, where: str, token: str) -> None:
+    """Register *token* in *where*, made if missing, as are the directories from the
+    signal directory *top* to it; never *top*'s parent, the database's directory: one
+    that is gone must not come back, empty, to be taken for the database."""
     for attempt in range(REGISTER_ATTEMPTS):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(top)
         os.makedirs(where, exist_ok=True)
         try:
             Path(where, token).touch()
