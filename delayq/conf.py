@@ -81,6 +81,18 @@ auth_opts = [
                help="How requests are authenticated, as in Zaqar."),
 ]
 
+message_opts = [
+    cfg.BoolOpt("enable_checksum", default=False,
+                help="Give every message a checksum of its body, as Zaqar's option "
+                     "does: \"checksum\": \"MD5:<hex>\" on each message that a get, "
+                     "a listing, a get by ids, a claim (made or read) or a pop returns, "
+                     "the MD5 of the body as json.dumps writes it (\", \" and \": \" "
+                     "separators, ASCII escapes), so a client can tell a body changed on "
+                     "the way. Computed as the message is read, not stored: it also "
+                     "covers messages posted before it was turned on, and bodies "
+                     "changed since (PATCH). A null body has none, as in Zaqar."),
+]
+
 signed_url_opts = [
     cfg.StrOpt("secret_key", secret=True,
                help="Key of the HMAC that signs pre-signed URLs (POST "
@@ -324,6 +336,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     """
     policy_opts.set_defaults(conf)
     conf.register_opts(auth_opts)
+    conf.register_opts(message_opts)
     conf.register_opts(signed_url_opts, group=SIGNED_URL_GROUP)
     conf.register_opts(transport_opts, group=TRANSPORT_GROUP)
     conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
@@ -338,7 +351,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
     """Every option, by group, for ``oslo-config-generator``."""
     return [
-        (DEFAULT_GROUP, auth_opts),
+        (DEFAULT_GROUP, auth_opts + message_opts),
         (SIGNED_URL_GROUP, signed_url_opts),
         (TRANSPORT_GROUP, transport_opts),
         (DRIVERS_GROUP, drivers_opts),

@@ -96,7 +96,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     errors.install(app)
 
     on_messages: dict[str, Any] = {"broker": broker, "limits": limits,
-                                   "longpoll": longpoll, "pusher": pusher}
+                                   "longpoll": longpoll, "pusher": pusher,
+                                   "checksums": conf.enable_checksum}
     on_queues: dict[str, Any] = {"broker": broker, "limits": limits}
     on_subscriptions: dict[str, Any] = {"broker": broker, "limits": limits,
                                         "pusher": pusher,
