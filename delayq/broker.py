@@ -11,11 +11,13 @@ step, with the backend's clock, never here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from delayq import errors, metrics, retry, validation
 from delayq import queue as q
 from delayq.claim import Claim, delete_refusal, refuse_delete
+from delayq.encryption import BodyCipher, is_sealed
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
 from delayq.message import NO_CHANGE, Message, NewMessage
 from delayq.queue import QueueCounts, QueueFilter, QueuePage, QueueStats
@@ -40,10 +42,14 @@ class Broker:
 
     def __init__(self, driver: Driver, limits: Limits,
                  counters: metrics.Metrics | metrics.Uncounted | None = None, *,
-                 quotas: Quotas | None = None) -> None:
+                 quotas: Quotas | None = None, cipher: BodyCipher | None = None) -> None:
         self.driver = driver
         self.limits = limits
         self.quotas = quotas if quotas is not None else Quotas()
+        # Seals the bodies posted to queues with _enable_encrypt_messages and opens every
+        # sealed body read (delayq.encryption); None: no key configured, and no queue may
+        # ask for encryption.
+        self.cipher = cipher
         # Posts and deliveries are counted here, from what the driver returns; messages
         # leaving a queue are counted by the driver's ``endings`` (it alone sees expiries
         # and dead-letter moves).
@@ -55,6 +61,7 @@ class Broker:
             q.MAX_CLAIM_COUNT: None,
             q.DEAD_LETTER_QUEUE: None,
             q.DEAD_LETTER_QUEUE_MESSAGES_TTL: None,
+            q.ENCRYPT_MESSAGES: False,
         }
 
     # Queues
@@ -70,6 +77,7 @@ class Broker:
         checked by the driver in the creation's own atomic step.
         """
         checked = validation.queue_metadata(metadata, self.limits, name)
+        self._encryptable(name, checked)
         return await self.driver.queues.create(
             project, name, checked, queue_quota=self.quotas.max_queues_per_project)
 
@@ -87,8 +95,54 @@ class Broker:
             raise errors.QueueNotFound.named(name)
         patched = apply_metadata_patch(metadata, operations)
         checked = validation.queue_metadata(patched, self.limits, name)
+        self._encryptable(name, checked)
         await self.driver.queues.set_metadata(project, name, checked)
         return self.with_reserved_defaults(checked)
+
+    def _encryptable(self, name: str, metadata: dict[str, Any]) -> None:
+        """Refuse a queue that asks for encryption where no key is configured: its
+        bodies would be stored in the clear (EncryptionUnavailable)."""
+        if metadata.get(q.ENCRYPT_MESSAGES) and self.cipher is None:
+            raise errors.EncryptionUnavailable.for_queue(name)
+
+    def _sealing(self, queue: str, metadata: dict[str, Any]) -> BodyCipher | None:
+        """The cipher that seals the bodies of *queue* with *metadata* (reserved
+        defaults filled in), or None when they are stored as they are.
+
+        A queue whose flag was set while a key was configured, on a server that has
+        none now, refuses posts and edits (EncryptionUnavailable) rather than store
+        plaintext.
+        """
+        if not metadata[q.ENCRYPT_MESSAGES]:
+            return None
+        if self.cipher is None:
+            raise errors.EncryptionUnavailable.for_queue(queue)
+        return self.cipher
+
+    def _opened(self, messages: list[Message]) -> list[Message]:
+        """*messages* with every sealed body opened, whatever queue they are in now (a
+        dead-letter move or a redrive carries a sealed body to a queue that may not
+        ask for encryption); the list itself when none is sealed.
+
+        A body no configured key opens fails the read (BodyUndecryptable): a reader is
+        never handed ciphertext as if it were the body.
+        """
+        for message in messages:  # a loop, not any(...): nearly every body is plain
+            if is_sealed(message.body):
+                break
+        else:
+            return messages
+        return [self._open(m) if is_sealed(m.body) else m for m in messages]
+
+    def _open(self, message: Message) -> Message:
+        if self.cipher is None:
+            raise errors.BodyUndecryptable.of(message.id)
+        return dataclasses.replace(message, body=self.cipher.open(message.body, message.id))
+
+    def _opened_claim(self, claim: Claim) -> Claim:
+        opened = self._opened(claim.messages)
+        return claim if opened is claim.messages else dataclasses.replace(claim,
+                                                                          messages=opened)
 
     async def delete_queue(self, project: str, name: str) -> None:
         await self.driver.queues.delete(project, name)
@@ -180,8 +234,10 @@ class Broker:
             validation.post_size(size, metadata[q.MAX_MESSAGES_POST_SIZE])
             default_ttl = metadata[q.DEFAULT_MESSAGE_TTL]
             queue_delay = metadata[q.DEFAULT_MESSAGE_DELAY]
+            sealer = self._sealing(queue, metadata)
             resolved = [  # NewMessage(body, ttl, delay)
-                NewMessage(m.body, m.ttl if m.ttl is not None else default_ttl,
+                NewMessage(m.body if sealer is None else sealer.seal(m.body),
+                           m.ttl if m.ttl is not None else default_ttl,
                            resolve_delay(queue_delay, delay))
                 for m, delay in zip(messages, delays, strict=True)]
             try:
@@ -224,8 +280,12 @@ class Broker:
         """
         stored = await self.driver.queues.get(project, queue)
         metadata = self.with_reserved_defaults(stored or {})
-        if edit.body is not NO_CHANGE:
-            validation.body_size(edit.body, metadata[q.MAX_MESSAGES_POST_SIZE])
+        body = edit.body
+        if body is not NO_CHANGE:
+            validation.body_size(body, metadata[q.MAX_MESSAGES_POST_SIZE])
+            sealer = self._sealing(queue, metadata)
+            if sealer is not None:
+                body = sealer.seal(body)
         delay: float | None = edit.delay
         if edit.deliver_at is not None:
             now = await self.driver.now()
@@ -233,8 +293,9 @@ class Broker:
                                            self.limits.max_message_delay, "deliver_at")
         if not is_delayed_queue(metadata[q.DEFAULT_MESSAGE_DELAY]):
             delay = None  # as for a post: the due time stays
-        return await self.driver.messages.edit(project, queue, message_id,
-                                               body=edit.body, delay=delay)
+        edited = await self.driver.messages.edit(project, queue, message_id,
+                                                 body=body, delay=delay)
+        return self._opened([edited])[0]
 
     async def redrive(self, project: str, queue: str, *, destination: str | None = None,
                       limit: int = validation.DEFAULT_REDRIVE) -> int:
@@ -255,20 +316,21 @@ class Broker:
     async def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
                             limit: int, echo: bool, include_claimed: bool,
                             include_delayed: bool) -> tuple[list[Message], str | None]:
-        return await self.driver.messages.page(
+        messages, next_marker = await self.driver.messages.page(
             project, queue, marker=marker, limit=limit,
             exclude_client=None if echo else client_id,
             include_claimed=include_claimed, include_delayed=include_delayed)
+        return self._opened(messages), next_marker
 
     async def get_message(self, project: str, queue: str, message_id: str) -> Message:
         found = await self.driver.messages.get(project, queue, [message_id])
         if not found:
             raise errors.MessageNotFound.with_id(message_id)
-        return found[0]
+        return self._opened(found)[0]
 
     async def get_messages(self, project: str, queue: str, ids: list[str]
                           ) -> list[Message]:
-        return await self.driver.messages.get(project, queue, ids)
+        return self._opened(await self.driver.messages.get(project, queue, ids))
 
     async def delete_message(self, project: str, queue: str, message_id: str,
                              claim_id: str | None) -> None:
@@ -303,7 +365,7 @@ class Broker:
     async def pop(self, project: str, queue: str, limit: int) -> list[Message]:
         popped = await self.driver.messages.pop(project, queue, limit)
         self.counters.count(metrics.CLAIMED, len(popped))
-        return popped
+        return self._opened(popped)
 
     # Claims
 
@@ -331,12 +393,13 @@ class Broker:
             except errors.MetadataChanged:
                 if attempt == LAST_ATTEMPT:
                     raise
-        if claim is not None:
-            self.counters.count(metrics.CLAIMED, len(claim.messages))
-        return claim
+        if claim is None:
+            return None
+        self.counters.count(metrics.CLAIMED, len(claim.messages))
+        return self._opened_claim(claim)
 
     async def get_claim(self, project: str, queue: str, claim_id: str) -> Claim:
-        return await self.driver.claims.get(project, queue, claim_id)
+        return self._opened_claim(await self.driver.claims.get(project, queue, claim_id))
 
     async def renew_claim(self, project: str, queue: str, claim_id: str, ttl: int,
                           grace: int) -> None:
@@ -361,8 +424,9 @@ class Broker:
         """Hand one message back from its claim, due in *delay* seconds (a consumer's
         ChangeMessageVisibility); the claim keeps the rest."""
         validation.integer(delay, "delay", 0, self.limits.max_message_delay)
-        return await self.driver.claims.release_message(project, queue, message_id,
-                                                        claim_id, delay)
+        released = await self.driver.claims.release_message(project, queue, message_id,
+                                                             claim_id, delay)
+        return self._opened([released])[0]
 
     async def push_failed(self, project: str, queue: str, message: Message, claim_id: str,
                           subscription: Subscription) -> float:

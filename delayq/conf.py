@@ -81,6 +81,18 @@ auth_opts = [
                help="How requests are authenticated, as in Zaqar."),
 ]
 
+message_opts = [
+    cfg.BoolOpt("enable_checksum", default=False,
+                help="Give every message a checksum of its body, as Zaqar's option "
+                     "does: \"checksum\": \"MD5:<hex>\" on each message that a get, "
+                     "a listing, a get by ids, a claim (made or read) or a pop returns, "
+                     "the MD5 of the body as json.dumps writes it (\", \" and \": \" "
+                     "separators, ASCII escapes), so a client can tell a body changed on "
+                     "the way. Computed as the message is read, not stored: it also "
+                     "covers messages posted before it was turned on, and bodies "
+                     "changed since (PATCH). A null body has none, as in Zaqar."),
+]
+
 signed_url_opts = [
     cfg.StrOpt("secret_key", secret=True,
                help="Key of the HMAC that signs pre-signed URLs (POST "
@@ -157,6 +169,25 @@ transport_opts = [
                      "and refuses the request whole otherwise. Pops are allowed. Keeps "
                      "a message from being deleted before a consumer claimed and "
                      "handled it."),
+    cfg.StrOpt("message_encryption_algorithms", default="AES256",
+               choices=[("AES256", "AES-256 in GCM mode, the key the SHA-256 of a "
+                                   "message_encryption_key.")],
+               help="The cipher of encrypted message bodies, with Zaqar's name and "
+                    "value: AES-256, keyed with the SHA-256 of a "
+                    "message_encryption_key, in GCM mode (authenticated: a body altered "
+                    "in the store, or sealed with another key, is refused rather than "
+                    "decrypted into garbage). Zaqar's RSA is not offered."),
+    cfg.ListOpt("message_encryption_key", default=[], secret=True,
+                help="Keys of encrypted message bodies (Zaqar's option; a "
+                     "comma-separated list here, for rotation). The first seals the "
+                     "bodies posted to (or edited in) a queue whose "
+                     "_enable_encrypt_messages is true; any of them opens a stored body "
+                     "on every read (get, list, claim, pop, push, the audits). To rotate, "
+                     "put a new key first and keep the old ones after it until the "
+                     "messages they sealed are gone (their ttl, or a dead-letter queue's). "
+                     "Unset (the default, unlike Zaqar's fixed default key), no queue may "
+                     "set _enable_encrypt_messages (400). Every API host, and every "
+                     "delayq-audit run, needs the same keys. A key may hold no comma."),
 ]
 
 drivers_opts = [
@@ -324,6 +355,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     """
     policy_opts.set_defaults(conf)
     conf.register_opts(auth_opts)
+    conf.register_opts(message_opts)
     conf.register_opts(signed_url_opts, group=SIGNED_URL_GROUP)
     conf.register_opts(transport_opts, group=TRANSPORT_GROUP)
     conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
@@ -338,7 +370,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
     """Every option, by group, for ``oslo-config-generator``."""
     return [
-        (DEFAULT_GROUP, auth_opts),
+        (DEFAULT_GROUP, auth_opts + message_opts),
         (SIGNED_URL_GROUP, signed_url_opts),
         (TRANSPORT_GROUP, transport_opts),
         (DRIVERS_GROUP, drivers_opts),

@@ -19,6 +19,30 @@ class ValidationError(DelayqError):
     """Client input breaks a rule or a limit (HTTP 400)."""
 
 
+class EncryptionUnavailable(DelayqError):
+    """A request asks for message encryption where no key is configured (HTTP 400):
+    refused rather than storing bodies in the clear."""
+
+    @classmethod
+    def for_queue(cls, queue: str) -> EncryptionUnavailable:
+        return cls(f"Queue {queue!r} asks for encrypted messages "
+                   "(_enable_encrypt_messages), but this server has no [transport] "
+                   "message_encryption_key: nothing would be encrypted. Ask the operator "
+                   "to configure one.")
+
+
+class BodyUndecryptable(DelayqError):
+    """A stored body is encrypted and no configured key opens it (HTTP 503): its key
+    was removed from the configuration, or the store's copy was altered."""
+
+    @classmethod
+    def of(cls, message_id: str) -> BodyUndecryptable:
+        which = f"Message {message_id}" if message_id else "A message"
+        return cls(f"{which} is encrypted with a key that is not among this server's "
+                   "[transport] message_encryption_key (or was altered in the store); "
+                   "its body cannot be read.")
+
+
 class QueueNotFound(DelayqError):
     """The queue does not exist in this project (HTTP 404)."""
 

@@ -22,6 +22,8 @@ DEFAULT_MESSAGE_DELAY = "_default_message_delay"
 MAX_CLAIM_COUNT = "_max_claim_count"
 DEAD_LETTER_QUEUE = "_dead_letter_queue"
 DEAD_LETTER_QUEUE_MESSAGES_TTL = "_dead_letter_queue_messages_ttl"
+# Zaqar's: bodies posted to the queue are stored encrypted (delayq.encryption).
+ENCRYPT_MESSAGES = "_enable_encrypt_messages"
 
 RESERVED_ATTRIBUTES = (
     DEFAULT_MESSAGE_TTL,
@@ -30,6 +32,7 @@ RESERVED_ATTRIBUTES = (
     MAX_CLAIM_COUNT,
     DEAD_LETTER_QUEUE,
     DEAD_LETTER_QUEUE_MESSAGES_TTL,
+    ENCRYPT_MESSAGES,
 )
 
 

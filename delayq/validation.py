@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from oslo_config import cfg
 
-from delayq import jsontext, retry
+from delayq import encryption, jsontext, retry
 from delayq import queue as q
 from delayq.conf import (
     CLIENT_ID_STRICT,
@@ -340,6 +340,10 @@ def queue_metadata(metadata: Any, limits: Limits, queue: str) -> dict[str, Any]:
     if q.DEAD_LETTER_QUEUE_MESSAGES_TTL in checked and not has_target:
         raise ValidationError(f"{q.DEAD_LETTER_QUEUE_MESSAGES_TTL} needs "
                               f"{q.DEAD_LETTER_QUEUE} and {q.MAX_CLAIM_COUNT}.")
+    if q.ENCRYPT_MESSAGES in checked and type(checked[q.ENCRYPT_MESSAGES]) is not bool:
+        # As Zaqar: a string "yes" is no switch a client could rely on.
+        raise ValidationError(f"{q.ENCRYPT_MESSAGES} must be a boolean; got "
+                              f"{json.dumps(checked[q.ENCRYPT_MESSAGES])[:80]}.")
     if retry.RETRY_POLICY in checked:
         if checked[retry.RETRY_POLICY] is None:
             del checked[retry.RETRY_POLICY]
@@ -444,8 +448,17 @@ def messages_post(document: Any, limits: Limits) -> list[PostedMessage]:
             delay, deliver_at = own_delay(message, limits, f"{where}.", where)
         else:  # the usual post: the names in errors are made only when needed
             delay = deliver_at = None
+        if encryption.is_sealed(message["body"]):
+            unsealable(f"messages[{index}].body")
         checked.append(PostedMessage(message["body"], ttl, delay, deliver_at))
     return checked
+
+
+def unsealable(where: str) -> None:
+    """Refuse a body shaped as an encrypted body is stored: read back, it would be taken
+    for one and fail to decrypt, for every reader of its queue."""
+    raise ValidationError(f"{where} may not be an object whose only member is "
+                          f"{encryption.SEALED!r}: delayq stores encrypted bodies so.")
 
 
 # The fields of a message edit (PATCH of one message), in the order errors name them.
@@ -482,6 +495,8 @@ def message_edit(document: Any, limits: Limits) -> MessageEdit:
         raise ValidationError("The message edit changes nothing: give any of "
                               f"{', '.join(EDIT_FIELDS)}.")
     delay, deliver_at = own_delay(document, limits, "", "The message edit")
+    if encryption.is_sealed(document.get("body")):
+        unsealable("body")
     return MessageEdit(document.get("body", NO_CHANGE), delay, deliver_at)
 
 

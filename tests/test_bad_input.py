@@ -25,7 +25,8 @@ from tests.apps import HTTP_DRIVERS, http_client, sqlite_conf
 PATCH_TYPE = "application/openstack-messaging-v2.0-json-patch"
 SELF = object()  # stands for "the queue's own name" in reserved-attribute cases
 RESERVED = ("_default_message_ttl", "_max_messages_post_size", "_default_message_delay",
-            "_max_claim_count", "_dead_letter_queue", "_dead_letter_queue_messages_ttl")
+            "_max_claim_count", "_dead_letter_queue", "_dead_letter_queue_messages_ttl",
+            "_enable_encrypt_messages")
 
 
 # Helpers
@@ -597,6 +598,11 @@ RESERVED_CASES = [
      {"_max_claim_count": 3, "_dead_letter_queue": "dlq"}),
     ("_dead_letter_queue_messages_ttl", True,
      {"_max_claim_count": 3, "_dead_letter_queue": "dlq"}),
+    ("_enable_encrypt_messages", "yes", {}),
+    ("_enable_encrypt_messages", 1, {}),
+    ("_enable_encrypt_messages", [True], {}),
+    # A boolean, but these worlds configure no key: refused, not stored in the clear.
+    ("_enable_encrypt_messages", True, {}),
 ]
 
 

@@ -25,6 +25,7 @@ RESERVED_DEFAULTS = {
     "_max_claim_count": None,
     "_dead_letter_queue": None,
     "_dead_letter_queue_messages_ttl": None,
+    "_enable_encrypt_messages": False,
 }
 # python-zaqarclient builds Message(queue, **view): any other key raises TypeError.
 ZAQARCLIENT_MESSAGE_KEYS = {"id", "href", "ttl", "age", "body", "claim_id", "claim_count",
@@ -242,7 +243,8 @@ def test_get_metadata_has_every_reserved_attribute(client, headers):
 def test_get_metadata_keeps_set_reserved_attributes(client, headers):
     metadata = {"_default_message_ttl": 120, "_max_messages_post_size": 1024,
                 "_default_message_delay": 5, "_max_claim_count": 3,
-                "_dead_letter_queue": "dlq", "_dead_letter_queue_messages_ttl": 600}
+                "_dead_letter_queue": "dlq", "_dead_letter_queue_messages_ttl": 600,
+                "_enable_encrypt_messages": False}
     assert client.simulate_put("/v2/queues/q1", headers=headers,
                                json=metadata).status_code == 201
     assert client.simulate_get("/v2/queues/q1", headers=headers).json == metadata

@@ -40,7 +40,9 @@ def server(tmp_path_factory, request):
               # the operator allows it.
               "notification": {"push_timeout": TIMEOUT, "push_scan_interval": 0.5,
                                "allowed_webhook_networks": LOOPBACK},
-              "transport": {"max_message_delay": 900}}
+              "transport": {"max_message_delay": 900,
+                            # Encrypted queues' bodies are pushed decrypted.
+                            "message_encryption_key": "push-key"}}
     if driver == "redis":
         from tests.redis_servers import SERVERS
 
@@ -109,6 +111,19 @@ def test_a_message_is_pushed_once_when_due_as_zaqar_shapes_it_then_deleted(api):
         assert len(hook.requests()) == 2
         wait_until(lambda: counter(api, "delayq_messages_pushed_total") >= 2, 5,
                    "the pushes counted in /metrics")
+
+
+def test_an_encrypted_queue_pushes_the_body_as_posted(api):
+    queue = queue_name()
+    assert api.put(f"/queues/{queue}",
+                   json={"_enable_encrypt_messages": True}).status_code == 201
+    with receiver() as hook:
+        subscribe(api, queue, hook.url)
+        [message_id] = post(api, queue, {"body": {"secret": "s3"}, "ttl": 300})
+        (pushed,) = hook.wait_for(1, timeout=10)
+        assert pushed.json["id"] == message_id
+        assert pushed.json["body"] == {"secret": "s3"}
+        assert b"sealed" not in pushed.body
 
 
 def counter(api: httpx.Client, name: str) -> float:

@@ -38,6 +38,7 @@ QUEUE_DEFAULTS = {
     "_max_claim_count": None,
     "_dead_letter_queue": None,
     "_dead_letter_queue_messages_ttl": None,
+    "_enable_encrypt_messages": False,
 }
 
 

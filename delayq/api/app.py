@@ -10,14 +10,14 @@ import falcon.asgi
 import falcon.media
 from oslo_config import cfg
 
-from delayq import jsontext, signed_urls
+from delayq import encryption, jsontext, signed_urls
 from delayq.api import auth, claims, errors, home, messages, queues, share, subscriptions
 from delayq.api import metrics as metrics_api
 from delayq.api.longpoll import LongPoll
 from delayq.api.request import Request
 from delayq.api.wakeups import Wakeups
 from delayq.broker import Broker
-from delayq.conf import NOTIFICATION_GROUP, WSGI_GROUP
+from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
 from delayq.offload import AUTO, THREADS, Offload
 from delayq.push.pusher import Pusher, PushSettings
@@ -70,7 +70,9 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     if driver is None:
         driver = load_driver(conf, endings=metrics.count_endings)
     limits = Limits.from_conf(conf)
-    broker = Broker(driver, limits, metrics, quotas=Quotas.from_conf(conf))
+    broker = Broker(driver, limits, metrics, quotas=Quotas.from_conf(conf),
+                    cipher=encryption.from_keys(
+                        conf[TRANSPORT_GROUP].message_encryption_key))
     wsgi = conf[WSGI_GROUP]
     if isinstance(driver, OffloadedDriver) and wsgi.storage_calls != AUTO:
         driver.offload.set_mode(wsgi.storage_calls)
@@ -96,7 +98,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     errors.install(app)
 
     on_messages: dict[str, Any] = {"broker": broker, "limits": limits,
-                                   "longpoll": longpoll, "pusher": pusher}
+                                   "longpoll": longpoll, "pusher": pusher,
+                                   "checksums": conf.enable_checksum}
     on_queues: dict[str, Any] = {"broker": broker, "limits": limits}
     on_subscriptions: dict[str, Any] = {"broker": broker, "limits": limits,
                                         "pusher": pusher,

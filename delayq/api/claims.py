@@ -20,11 +20,12 @@ class _ClaimResource:
     """What every claim resource is given."""
 
     def __init__(self, *, broker: Broker, limits: Limits, longpoll: LongPoll,
-                 pusher: Pusher) -> None:
+                 pusher: Pusher, checksums: bool = False) -> None:
         self.broker = broker
         self.limits = limits
         self.longpoll = longpoll
         self.pusher = pusher
+        self.checksums = checksums  # [DEFAULT] enable_checksum
 
 
 class ClaimCollection(_ClaimResource):
@@ -60,7 +61,8 @@ class ClaimCollection(_ClaimResource):
         resp.location = views.claim_href(name, claim.id)
         # resp.media's encoder, without its lookup: every claim takes this path.
         resp.data = jsontext.response(
-            {"messages": [views.message(name, m) for m in claim.messages]})
+            {"messages": [views.message(name, m, checksums=self.checksums)
+                          for m in claim.messages]})
 
 
 class ClaimResource(_ClaimResource):
@@ -73,7 +75,7 @@ class ClaimResource(_ClaimResource):
         validation.queue_name(name)
         claim = await self.broker.get_claim(project, name, claim_id)
         resp.content_location = views.claim_href(name, claim_id)
-        resp.media = views.claim(name, claim)
+        resp.media = views.claim(name, claim, checksums=self.checksums)
 
     async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                        claim_id: str) -> None:

@@ -13,6 +13,8 @@ LOG = logging.getLogger(__name__)
 
 STATUS: dict[type[errors.DelayqError], tuple[str, str]] = {
     errors.ValidationError: (falcon.HTTP_400, "Invalid API request"),
+    errors.EncryptionUnavailable: (falcon.HTTP_400, "Encryption unavailable"),
+    errors.BodyUndecryptable: (falcon.HTTP_503, "Message body undecryptable"),
     errors.QueueNotFound: (falcon.HTTP_404, "Not found"),
     errors.MessageNotFound: (falcon.HTTP_404, "Not found"),
     errors.ClaimNotFound: (falcon.HTTP_404, "Not found"),

@@ -23,11 +23,12 @@ class _MessageResource:
     """What every message resource is given."""
 
     def __init__(self, *, broker: Broker, limits: Limits, longpoll: LongPoll,
-                 pusher: Pusher) -> None:
+                 pusher: Pusher, checksums: bool = False) -> None:
         self.broker = broker
         self.limits = limits
         self.longpoll = longpoll
         self.pusher = pusher
+        self.checksums = checksums  # [DEFAULT] enable_checksum
 
     def notify(self, project: str, queue: str) -> None:
         """Messages of *queue* may be claimable now: its waiting claims and its pushes
@@ -73,7 +74,8 @@ class MessageCollection(_MessageResource):
             if not found:
                 raise MessageNotFound(f"No messages with ids {', '.join(wanted)[:200]} in "
                                       f"queue {name}.")
-            resp.media = {"messages": [views.message(name, m, details=details)
+            resp.media = {"messages": [views.message(name, m, details=details,
+                                                     checksums=self.checksums)
                                        for m in found]}
             return
         limit = validation.query_integer(req.get_param("limit"), "limit", 1,
@@ -94,7 +96,9 @@ class MessageCollection(_MessageResource):
             query = falcon.to_query_str({k: str(v).lower() if isinstance(v, bool) else v
                                          for k, v in params.items()})
             links.append({"rel": "next", "href": f"{views.queue_href(name)}/messages{query}"})
-        resp.media = {"messages": [views.message(name, m, details=details) for m in messages],
+        resp.media = {"messages": [views.message(name, m, details=details,
+                                                 checksums=self.checksums)
+                                   for m in messages],
                       "links": links}
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,
@@ -120,7 +124,8 @@ class MessageCollection(_MessageResource):
         count = validation.query_integer(pop, "pop", 1, limits.max_messages_per_claim_or_pop,
                                          1)
         popped = await self.broker.pop(project, name, count)
-        resp.media = {"messages": [views.message(name, m) for m in popped]}
+        resp.media = {"messages": [views.message(name, m, checksums=self.checksums)
+                                   for m in popped]}
 
 
 class MessageResource(_MessageResource):
@@ -133,7 +138,8 @@ class MessageResource(_MessageResource):
         validation.queue_name(name)
         details = validation.query_bool(req.get_param("details"), "details")
         message = await self.broker.get_message(project, name, message_id)
-        resp.media = views.message(name, message, details=details)
+        resp.media = views.message(name, message, details=details,
+                                   checksums=self.checksums)
 
     async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                        message_id: str) -> None:
@@ -157,7 +163,8 @@ class MessageResource(_MessageResource):
                                                         validation.release_delay(document, limits))
         if not message.is_delayed:  # an edit may make a delayed message due now
             self.notify(project, name)
-        resp.media = views.message(name, message, details=True)
+        resp.media = views.message(name, message, details=True,
+                                   checksums=self.checksums)
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
                         message_id: str) -> None:

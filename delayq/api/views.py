@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
+from delayq import jsontext
 from delayq.claim import Claim
 from delayq.message import Message
 from delayq.queue import QueueStats
 from delayq.subscription import Subscription
 
 V2 = "/v2"
+# Zaqar's checksum prefix: the algorithm, then the hex digest.
+CHECKSUM_ALGORITHM = "MD5"
 
 
 def queue_href(queue: str) -> str:
@@ -53,8 +57,24 @@ def iso8601(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def message(queue: str, msg: Message, *, details: bool = False) -> dict[str, Any]:
-    """A message as Zaqar shapes it; with *details*, delayq's extra fields too.
+def checksum(body: Any) -> str | None:
+    """Zaqar's checksum of a message body (``enable_checksum``): ``MD5:<hex>`` of the body
+    as ``json.dumps`` writes it, encoded in UTF-8; None for a null body, to which Zaqar
+    gives none.
+
+    MD5 because Zaqar's clients expect it: the checksum tells a body changed on the way,
+    it authenticates nothing.
+    """
+    if body is None:
+        return None
+    digest = hashlib.md5(jsontext.dumps(body).encode("utf-8"), usedforsecurity=False)
+    return f"{CHECKSUM_ALGORITHM}:{digest.hexdigest()}"
+
+
+def message(queue: str, msg: Message, *, details: bool = False,
+            checksums: bool = False) -> dict[str, Any]:
+    """A message as Zaqar shapes it; with *details*, delayq's extra fields too; with
+    *checksums* (``enable_checksum``), its body's ``checksum`` as Zaqar gives it.
 
     The extra fields (creation time, delay expiry, dead-letter source and move time) are
     opt-in because python-zaqarclient builds ``Message(**view)`` and rejects any key
@@ -71,6 +91,8 @@ def message(queue: str, msg: Message, *, details: bool = False) -> dict[str, Any
     }
     if claim_id:
         view["claim_id"] = claim_id
+    if checksums and (digest := checksum(msg.body)) is not None:
+        view["checksum"] = digest
     if details:
         view["created"] = iso8601(msg.created)
         view["delay_expires"] = iso8601(msg.due) if msg.is_delayed else None
@@ -79,13 +101,13 @@ def message(queue: str, msg: Message, *, details: bool = False) -> dict[str, Any
     return view
 
 
-def claim(queue: str, clm: Claim) -> dict[str, Any]:
+def claim(queue: str, clm: Claim, *, checksums: bool = False) -> dict[str, Any]:
     return {
         "age": clm.age,
         "ttl": clm.ttl,
         "grace": clm.grace,
         "href": claim_href(queue, clm.id),
-        "messages": [message(queue, m) for m in clm.messages],
+        "messages": [message(queue, m, checksums=checksums) for m in clm.messages],
     }
 
 

@@ -43,9 +43,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from delayq.events import Event, body_text
+from delayq import errors, jsontext
+from delayq.encryption import SEALED, BodyCipher, is_sealed
+from delayq.events import FIELDS, Event, body_text
 from delayq.message import Message
-from delayq.spark_jobs.store import StoreLocation, open_driver
+from delayq.spark_jobs.store import StoreLocation, body_cipher, open_driver
 from delayq.synchronous import Synchronous
 
 FORMAT = "delayq"
@@ -193,19 +195,55 @@ def record_batches(rows: Iterable[tuple], schema: pa.Schema,
         yield pa.RecordBatch.from_struct_array(pa.array(chunk, type=struct))
 
 
-def message_values(project: str, queue: str, message: Message) -> tuple:
-    """A live message as MESSAGE_SCHEMA's column values."""
-    return (project, queue, message.id, body_text(message.body), message.ttl,
+# Where an event row holds its body (the JSON text of a dead-lettered message's body).
+EVENT_BODY = FIELDS.index("body")
+
+
+def opened_body(body: object, cipher: BodyCipher | None, message_id: str = "") -> object:
+    """*body* with a sealed (encrypted) body opened; None, no body, when no key of
+    *cipher* opens it, so the audits count it but show nothing of it (ciphertext is
+    no body's keys)."""
+    if not is_sealed(body):
+        return body
+    if cipher is None:
+        return None
+    try:
+        return cipher.open(body, message_id)
+    except errors.BodyUndecryptable:
+        return None
+
+
+def opened_event_row(row: tuple, cipher: BodyCipher | None) -> tuple:
+    """An event row with its body's text opened when it is sealed (``opened_body``)."""
+    text = row[EVENT_BODY]
+    # A substring test first: only a text naming SEALED may hold a sealed body (the
+    # drivers write it with their own separators), and nearly none does.
+    if text is None or SEALED not in text:
+        return row
+    body = opened_body(jsontext.loads(text), cipher)
+    return (*row[:EVENT_BODY], None if body is None else body_text(body),
+            *row[EVENT_BODY + 1:])
+
+
+def message_values(project: str, queue: str, message: Message,
+                   cipher: BodyCipher | None = None) -> tuple:
+    """A live message as MESSAGE_SCHEMA's column values, its body opened when sealed."""
+    body = opened_body(message.body, cipher, message.id)
+    return (project, queue, message.id, body_text(body), message.ttl,
             message.created, message.due, message.expires, message.claim_id,
             message.claim_expires, message.claim_count, message.source_queue,
             message.moved_at, message.as_of)
 
 
-def queue_rows(driver: Synchronous, kind: str, project: str, queue: str) -> Iterator[tuple]:
-    """The rows of one queue: its events or its live messages."""
+def queue_rows(driver: Synchronous, kind: str, project: str, queue: str,
+               cipher: BodyCipher | None = None) -> Iterator[tuple]:
+    """The rows of one queue: its events or its live messages, encrypted bodies opened
+    with *cipher*."""
     if kind == EVENTS:
-        return driver.trail.event_rows(project, queue)
-    return (message_values(project, queue, m) for m in driver.trail.messages(project, queue))
+        return (opened_event_row(row, cipher)
+                for row in driver.trail.event_rows(project, queue))
+    return (message_values(project, queue, m, cipher)
+            for m in driver.trail.messages(project, queue))
 
 
 class DelayqReader(DataSourceReader):
@@ -233,10 +271,11 @@ class DelayqReader(DataSourceReader):
         if not pairs:
             return
         kind = self.options.kind
+        cipher = body_cipher(self.options.location)
         driver = open_driver(self.options.location)
         try:
             rows = itertools.chain.from_iterable(
-                queue_rows(driver, kind, project, queue) for project, queue in pairs)
+                queue_rows(driver, kind, project, queue, cipher) for project, queue in pairs)
             yield from record_batches(rows, arrow_schema(SCHEMAS[kind]))
         finally:
             driver.close()

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 from oslo_config import cfg
 
 from delayq import conf as delayq_conf
-from delayq import errors
-from delayq.conf import DRIVERS_GROUP
+from delayq import encryption, errors
+from delayq.conf import DRIVERS_GROUP, TRANSPORT_GROUP
 from delayq.storage.mongo.options import GROUP as MONGO_GROUP
 from delayq.storage.redis.options import GROUP as REDIS_GROUP
 from delayq.storage.registry import conf_for_uri, load_driver
@@ -148,6 +148,13 @@ def describe(location: StoreLocation) -> str:
     """"the <driver> store at <address>" of *location*, for messages."""
     conf = load_conf(location)
     return f"the {driver_name(conf)} store at {address(conf)}"
+
+
+def body_cipher(location: StoreLocation) -> encryption.BodyCipher | None:
+    """The cipher of the ``[transport] message_encryption_key`` of *location*'s
+    configuration, which opens the encrypted bodies the audits read; None without keys
+    (a location given as a URI has none)."""
+    return encryption.from_keys(load_conf(location)[TRANSPORT_GROUP].message_encryption_key)
 
 
 def _quiet_store_logs() -> None:
