@@ -74,10 +74,16 @@ class Broker:
             project, name, checked, queue_quota=self.quotas.max_queues_per_project)
 
     async def queue_metadata(self, project: str, name: str) -> dict[str, Any]:
+        """The queue's metadata, reserved defaults filled in; a queue that does not
+        exist has the defaults alone, as in Zaqar: queues are made by their first post,
+        so python-zaqarclient reads the metadata of a queue it has not made yet."""
         metadata = await self.driver.queues.get(project, name)
-        if metadata is None:
+        return self.with_reserved_defaults(metadata or {})
+
+    async def check_queue_exists(self, project: str, name: str) -> None:
+        """Raise QueueNotFound unless the queue exists."""
+        if await self.driver.queues.get(project, name) is None:
             raise errors.QueueNotFound.named(name)
-        return self.with_reserved_defaults(metadata)
 
     async def patch_queue(self, project: str, name: str, operations: Any
                          ) -> dict[str, Any]:

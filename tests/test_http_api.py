@@ -255,8 +255,14 @@ def test_reserved_null_means_unset(client, headers):
     assert client.simulate_get("/v2/queues/q1", headers=headers).json == RESERVED_DEFAULTS
 
 
-def test_get_missing_queue_404(client, headers):
-    assert_error(client.simulate_get("/v2/queues/nope", headers=headers), 404)
+def test_get_never_created_queue_is_the_defaults(client, headers):
+    # As Zaqar: python-zaqarclient reads the metadata of a queue its first post makes.
+    resp = client.simulate_get("/v2/queues/nope", headers=headers)
+    assert resp.status_code == 200
+    assert resp.json == RESERVED_DEFAULTS
+    # Reading it made nothing.
+    assert client.simulate_head("/v2/queues/nope", headers=headers).status_code == 404
+    assert client.simulate_get("/v2/queues", headers=headers).json["queues"] == []
 
 
 def test_head_queue(client, headers):
@@ -374,7 +380,7 @@ def test_patch_result_is_revalidated(client, headers):
 def test_patch_missing_queue_404(client, headers):
     resp = patch(client, headers, "nope", [{"op": "add", "path": "/metadata/a", "value": 1}])
     assert_error(resp, 404)
-    assert client.simulate_get("/v2/queues/nope", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/nope", headers=headers).status_code == 404
 
 
 def test_delete_queue(client, headers):
@@ -384,7 +390,8 @@ def test_delete_queue(client, headers):
     resp = client.simulate_delete("/v2/queues/q1", headers=headers)
     assert resp.status_code == 204
     assert resp.text == ""
-    assert client.simulate_get("/v2/queues/q1", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/q1", headers=headers).status_code == 404
+    assert client.simulate_get("/v2/queues/q1", headers=headers).json == RESERVED_DEFAULTS
     assert client.simulate_delete("/v2/queues/q1", headers=headers).status_code == 204
     assert client.simulate_delete("/v2/queues/never", headers=headers).status_code == 204
     assert stats(client, headers, "q1") == {"free": 0, "claimed": 0, "delayed": 0,
@@ -1133,7 +1140,7 @@ def test_project_isolation(client, headers, project_b):
     ids = post(client, a, "shared", 1, 2, 3)
     claim_id, _ = claim(client, a, "shared", limit=1)
     # Invisible from B.
-    assert client.simulate_get("/v2/queues/shared", headers=b).status_code == 404
+    assert client.simulate_get("/v2/queues/shared", headers=b).json == RESERVED_DEFAULTS
     assert client.simulate_head("/v2/queues/shared", headers=b).status_code == 404
     assert client.simulate_get("/v2/queues", headers=b).json == {"queues": [], "links": []}
     assert stats(client, b, "shared") == {"free": 0, "claimed": 0, "delayed": 0, "total": 0}
