@@ -488,6 +488,21 @@ def test_post_messages_201(client, headers):
     assert stats(client, headers, "q1")["delayed"] == 0
 
 
+def test_post_is_bounded_by_bytes_not_count(client, headers):
+    # As Zaqar: more than max_messages_per_page (20) messages in one post are stored,
+    # all of them, as long as the post fits in max_messages_post_size.
+    resp = client.simulate_post("/v2/queues/q1/messages", headers=headers,
+                                json={"messages": [{"body": i} for i in range(150)]})
+    assert resp.status_code == 201, resp.text
+    assert len(resp.json["resources"]) == 150
+    assert stats(client, headers, "q1")["free"] == 150
+    # The size still bounds it: as many tiny messages as pass 256 KiB are refused.
+    oversize = {"messages": [{"body": 0}] * 30000}
+    resp = client.simulate_post("/v2/queues/q2/messages", headers=headers, json=oversize)
+    assert_error(resp, 400)
+    assert "262144" in resp.json["description"]
+
+
 def nested(depth: int) -> list:
     value: list = []
     for _ in range(depth - 1):
