@@ -33,6 +33,10 @@ PATCH_PREFIX = "/metadata/"
 # FILTER_SCAN of them a request (Broker.select_queues).
 FILTER_BATCH = 100
 FILTER_SCAN = 1000
+# A repeated subscription's id is looked up SUBSCRIPTION_SCAN subscriptions at a time;
+# a subscription that ends while it is looked up is made again, SUBSCRIBE_ATTEMPTS at most.
+SUBSCRIPTION_SCAN = 100
+SUBSCRIBE_ATTEMPTS = 3
 
 
 class Broker:
@@ -389,16 +393,41 @@ class Broker:
     async def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
                                   options: dict[str, Any]) -> str:
         """Subscribe *subscriber* to *queue*, creating the queue when it does not exist
-        (counted against ``max_queues_per_project``), as Zaqar does; its id. Raises
-        SubscriptionExists when the queue has a live one for *subscriber*."""
+        (counted against ``max_queues_per_project``), as Zaqar does; its id.
+
+        When the queue has a live subscription for *subscriber* already, its id, the
+        subscription left as it is (its ttl and options too): Zaqar answers so for a
+        subscription no one has confirmed, and delayq asks no subscriber to confirm.
+        One that ends between the driver's refusal and the look-up is created anew.
+        """
         if await self.driver.queues.get(project, queue) is None:
             await self.driver.queues.create(
                 project, queue, {}, queue_quota=self.quotas.max_queues_per_project)
-        created = await self.driver.subscriptions.create(
-                                                         project, queue, subscriber, ttl, options)
-        if created is None:
-            raise errors.SubscriptionExists.for_subscriber(subscriber)
-        return created
+        for _ in range(SUBSCRIBE_ATTEMPTS):
+            created = await self.driver.subscriptions.create(project, queue, subscriber,
+                                                             ttl, options)
+            if created is not None:
+                return created
+            existing = await self._subscription_of(project, queue, subscriber)
+            if existing is not None:
+                return existing
+        raise errors.Conflict(f"The subscription for {subscriber[:200]} keeps changing; "
+                              "retry the request.")
+
+    async def _subscription_of(self, project: str, queue: str, subscriber: str
+                               ) -> str | None:
+        """The id of the queue's live subscription for *subscriber*, or None: read page
+        by page, as the drivers index subscriptions by id (a queue has few)."""
+        marker = None
+        while True:
+            page = await self.driver.subscriptions.page(project, queue, marker,
+                                                        SUBSCRIPTION_SCAN)
+            for found in page:
+                if found.subscriber == subscriber:
+                    return found.id
+            if len(page) < SUBSCRIPTION_SCAN:
+                return None
+            marker = page[-1].id
 
     async def get_subscription(self, project: str, queue: str, subscription_id: str
                               ) -> Subscription:
