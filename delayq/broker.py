@@ -282,7 +282,23 @@ class Broker:
 
     async def delete_message(self, project: str, queue: str, message_id: str,
                              claim_id: str | None) -> None:
-        await self.driver.messages.delete(project, queue, message_id, claim_id)
+        """Delete a message; a claimed one only with its claim's id.
+
+        A claimed message and a claim id not its claim's: 403 (ClaimMismatch) when that
+        id is another live claim's of the queue, as in Zaqar; 400 (ClaimUnknown) when it
+        is no live claim's (never made, deleted or expired): Zaqar tells the two apart.
+        """
+        try:
+            await self.driver.messages.delete(project, queue, message_id, claim_id)
+        except errors.ClaimMismatch:
+            assert claim_id is not None  # a mismatch needs a claim id
+            try:
+                await self.driver.claims.get(project, queue, claim_id)
+            except errors.ClaimNotFound:
+                raise errors.ClaimUnknown(
+                    f"Claim {claim_id[:80]} does not exist or has expired; message "
+                    f"{message_id} is held by another claim.") from None
+            raise
 
     async def delete_messages(self, project: str, queue: str, ids: list[str],
                               claim_ids: list[str] | None = None) -> None:

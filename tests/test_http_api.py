@@ -974,9 +974,15 @@ def test_delete_claimed_message(client, headers):
     # Claimed, no claim_id: 403.
     resp = client.simulate_delete(path, headers=headers)
     assert_error(resp, 403)
-    # Claimed by another claim than the one given: 403.
+    # Claimed by another live claim than the one given: 403.
     resp = client.simulate_delete(path, headers=headers, params={"claim_id": claim_2})
     assert_error(resp, 403)
+    # A claim id of no live claim (never made, or deleted): 400, as Zaqar answers.
+    client.simulate_delete(f"/v2/queues/q1/claims/{claim_2}", headers=headers)
+    for unknown in (uuid.uuid4().hex, claim_2):
+        resp = client.simulate_delete(path, headers=headers, params={"claim_id": unknown})
+        assert_error(resp, 400)
+        assert resp.json["title"] == "Unable to delete"
     assert get_message(client, headers, "q1", first).status_code == 200
     # Its own claim: 204, and it is gone.
     resp = client.simulate_delete(path, headers=headers, params={"claim_id": claim_1})
