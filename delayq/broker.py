@@ -11,7 +11,11 @@ step, with the backend's clock, never here.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import time
+import uuid
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from delayq import errors, metrics, retry, validation
 from delayq import queue as q
@@ -23,6 +27,9 @@ from delayq.storage.base import Driver
 from delayq.subscription import Subscription, SubscriptionChange
 from delayq.validation import Limits, MessageEdit, PostedMessage, Quotas
 
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
 PATCH_OPS = ("add", "replace", "remove")
 # Times a post or claim is decided, from the queue's metadata read anew each time it
 # changed under the write (errors.MetadataChanged), before the request fails with 503.
@@ -33,6 +40,12 @@ PATCH_PREFIX = "/metadata/"
 # FILTER_SCAN of them a request (Broker.select_queues).
 FILTER_BATCH = 100
 FILTER_SCAN = 1000
+# Zaqar's detailed health posts HEALTH_MESSAGES messages of this ttl and claims them so.
+HEALTH_MESSAGES = 100
+HEALTH_MESSAGE_TTL = 600
+HEALTH_CLAIM_TTL = 60
+HEALTH_CLAIM_GRACE = 300
+HEALTH_CLAIM_LIMIT = 10
 # A repeated subscription's id is looked up SUBSCRIPTION_SCAN subscriptions at a time;
 # a subscription that ends while it is looked up is made again, SUBSCRIBE_ATTEMPTS at most.
 SUBSCRIPTION_SCAN = 100
@@ -484,6 +497,58 @@ class Broker:
     async def ping(self) -> bool:
         """Whether the store answers."""
         return await self.driver.ping()
+
+    async def operation_status(self) -> dict[str, dict[str, Any]]:
+        """Zaqar's detailed health: the store's everyday operations tried once each, in
+        a project and queue of their own (random names, removed at the end), timed.
+
+        ``{operation: {"succeeded", "seconds", "ref"}}`` for the operations Zaqar names,
+        in its order; an operation whose prerequisite failed is not tried. ``ref`` is
+        None, or for a failure the id under which the server's log has its cause (the
+        body never carries the store's own error text). The probes are requests like
+        any: /metrics and the event trail count them.
+        """
+        project, queue, client = (f"health-{uuid.uuid4().hex}" for _ in range(3))
+        status: dict[str, dict[str, Any]] = {}
+
+        async def timed(operation: str, call: Awaitable[T]) -> T | None:
+            start = time.monotonic()
+            ref = None
+            result = None
+            try:
+                result = await call
+            except Exception:
+                ref = str(uuid.uuid4())
+                LOG.exception("Health operation %s failed (ref %s)", operation, ref)
+            status[operation] = {"succeeded": ref is None,
+                                 "seconds": time.monotonic() - start, "ref": ref}
+            return result
+
+        if await timed("create_queue", self.create_queue(project, queue, {})) is None:
+            return status
+        posted = [PostedMessage({"event": f"p_{n}"}, HEALTH_MESSAGE_TTL, None)
+                  for n in range(HEALTH_MESSAGES)]
+        # Size 0: the post is the server's own, a few kilobytes, under any queue's limit.
+        ids = await timed("post_messages", self.post(project, queue, client, posted,
+                                                     size=0))
+        if ids:
+            claim = await timed("claim_messages", self.claim(
+                project, queue, ttl=HEALTH_CLAIM_TTL, grace=HEALTH_CLAIM_GRACE,
+                limit=HEALTH_CLAIM_LIMIT))
+            await timed("list_messages", self.list_messages(
+                project, queue, client_id=client, marker=None,
+                limit=self.limits.max_messages_per_page, echo=True, include_claimed=True,
+                include_delayed=False))
+            if claim is not None and claim.messages:
+                for message in claim.messages:
+                    await timed("delete_messages", self.delete_message(
+                        project, queue, message.id, claim.id))
+                    if not status["delete_messages"]["succeeded"]:
+                        break
+                await timed("delete_claim", self.release_claim(project, queue, claim.id))
+        await timed("bulk_delete_messages", self.delete_messages(project, queue, ids or []))
+        await timed("delete_queue", self.delete_queue(project, queue))
+        return status
 
 
 def queue_backoff(metadata: dict[str, Any], dead_letter: q.DeadLetterPolicy | None

@@ -122,12 +122,66 @@ def assert_error(resp, status):
 # Service resources
 
 
+# Zaqar's public relations (its home document outside admin mode), and rel/health.
+ZAQAR_RELATIONS = {
+    "rel/queues", "rel/queue", "rel/queue_stats", "rel/queue_share", "rel/queue_purge",
+    "rel/messages", "rel/post_messages", "rel/messages_delete", "rel/message_delete",
+    "rel/message_get", "rel/claim", "rel/post_claim", "rel/patch_claim",
+    "rel/delete_claim", "rel/subscriptions_get", "rel/subscriptions_post",
+    "rel/subscription", "rel/subscription_patch", "rel/ping"}
+REQUEST_ID = re.compile(r"^req-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
+                        r"[0-9a-f]{12}$")
+
+
 def test_home_document(client, headers):
     for path in ("/v2", "/v2/"):
         resp = client.simulate_get(path, headers=headers)
         assert resp.status_code == 200
-        assert isinstance(resp.json, dict)
-        assert "rel/queues" in resp.json["resources"]
+        assert resp.headers["content-type"] == "application/json-home"
+        assert resp.headers["cache-control"] == "max-age=86400"
+        resources = json.loads(resp.text)["resources"]
+        assert set(resources) == ZAQAR_RELATIONS | {"rel/health"}
+    # rel/claim is one claim, as in Zaqar; claims are made through rel/post_claim.
+    assert resources["rel/claim"] == {
+        "href-template": "/v2/queues/{queue_name}/claims/{claim_id}",
+        "href-vars": {"queue_name": "param/queue_name", "claim_id": "param/claim_id"},
+        "hints": {"allow": ["GET"], "formats": {"application/json": {}}}}
+    assert resources["rel/post_claim"]["href-template"] == \
+        "/v2/queues/{queue_name}/claims{?limit}"
+    assert resources["rel/post_claim"]["hints"]["accept-post"] == ["application/json"]
+    assert resources["rel/message_delete"]["href-vars"]["claim"] == "param/claim_id"
+    # Every template names a route the server has.
+    for relation in resources.values():
+        path = relation.get("href-template", relation.get("href")).split("{?")[0]
+        path = re.sub(r"\{[a-z_]+\}", "x", path)
+        assert client.simulate_options(path, headers=headers).status_code != 404, path
+
+
+def test_versions_document(client):
+    # As Zaqar: 300 Multiple Choices, no project needed.
+    resp = client.simulate_get("/")
+    assert resp.status_code == 300
+    assert resp.json == {"versions": [{
+        "id": "2", "status": "CURRENT", "updated": "2014-9-24T04:06:47Z",
+        "media-types": [{"base": "application/json",
+                         "type": "application/vnd.openstack.messaging-v2+json"}],
+        "links": [{"href": "/v2/", "rel": "self"}]}]}
+
+
+def test_every_response_has_a_new_request_id(client, headers):
+    sent = "req-" + str(uuid.uuid4())
+    answers = [client.simulate_get("/"), client.simulate_get("/v2", headers=headers),
+               client.simulate_put("/v2/queues/q1", headers=headers),
+               client.simulate_get("/v2/queues/q1/messages", headers=headers),
+               client.simulate_get("/v2/queues/q1/claims/nope", headers=headers),  # 404
+               client.simulate_get("/v2/nothing", headers=headers),  # no route
+               client.simulate_get("/v2/queues"),  # 400, no project
+               client.simulate_get("/v2/queues", headers={
+                   **headers, "X-OpenStack-Request-Id": sent})]
+    ids = [resp.headers["x-openstack-request-id"] for resp in answers]
+    assert all(REQUEST_ID.match(i) for i in ids), ids
+    # New for each request; the client's own is not echoed (oslo keeps it apart).
+    assert len(set(ids)) == len(ids) and sent not in ids
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
@@ -141,6 +195,16 @@ def test_health(client, headers):
     resp = client.simulate_get("/v2/health", headers=headers)
     assert resp.status_code == 200
     assert resp.json["storage_reachable"] is True
+    # Zaqar's detailed health: each operation tried, in its order, timed.
+    operations = resp.json["operation_status"]
+    assert list(operations) == ["create_queue", "post_messages", "claim_messages",
+                                "list_messages", "delete_messages", "delete_claim",
+                                "bulk_delete_messages", "delete_queue"]
+    for status in operations.values():
+        assert status["succeeded"] is True and status["ref"] is None
+        assert isinstance(status["seconds"], float) and status["seconds"] >= 0
+    # Its probes leave nothing behind in the client's project.
+    assert client.simulate_get("/v2/queues", headers=headers).json["queues"] == []
 
 
 def test_unknown_route_and_method_are_4xx_json(client, headers):
