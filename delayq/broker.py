@@ -12,7 +12,11 @@ step, with the backend's clock, never here.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import logging
+import time
+import uuid
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from delayq import errors, metrics, retry, validation
 from delayq import queue as q
@@ -25,6 +29,9 @@ from delayq.storage.base import Driver
 from delayq.subscription import Subscription, SubscriptionChange
 from delayq.validation import Limits, MessageEdit, PostedMessage, Quotas
 
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
 PATCH_OPS = ("add", "replace", "remove")
 # Times a post or claim is decided, from the queue's metadata read anew each time it
 # changed under the write (errors.MetadataChanged), before the request fails with 503.
@@ -35,6 +42,16 @@ PATCH_PREFIX = "/metadata/"
 # FILTER_SCAN of them a request (Broker.select_queues).
 FILTER_BATCH = 100
 FILTER_SCAN = 1000
+# Zaqar's detailed health posts HEALTH_MESSAGES messages of this ttl and claims them so.
+HEALTH_MESSAGES = 100
+HEALTH_MESSAGE_TTL = 600
+HEALTH_CLAIM_TTL = 60
+HEALTH_CLAIM_GRACE = 300
+HEALTH_CLAIM_LIMIT = 10
+# A repeated subscription's id is looked up SUBSCRIPTION_SCAN subscriptions at a time;
+# a subscription that ends while it is looked up is made again, SUBSCRIBE_ATTEMPTS at most.
+SUBSCRIPTION_SCAN = 100
+SUBSCRIBE_ATTEMPTS = 3
 
 
 class Broker:
@@ -82,10 +99,16 @@ class Broker:
             project, name, checked, queue_quota=self.quotas.max_queues_per_project)
 
     async def queue_metadata(self, project: str, name: str) -> dict[str, Any]:
+        """The queue's metadata, reserved defaults filled in; a queue that does not
+        exist has the defaults alone, as in Zaqar: queues are made by their first post,
+        so python-zaqarclient reads the metadata of a queue it has not made yet."""
         metadata = await self.driver.queues.get(project, name)
-        if metadata is None:
+        return self.with_reserved_defaults(metadata or {})
+
+    async def check_queue_exists(self, project: str, name: str) -> None:
+        """Raise QueueNotFound unless the queue exists."""
+        if await self.driver.queues.get(project, name) is None:
             raise errors.QueueNotFound.named(name)
-        return self.with_reserved_defaults(metadata)
 
     async def patch_queue(self, project: str, name: str, operations: Any
                          ) -> dict[str, Any]:
@@ -334,7 +357,23 @@ class Broker:
 
     async def delete_message(self, project: str, queue: str, message_id: str,
                              claim_id: str | None) -> None:
-        await self.driver.messages.delete(project, queue, message_id, claim_id)
+        """Delete a message; a claimed one only with its claim's id.
+
+        A claimed message and a claim id not its claim's: 403 (ClaimMismatch) when that
+        id is another live claim's of the queue, as in Zaqar; 400 (ClaimUnknown) when it
+        is no live claim's (never made, deleted or expired): Zaqar tells the two apart.
+        """
+        try:
+            await self.driver.messages.delete(project, queue, message_id, claim_id)
+        except errors.ClaimMismatch:
+            assert claim_id is not None  # a mismatch needs a claim id
+            try:
+                await self.driver.claims.get(project, queue, claim_id)
+            except errors.ClaimNotFound:
+                raise errors.ClaimUnknown(
+                    f"Claim {claim_id[:80]} does not exist or has expired; message "
+                    f"{message_id} is held by another claim.") from None
+            raise
 
     async def delete_messages(self, project: str, queue: str, ids: list[str],
                               claim_ids: list[str] | None = None) -> None:
@@ -447,16 +486,41 @@ class Broker:
     async def create_subscription(self, project: str, queue: str, subscriber: str, ttl: int,
                                   options: dict[str, Any]) -> str:
         """Subscribe *subscriber* to *queue*, creating the queue when it does not exist
-        (counted against ``max_queues_per_project``), as Zaqar does; its id. Raises
-        SubscriptionExists when the queue has a live one for *subscriber*."""
+        (counted against ``max_queues_per_project``), as Zaqar does; its id.
+
+        When the queue has a live subscription for *subscriber* already, its id, the
+        subscription left as it is (its ttl and options too): Zaqar answers so for a
+        subscription no one has confirmed, and delayq asks no subscriber to confirm.
+        One that ends between the driver's refusal and the look-up is created anew.
+        """
         if await self.driver.queues.get(project, queue) is None:
             await self.driver.queues.create(
                 project, queue, {}, queue_quota=self.quotas.max_queues_per_project)
-        created = await self.driver.subscriptions.create(
-                                                         project, queue, subscriber, ttl, options)
-        if created is None:
-            raise errors.SubscriptionExists.for_subscriber(subscriber)
-        return created
+        for _ in range(SUBSCRIBE_ATTEMPTS):
+            created = await self.driver.subscriptions.create(project, queue, subscriber,
+                                                             ttl, options)
+            if created is not None:
+                return created
+            existing = await self._subscription_of(project, queue, subscriber)
+            if existing is not None:
+                return existing
+        raise errors.Conflict(f"The subscription for {subscriber[:200]} keeps changing; "
+                              "retry the request.")
+
+    async def _subscription_of(self, project: str, queue: str, subscriber: str
+                               ) -> str | None:
+        """The id of the queue's live subscription for *subscriber*, or None: read page
+        by page, as the drivers index subscriptions by id (a queue has few)."""
+        marker = None
+        while True:
+            page = await self.driver.subscriptions.page(project, queue, marker,
+                                                        SUBSCRIPTION_SCAN)
+            for found in page:
+                if found.subscriber == subscriber:
+                    return found.id
+            if len(page) < SUBSCRIPTION_SCAN:
+                return None
+            marker = page[-1].id
 
     async def get_subscription(self, project: str, queue: str, subscription_id: str
                               ) -> Subscription:
@@ -497,6 +561,58 @@ class Broker:
     async def ping(self) -> bool:
         """Whether the store answers."""
         return await self.driver.ping()
+
+    async def operation_status(self) -> dict[str, dict[str, Any]]:
+        """Zaqar's detailed health: the store's everyday operations tried once each, in
+        a project and queue of their own (random names, removed at the end), timed.
+
+        ``{operation: {"succeeded", "seconds", "ref"}}`` for the operations Zaqar names,
+        in its order; an operation whose prerequisite failed is not tried. ``ref`` is
+        None, or for a failure the id under which the server's log has its cause (the
+        body never carries the store's own error text). The probes are requests like
+        any: /metrics and the event trail count them.
+        """
+        project, queue, client = (f"health-{uuid.uuid4().hex}" for _ in range(3))
+        status: dict[str, dict[str, Any]] = {}
+
+        async def timed(operation: str, call: Awaitable[T]) -> T | None:
+            start = time.monotonic()
+            ref = None
+            result = None
+            try:
+                result = await call
+            except Exception:
+                ref = str(uuid.uuid4())
+                LOG.exception("Health operation %s failed (ref %s)", operation, ref)
+            status[operation] = {"succeeded": ref is None,
+                                 "seconds": time.monotonic() - start, "ref": ref}
+            return result
+
+        if await timed("create_queue", self.create_queue(project, queue, {})) is None:
+            return status
+        posted = [PostedMessage({"event": f"p_{n}"}, HEALTH_MESSAGE_TTL, None)
+                  for n in range(HEALTH_MESSAGES)]
+        # Size 0: the post is the server's own, a few kilobytes, under any queue's limit.
+        ids = await timed("post_messages", self.post(project, queue, client, posted,
+                                                     size=0))
+        if ids:
+            claim = await timed("claim_messages", self.claim(
+                project, queue, ttl=HEALTH_CLAIM_TTL, grace=HEALTH_CLAIM_GRACE,
+                limit=HEALTH_CLAIM_LIMIT))
+            await timed("list_messages", self.list_messages(
+                project, queue, client_id=client, marker=None,
+                limit=self.limits.max_messages_per_page, echo=True, include_claimed=True,
+                include_delayed=False))
+            if claim is not None and claim.messages:
+                for message in claim.messages:
+                    await timed("delete_messages", self.delete_message(
+                        project, queue, message.id, claim.id))
+                    if not status["delete_messages"]["succeeded"]:
+                        break
+                await timed("delete_claim", self.release_claim(project, queue, claim.id))
+        await timed("bulk_delete_messages", self.delete_messages(project, queue, ids or []))
+        await timed("delete_queue", self.delete_queue(project, queue))
+        return status
 
 
 def queue_backoff(metadata: dict[str, Any], dead_letter: q.DeadLetterPolicy | None

@@ -122,8 +122,8 @@ transport_opts = [
     cfg.IntOpt("max_queues_per_page", default=20, min=1,
                help="Largest page of a queue listing."),
     cfg.IntOpt("max_messages_per_page", default=20, min=1,
-               help="Largest page of a message listing, and most messages in one post "
-                    "or one ?ids= request."),
+               help="Largest page of a message listing, and most ids in one ?ids= "
+                    "request (a post is bounded by max_messages_post_size alone)."),
     cfg.IntOpt("max_messages_per_claim_or_pop", default=20, min=1,
                help="Most messages one claim or one pop may take."),
     cfg.IntOpt("max_queue_metadata", default=65536, min=1,

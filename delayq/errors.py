@@ -83,6 +83,12 @@ class ClaimMismatch(DelayqError):
     """The message is held by another claim than the one given (HTTP 403)."""
 
 
+class ClaimUnknown(DelayqError):
+    """A claimed message was to be deleted with a claim id of no live claim of the queue
+    (HTTP 400, as in Zaqar: the claim may have expired; another live claim's id is a
+    ClaimMismatch, 403)."""
+
+
 class MessageNotClaimed(DelayqError):
     """A claim id was given for a message no live claim holds (HTTP 400, as in Zaqar)."""
 

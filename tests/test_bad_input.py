@@ -111,7 +111,7 @@ class World:
 
     def assert_unchanged(self) -> None:
         assert self.snapshot() == self.before
-        assert self.client.simulate_get("/v2/queues/fresh",
+        assert self.client.simulate_head("/v2/queues/fresh",
                                         headers=self.headers).status_code == 404
 
 
@@ -376,7 +376,6 @@ POST_CASES = [
     ("messages null", {"messages": None}, ("messages",)),
     ("empty list", {"messages": []}, ("messages",)),
     ("empty top-level list", [], ("messages",)),
-    ("too many", {"messages": [{"body": i} for i in range(21)]}, ("20",)),
     ("item not object", messages(1), ("messages[0]",)),
     ("item list", messages([{"body": 1}]), ("messages[0]",)),
     ("body missing", messages({"ttl": 60}), ("messages[0]", "body")),
@@ -509,11 +508,11 @@ def test_post_over_configured_limit(make_conf, headers):
     resp = client.simulate_post("/v2/queues/q/messages", headers=headers,
                                 json=messages({"body": "x" * 1000}))
     assert_rejected(resp, 400, "1000")
-    assert client.simulate_get("/v2/queues/q", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/q", headers=headers).status_code == 404
     resp = client.simulate_put("/v2/queues/q", headers=headers,
                                json={"_max_messages_post_size": 1001})
     assert_rejected(resp, 400, "_max_messages_post_size")
-    assert client.simulate_get("/v2/queues/q", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/q", headers=headers).status_code == 404
 
 
 def test_queue_max_messages_post_size_rejects_larger_post(own_world):
@@ -815,7 +814,7 @@ def test_project_id_too_long_on_queue_list(world):
     ("POST", "/v2/queues/full", None, 405),
     ("GET", "/v2/queues/full/claims", None, 405),
     ("PUT", "/v2/queues/full/stats", None, 405),
-    ("GET", "/v2/queues/nope", "application/xml", 404),
+    ("GET", "/v2/queues/nope/messages/x", "application/xml", 404),
     ("GET", "/v2/queues", "text/html", 200),
 ], ids=["no route", "deep path", "POST queue", "GET claims", "PUT stats", "xml",
         "html"])

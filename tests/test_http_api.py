@@ -123,12 +123,66 @@ def assert_error(resp, status):
 # Service resources
 
 
+# Zaqar's public relations (its home document outside admin mode), and rel/health.
+ZAQAR_RELATIONS = {
+    "rel/queues", "rel/queue", "rel/queue_stats", "rel/queue_share", "rel/queue_purge",
+    "rel/messages", "rel/post_messages", "rel/messages_delete", "rel/message_delete",
+    "rel/message_get", "rel/claim", "rel/post_claim", "rel/patch_claim",
+    "rel/delete_claim", "rel/subscriptions_get", "rel/subscriptions_post",
+    "rel/subscription", "rel/subscription_patch", "rel/ping"}
+REQUEST_ID = re.compile(r"^req-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
+                        r"[0-9a-f]{12}$")
+
+
 def test_home_document(client, headers):
     for path in ("/v2", "/v2/"):
         resp = client.simulate_get(path, headers=headers)
         assert resp.status_code == 200
-        assert isinstance(resp.json, dict)
-        assert "rel/queues" in resp.json["resources"]
+        assert resp.headers["content-type"] == "application/json-home"
+        assert resp.headers["cache-control"] == "max-age=86400"
+        resources = json.loads(resp.text)["resources"]
+        assert set(resources) == ZAQAR_RELATIONS | {"rel/health"}
+    # rel/claim is one claim, as in Zaqar; claims are made through rel/post_claim.
+    assert resources["rel/claim"] == {
+        "href-template": "/v2/queues/{queue_name}/claims/{claim_id}",
+        "href-vars": {"queue_name": "param/queue_name", "claim_id": "param/claim_id"},
+        "hints": {"allow": ["GET"], "formats": {"application/json": {}}}}
+    assert resources["rel/post_claim"]["href-template"] == \
+        "/v2/queues/{queue_name}/claims{?limit}"
+    assert resources["rel/post_claim"]["hints"]["accept-post"] == ["application/json"]
+    assert resources["rel/message_delete"]["href-vars"]["claim"] == "param/claim_id"
+    # Every template names a route the server has.
+    for relation in resources.values():
+        path = relation.get("href-template", relation.get("href")).split("{?")[0]
+        path = re.sub(r"\{[a-z_]+\}", "x", path)
+        assert client.simulate_options(path, headers=headers).status_code != 404, path
+
+
+def test_versions_document(client):
+    # As Zaqar: 300 Multiple Choices, no project needed.
+    resp = client.simulate_get("/")
+    assert resp.status_code == 300
+    assert resp.json == {"versions": [{
+        "id": "2", "status": "CURRENT", "updated": "2014-9-24T04:06:47Z",
+        "media-types": [{"base": "application/json",
+                         "type": "application/vnd.openstack.messaging-v2+json"}],
+        "links": [{"href": "/v2/", "rel": "self"}]}]}
+
+
+def test_every_response_has_a_new_request_id(client, headers):
+    sent = "req-" + str(uuid.uuid4())
+    answers = [client.simulate_get("/"), client.simulate_get("/v2", headers=headers),
+               client.simulate_put("/v2/queues/q1", headers=headers),
+               client.simulate_get("/v2/queues/q1/messages", headers=headers),
+               client.simulate_get("/v2/queues/q1/claims/nope", headers=headers),  # 404
+               client.simulate_get("/v2/nothing", headers=headers),  # no route
+               client.simulate_get("/v2/queues"),  # 400, no project
+               client.simulate_get("/v2/queues", headers={
+                   **headers, "X-OpenStack-Request-Id": sent})]
+    ids = [resp.headers["x-openstack-request-id"] for resp in answers]
+    assert all(REQUEST_ID.match(i) for i in ids), ids
+    # New for each request; the client's own is not echoed (oslo keeps it apart).
+    assert len(set(ids)) == len(ids) and sent not in ids
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
@@ -142,6 +196,16 @@ def test_health(client, headers):
     resp = client.simulate_get("/v2/health", headers=headers)
     assert resp.status_code == 200
     assert resp.json["storage_reachable"] is True
+    # Zaqar's detailed health: each operation tried, in its order, timed.
+    operations = resp.json["operation_status"]
+    assert list(operations) == ["create_queue", "post_messages", "claim_messages",
+                                "list_messages", "delete_messages", "delete_claim",
+                                "bulk_delete_messages", "delete_queue"]
+    for status in operations.values():
+        assert status["succeeded"] is True and status["ref"] is None
+        assert isinstance(status["seconds"], float) and status["seconds"] >= 0
+    # Its probes leave nothing behind in the client's project.
+    assert client.simulate_get("/v2/queues", headers=headers).json["queues"] == []
 
 
 def test_unknown_route_and_method_are_4xx_json(client, headers):
@@ -257,8 +321,14 @@ def test_reserved_null_means_unset(client, headers):
     assert client.simulate_get("/v2/queues/q1", headers=headers).json == RESERVED_DEFAULTS
 
 
-def test_get_missing_queue_404(client, headers):
-    assert_error(client.simulate_get("/v2/queues/nope", headers=headers), 404)
+def test_get_never_created_queue_is_the_defaults(client, headers):
+    # As Zaqar: python-zaqarclient reads the metadata of a queue its first post makes.
+    resp = client.simulate_get("/v2/queues/nope", headers=headers)
+    assert resp.status_code == 200
+    assert resp.json == RESERVED_DEFAULTS
+    # Reading it made nothing.
+    assert client.simulate_head("/v2/queues/nope", headers=headers).status_code == 404
+    assert client.simulate_get("/v2/queues", headers=headers).json["queues"] == []
 
 
 def test_head_queue(client, headers):
@@ -376,7 +446,7 @@ def test_patch_result_is_revalidated(client, headers):
 def test_patch_missing_queue_404(client, headers):
     resp = patch(client, headers, "nope", [{"op": "add", "path": "/metadata/a", "value": 1}])
     assert_error(resp, 404)
-    assert client.simulate_get("/v2/queues/nope", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/nope", headers=headers).status_code == 404
 
 
 def test_delete_queue(client, headers):
@@ -386,7 +456,8 @@ def test_delete_queue(client, headers):
     resp = client.simulate_delete("/v2/queues/q1", headers=headers)
     assert resp.status_code == 204
     assert resp.text == ""
-    assert client.simulate_get("/v2/queues/q1", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/q1", headers=headers).status_code == 404
+    assert client.simulate_get("/v2/queues/q1", headers=headers).json == RESERVED_DEFAULTS
     assert client.simulate_delete("/v2/queues/q1", headers=headers).status_code == 204
     assert client.simulate_delete("/v2/queues/never", headers=headers).status_code == 204
     assert stats(client, headers, "q1") == {"free": 0, "claimed": 0, "delayed": 0,
@@ -481,6 +552,21 @@ def test_post_messages_201(client, headers):
     # ttl defaults to the queue's _default_message_ttl; delay on a normal queue is ignored.
     assert [v["ttl"] for v in views] == [300, 3600, 60, 3600]
     assert stats(client, headers, "q1")["delayed"] == 0
+
+
+def test_post_is_bounded_by_bytes_not_count(client, headers):
+    # As Zaqar: more than max_messages_per_page (20) messages in one post are stored,
+    # all of them, as long as the post fits in max_messages_post_size.
+    resp = client.simulate_post("/v2/queues/q1/messages", headers=headers,
+                                json={"messages": [{"body": i} for i in range(150)]})
+    assert resp.status_code == 201, resp.text
+    assert len(resp.json["resources"]) == 150
+    assert stats(client, headers, "q1")["free"] == 150
+    # The size still bounds it: as many tiny messages as pass 256 KiB are refused.
+    oversize = {"messages": [{"body": 0}] * 30000}
+    resp = client.simulate_post("/v2/queues/q2/messages", headers=headers, json=oversize)
+    assert_error(resp, 400)
+    assert "262144" in resp.json["description"]
 
 
 def nested(depth: int) -> list:
@@ -954,9 +1040,15 @@ def test_delete_claimed_message(client, headers):
     # Claimed, no claim_id: 403.
     resp = client.simulate_delete(path, headers=headers)
     assert_error(resp, 403)
-    # Claimed by another claim than the one given: 403.
+    # Claimed by another live claim than the one given: 403.
     resp = client.simulate_delete(path, headers=headers, params={"claim_id": claim_2})
     assert_error(resp, 403)
+    # A claim id of no live claim (never made, or deleted): 400, as Zaqar answers.
+    client.simulate_delete(f"/v2/queues/q1/claims/{claim_2}", headers=headers)
+    for unknown in (uuid.uuid4().hex, claim_2):
+        resp = client.simulate_delete(path, headers=headers, params={"claim_id": unknown})
+        assert_error(resp, 400)
+        assert resp.json["title"] == "Unable to delete"
     assert get_message(client, headers, "q1", first).status_code == 200
     # Its own claim: 204, and it is gone.
     resp = client.simulate_delete(path, headers=headers, params={"claim_id": claim_1})
@@ -1135,7 +1227,7 @@ def test_project_isolation(client, headers, project_b):
     ids = post(client, a, "shared", 1, 2, 3)
     claim_id, _ = claim(client, a, "shared", limit=1)
     # Invisible from B.
-    assert client.simulate_get("/v2/queues/shared", headers=b).status_code == 404
+    assert client.simulate_get("/v2/queues/shared", headers=b).json == RESERVED_DEFAULTS
     assert client.simulate_head("/v2/queues/shared", headers=b).status_code == 404
     assert client.simulate_get("/v2/queues", headers=b).json == {"queues": [], "links": []}
     assert stats(client, b, "shared") == {"free": 0, "claimed": 0, "delayed": 0, "total": 0}

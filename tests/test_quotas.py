@@ -68,7 +68,7 @@ def test_a_put_past_the_queue_quota_is_a_403(client, headers, project_b):
     resp = client.simulate_put("/v2/queues/c", headers=headers)
     assert_quota_error(resp, "The project already has 2 queues: max_queues_per_project "
                              "is 2.")
-    assert client.simulate_get("/v2/queues/c", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/c", headers=headers).status_code == 404
     # A queue that exists is put again as ever; another project has a quota of its own.
     assert client.simulate_put("/v2/queues/a", headers=headers).status_code == 204
     assert client.simulate_put("/v2/queues/c", headers=project_b).status_code == 201
@@ -81,7 +81,7 @@ def test_a_post_that_would_create_a_queue_past_the_quota_is_a_403(client, header
     assert post(client, headers, "b", 1).status_code == 201
     assert_quota_error(post(client, headers, "c", 1),
                        "The project already has 2 queues: max_queues_per_project is 2.")
-    assert client.simulate_get("/v2/queues/c", headers=headers).status_code == 404
+    assert client.simulate_head("/v2/queues/c", headers=headers).status_code == 404
     listed = client.simulate_get("/v2/queues", headers=headers,
                                  params={"with_count": "true"}).json
     assert [q["name"] for q in listed["queues"]] == ["a", "b"] and listed["count"] == 2

@@ -53,13 +53,23 @@ def test_create_get_update_delete(client, headers):
 def test_a_subscription_defaults_its_ttl_and_creates_its_queue(client, headers):
     sid = create(client, headers, "fresh")
     assert client.simulate_get(url("fresh", sid), headers=headers).json["ttl"] == 3600
-    assert client.simulate_get("/v2/queues/fresh", headers=headers).status_code == 200
+    assert client.simulate_head("/v2/queues/fresh", headers=headers).status_code == 204
 
 
-def test_a_second_subscription_of_one_subscriber_is_a_conflict(client, headers):
-    create(client, headers)
-    again = client.simulate_post(url(), json={"subscriber": HOOK}, headers=headers)
-    assert again.status_code == 409 and again.json["title"] == "Conflict"
+def test_a_second_subscription_of_one_subscriber_answers_the_first(client, headers):
+    # As Zaqar: 201 with the same id; the first one's ttl and options are kept.
+    sid = create(client, headers)
+    before = client.simulate_get(url("q", sid), headers=headers).json
+    again = client.simulate_post(url(), json={"subscriber": HOOK, "ttl": 120,
+                                              "options": {"post_data": "x"}},
+                                 headers=headers)
+    assert again.status_code == 201
+    assert again.json == {"subscription_id": sid}
+    assert again.headers["location"] == url()
+    after = client.simulate_get(url("q", sid), headers=headers).json
+    assert (after["ttl"], after["options"]) == (before["ttl"], before["options"])
+    listed = client.simulate_get(url(), headers=headers).json["subscriptions"]
+    assert [s["id"] for s in listed] == [sid]
 
 
 def test_listing_pages_and_links_as_zaqar(client, headers):

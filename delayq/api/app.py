@@ -15,6 +15,7 @@ from delayq.api import auth, claims, errors, home, messages, queues, share, subs
 from delayq.api import metrics as metrics_api
 from delayq.api.longpoll import LongPoll
 from delayq.api.request import Request
+from delayq.api.request_ids import RequestIds
 from delayq.api.wakeups import Wakeups
 from delayq.broker import Broker
 from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP, WSGI_GROUP
@@ -90,8 +91,10 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     authentication = auth.from_conf(conf, offload)
     # Tuples, not a list: mypy checks each item against Falcon's middleware protocols,
     # where a list of unlike components would be a list of objects.
+    ids = RequestIds()
     app = falcon.asgi.App(request_type=Request, middleware=(
-        (timer, lifespan) if authentication is None else (timer, lifespan, authentication)))
+        (ids, timer, lifespan) if authentication is None
+        else (ids, timer, lifespan, authentication)))
     app.req_options.strip_url_path_trailing_slash = True
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(
         dumps=jsontext.response)
@@ -125,6 +128,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
                   share.QueueShareResource(
                       signed_urls.Settings.from_conf(conf),
                       rules=authentication.rules if authentication is not None else None))
+    app.add_route("/", home.VersionsResource())
     app.add_route("/v2", home.HomeResource())
     app.add_route("/v2/ping", home.PingResource(broker=broker))
     app.add_route("/v2/health", home.HealthResource(broker=broker, store=driver.name))

@@ -22,6 +22,7 @@ STATUS: dict[type[errors.DelayqError], tuple[str, str]] = {
     errors.MessageIsClaimed: (falcon.HTTP_403, "Unable to delete"),
     errors.ClaimMismatch: (falcon.HTTP_403, "Unable to delete"),
     errors.MessageNotClaimed: (falcon.HTTP_400, "Unable to delete"),
+    errors.ClaimUnknown: (falcon.HTTP_400, "Unable to delete"),
     errors.QuotaExceeded: (falcon.HTTP_403, "Quota exceeded"),
     errors.KeyReused: (falcon.HTTP_422, "Idempotency key reused"),
     errors.Conflict: (falcon.HTTP_409, "Conflict"),

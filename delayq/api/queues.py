@@ -69,6 +69,8 @@ class QueueResource(_QueueResource):
         resp.location = req.path
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
+        """The metadata: 200 with the defaults for a queue not created yet, as in Zaqar
+        (HEAD tells whether it exists)."""
         project = request.project(req)
         validation.queue_name(name)
         resp.media = await self.broker.queue_metadata(project, name)
@@ -78,7 +80,7 @@ class QueueResource(_QueueResource):
         """204 when the queue exists, 404 otherwise (python-zaqarclient's exists())."""
         project = request.project(req)
         validation.queue_name(name)
-        await self.broker.queue_metadata(project, name)
+        await self.broker.check_queue_exists(project, name)
         resp.status = falcon.HTTP_204
 
     async def on_patch(self, req: falcon.asgi.Request, resp: falcon.asgi.Response,

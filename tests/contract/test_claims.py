@@ -193,7 +193,8 @@ def test_queue_lifecycle(broker):
     broker.delete_queue(PROJECT, "b")
     broker.delete_queue(PROJECT, "b")
     with pytest.raises(errors.QueueNotFound):
-        broker.queue_metadata(PROJECT, "b")
+        broker.check_queue_exists(PROJECT, "b")
+    assert "color" not in broker.queue_metadata(PROJECT, "b")
     assert broker.stats(PROJECT, "b").total == 0
 
 
@@ -202,7 +203,7 @@ def test_projects_are_isolated(broker):
     [mid] = post(broker, "q", "secret", project="alpha")
     assert broker.list_queues("beta", None, 10) == []
     with pytest.raises(errors.QueueNotFound):
-        broker.queue_metadata("beta", "q")
+        broker.check_queue_exists("beta", "q")
     assert broker.driver.messages.get("beta", "q", [mid]) == []
     assert claim(broker, "q", project="beta") is None
     broker.delete_message("beta", "q", mid, None)

@@ -15,7 +15,7 @@ class Subscriptions(abc.ABC):
     @abc.abstractmethod
     async def create(self, project: str, queue: str, subscriber: str, ttl: int,
                      options: dict[str, Any]) -> str | None:
-        """Driver a subscription living *ttl* seconds from now; its id, or None when the
+        """Store a subscription living *ttl* seconds from now; its id, or None when the
         queue has a live subscription for *subscriber* already (nothing is stored)."""
 
     @abc.abstractmethod
