@@ -265,7 +265,7 @@ def test_a_flag_that_is_no_boolean_is_a_400(make_conf, value):
     resp = client.simulate_put("/v2/queues/q", headers=HEADERS, json={FLAG: value})
     assert resp.status_code == 400
     assert FLAG in resp.json["description"]
-    assert client.simulate_get("/v2/queues/q", headers=HEADERS).status_code == 404
+    assert client.simulate_head("/v2/queues/q", headers=HEADERS).status_code == 404
 
 
 def test_a_null_flag_is_unset(make_conf):
