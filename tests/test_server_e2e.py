@@ -70,7 +70,14 @@ def counts(queue) -> dict[str, int]:
 def assert_health_names(url: str, store: str) -> None:
     client = make_client(url)
     assert client.ping() is True
-    assert client.health() == {"storage_reachable": True, "message_store": store}
+    assert_healthy(client.health(), store)
+
+
+def assert_healthy(health: dict, store: str) -> None:
+    """A health body of *store* reachable, every operation it tried succeeded."""
+    assert (health["storage_reachable"], health["message_store"]) == (True, store)
+    assert health["operation_status"]
+    assert all(op["succeeded"] for op in health["operation_status"].values()), health
 
 
 def assert_ids_are_hex_and_malformed_ones_find_nothing(url: str, digits: int) -> None:

@@ -73,7 +73,8 @@ def assert_down(client: testing.TestClient, store: str) -> None:
     assert (ping.status_code, ping.content) == (503, b"")
     health = client.simulate_get("/v2/health")
     assert health.status_code == 503
-    assert health.json == {"storage_reachable": False, "message_store": store}
+    assert health.json == {"storage_reachable": False, "message_store": store,
+                           "operation_status": {}}
 
 
 # SQLite

@@ -1312,7 +1312,8 @@ def test_an_unreachable_or_refusing_swift_answers_503_json(make_conf, cause):
         assert set(response.json) == {"title", "description"}
     health = client.simulate_get("/v2/health", headers=headers)
     assert health.status_code == 503
-    assert health.json == {"storage_reachable": False, "message_store": "swift"}
+    assert health.json == {"storage_reachable": False, "message_store": "swift",
+                           "operation_status": {}}
     if cause == "closed-port":
         assert client.simulate_get("/v2/ping").status_code == 503
     driver.close()
