@@ -77,7 +77,7 @@ def test_the_same_requests_with_a_project_act_in_it(store):
 
 
 @pytest.mark.parametrize("method, path, status", [
-    ("GET", "/", 404), ("GET", "/v2", 200), ("GET", "/v2/ping", 204),
+    ("GET", "/", 300), ("GET", "/v2", 200), ("GET", "/v2/ping", 204),
     ("HEAD", "/v2/ping", 204), ("GET", "/v2/health", 200), ("HEAD", "/v2/health", 204),
     ("GET", "/metrics", 200)])
 def test_routes_outside_projects_need_no_project(store, method, path, status):

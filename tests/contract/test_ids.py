@@ -97,7 +97,7 @@ def test_an_id_with_another_ids_parts_finds_no_claim(broker):
             broker.get_claim(PROJECT, "q", fake)
         with pytest.raises(errors.ClaimNotFound):
             broker.renew_claim(PROJECT, "q", fake, 60, 60)
-        with pytest.raises(errors.ClaimMismatch):
+        with pytest.raises(errors.ClaimUnknown):  # names no live claim: 400, as Zaqar
             broker.delete_message(PROJECT, "q", a, fake)
         with pytest.raises(errors.ClaimMismatch):
             broker.release_message(PROJECT, "q", a, fake, 0)
