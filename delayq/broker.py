@@ -59,9 +59,13 @@ class Broker:
 
     def __init__(self, driver: Driver, limits: Limits,
                  counters: metrics.Metrics | metrics.Uncounted | None = None, *,
-                 quotas: Quotas | None = None, cipher: BodyCipher | None = None) -> None:
+                 quotas: Quotas | None = None, cipher: BodyCipher | None = None,
+                 require_confirmation: bool = False) -> None:
         self.driver = driver
         self.limits = limits
+        # [notification] require_confirmation: subscriptions start unconfirmed and are
+        # pushed nothing until confirmed (``deliverable``).
+        self.require_confirmation = require_confirmation
         self.quotas = quotas if quotas is not None else Quotas()
         # Seals the bodies posted to queues with _enable_encrypt_messages and opens every
         # sealed body read (delayq.encryption); None: no key configured, and no queue may
@@ -415,8 +419,12 @@ class Broker:
 
         Should the claim expire, its messages wait as the queue's ``_retry_policy``
         says; a claim made to push to subscription *push_for* follows the policy its
-        pushes follow (``push_backoff``).
+        pushes follow (``push_backoff``). Nothing is claimed for a subscription that may
+        not be pushed (``deliverable``): a message claimed for it would be consumed on
+        behalf of a subscriber that cannot receive it.
         """
+        if push_for is not None and not self.deliverable(push_for):
+            return None
         for attempt in range(METADATA_ATTEMPTS):
             metadata, token = await self.driver.queues.for_write(project, queue)
             if metadata is None:
@@ -497,27 +505,31 @@ class Broker:
             await self.driver.queues.create(
                 project, queue, {}, queue_quota=self.quotas.max_queues_per_project)
         for _ in range(SUBSCRIBE_ATTEMPTS):
-            created = await self.driver.subscriptions.create(project, queue, subscriber,
-                                                             ttl, options)
+            # Stored unconfirmed, as Zaqar stores every subscription: confirming is what
+            # makes a repeated post a conflict (deliverable() decides what is pushed).
+            created = await self.driver.subscriptions.create(
+                project, queue, subscriber, ttl, options, confirmed=False)
             if created is not None:
                 return created
             existing = await self._subscription_of(project, queue, subscriber)
             if existing is not None:
-                return existing
+                if existing.confirmed:
+                    raise errors.SubscriptionExists.for_subscriber(subscriber)
+                return existing.id
         raise errors.Conflict(f"The subscription for {subscriber[:200]} keeps changing; "
                               "retry the request.")
 
     async def _subscription_of(self, project: str, queue: str, subscriber: str
-                               ) -> str | None:
-        """The id of the queue's live subscription for *subscriber*, or None: read page
-        by page, as the drivers index subscriptions by id (a queue has few)."""
+                               ) -> Subscription | None:
+        """The queue's live subscription for *subscriber*, or None: read page by page,
+        as the drivers index subscriptions by id (a queue has few)."""
         marker = None
         while True:
             page = await self.driver.subscriptions.page(project, queue, marker,
                                                         SUBSCRIPTION_SCAN)
             for found in page:
                 if found.subscriber == subscriber:
-                    return found.id
+                    return found
             if len(page) < SUBSCRIPTION_SCAN:
                 return None
             marker = page[-1].id
@@ -536,9 +548,33 @@ class Broker:
                                                     limit)
 
     async def update_subscription(self, project: str, queue: str, subscription_id: str,
-                                  change: SubscriptionChange) -> None:
+                                  change: SubscriptionChange) -> Subscription | None:
+        """Apply *change*. Under ``require_confirmation`` a move to another subscriber
+        makes the subscription unconfirmed again, or one confirmed URL would let a
+        project push to any other: then the subscription, whose new subscriber is due a
+        confirmation request; None otherwise."""
+        if self.require_confirmation and change.subscriber is not None:
+            before = await self.get_subscription(project, queue, subscription_id)
+            if before.subscriber != change.subscriber:
+                await self.driver.subscriptions.update(
+                    project, queue, subscription_id, dataclasses.replace(change, confirmed=False))
+                return await self.get_subscription(project, queue, subscription_id)
         await self.driver.subscriptions.update(project, queue, subscription_id,
                                                change)
+        return None
+
+    async def confirm_subscription(self, project: str, queue: str, subscription_id: str,
+                                   confirmed: bool) -> Subscription:
+        """Confirm (or unconfirm) a live subscription; it as it now is. Raises
+        SubscriptionNotFound."""
+        await self.driver.subscriptions.update(project, queue, subscription_id,
+                                               SubscriptionChange(confirmed=confirmed))
+        return await self.get_subscription(project, queue, subscription_id)
+
+    def deliverable(self, subscription: Subscription) -> bool:
+        """Whether *subscription* may be pushed messages: always, unless confirmation
+        is required and it is not confirmed (as Zaqar's notifier decides)."""
+        return subscription.confirmed or not self.require_confirmation
 
     async def delete_subscription(self, project: str, queue: str, subscription_id: str
                                  ) -> None:

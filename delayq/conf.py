@@ -294,6 +294,16 @@ notification_opts = [
                       "store that signals; on swift or a standalone mongod, only what "
                       "this process served); a round finds the rest: claims that "
                       "expired, changes whose signal was lost."),
+    cfg.BoolOpt("require_confirmation", default=False,
+                help="Whether a new subscription must be confirmed before it is pushed "
+                     "anything, as in Zaqar. On, a subscription starts unconfirmed and its "
+                     "subscriber is sent a confirmation request (a POST of Message_Type "
+                     "SubscriptionConfirmation carrying a pre-signed URL of PUT "
+                     ".../subscriptions/{id}/confirm, so [signed_url] secret_key must be "
+                     "set); no message is claimed for it until a PUT of "
+                     "{\"confirmed\": true} there. A change of its subscriber makes it "
+                     "unconfirmed again. Off, subscriptions are created confirmed and "
+                     "the confirmed flag does not hold pushes back."),
     cfg.ListOpt("allowed_webhook_networks", default=[],
                 item_type=Network(),
                 help="Networks (CIDR, e.g. 10.20.0.0/16 or fd00::/8; a bare address is one "

@@ -4,7 +4,10 @@ A subscription names a *subscriber* (an ``http://`` or ``https://`` URL), lives 
 seconds from its creation (or from the last change of its ttl) and carries Zaqar's
 *options*: ``post_data`` (a template of the pushed body), ``post_headers`` (headers added
 to each push) and ``_retry_policy`` (``delayq.retry``). It is unique by project, queue and
-subscriber. Pushing is ``delayq.push``'s; drivers only store subscriptions.
+subscriber. It is *confirmed* or not: with ``[notification] require_confirmation`` a new
+subscription is not, and is pushed nothing until its subscriber confirms it (Zaqar's
+``PUT .../confirm``); the rules are ``delayq.broker``'s. Pushing is ``delayq.push``'s;
+drivers only store subscriptions.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ class Subscription:
     created: float
     expires: float
     as_of: float
+    # Stores written before confirmation existed hold no such field: their
+    # subscriptions read as confirmed, as Zaqar reads them.
+    confirmed: bool = True
 
     @property
     def age(self) -> int:
@@ -39,3 +45,4 @@ class SubscriptionChange:
     subscriber: str | None = None
     ttl: int | None = None
     options: dict[str, Any] | None = None
+    confirmed: bool | None = None

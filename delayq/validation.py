@@ -640,6 +640,22 @@ def new_subscription(document: Any, limits: Limits) -> tuple[str, int, dict[str,
             {} if options is None else subscription_options(options, limits))
 
 
+def subscription_confirming(document: Any) -> bool:
+    """The ``confirmed`` of a confirm request (Zaqar's ``{"confirmed": true|false}``):
+    a boolean, and nothing else in the document."""
+    if not isinstance(document, dict) or "confirmed" not in document:
+        raise ValidationError('A confirmation is a JSON object {"confirmed": true} or '
+                              '{"confirmed": false}.')
+    unknown = sorted(set(document) - {"confirmed"})
+    if unknown:
+        raise ValidationError(f"Unknown confirmation field {unknown[0][:40]!r}: use "
+                              f"confirmed.")
+    confirmed = document["confirmed"]
+    if not isinstance(confirmed, bool):
+        raise ValidationError("confirmed must be a boolean (true or false).")
+    return confirmed
+
+
 def subscription_change(document: Any, limits: Limits) -> SubscriptionChange:
     """What a subscription PATCH changes."""
     document = _subscription_document(document, "subscription update")

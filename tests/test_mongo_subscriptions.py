@@ -49,7 +49,7 @@ def test_a_subscription_is_one_document_with_its_options_as_json_text(backend, c
     [doc] = backend.db.subscriptions.find()
     assert doc == {"_id": sid, "p": PROJECT, "q": "q", "sb": HOOK, "t": 60,
                    "o": json.dumps(options, separators=(",", ":")),
-                   "cr": bson_date(clock.now), "e": bson_date(clock.now + 60)}
+                   "cr": bson_date(clock.now), "e": bson_date(clock.now + 60), "cf": True}
     assert len(sid) == 32 and int(sid, 16) >= 0
     assert driver.subscriptions.get(PROJECT, "q", sid).options == options
 
@@ -134,3 +134,11 @@ def test_an_update_is_one_conditional_write_of_what_it_changes(backend, clock, t
     if ttl is not None:
         changed.update(t=ttl, e=bson_date(clock.now + ttl))
     assert write.update == {"$set": changed}
+
+
+def test_a_document_without_the_confirmed_field_reads_as_confirmed(backend, clock):
+    """Written before confirmation existed (or by a Zaqar-era copy): confirmed."""
+    driver = backend.driver(clock)
+    sid = subscribe(driver, ttl=60)
+    backend.db.subscriptions.update_one({"_id": sid}, {"$unset": {"cf": ""}})
+    assert driver.subscriptions.get(PROJECT, "q", sid).confirmed is True

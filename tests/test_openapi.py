@@ -162,7 +162,7 @@ def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None
     elif path.endswith("{claim_id}"):
         known = st.deferred(lambda: st.sampled_from(STATE.claims).map(
             lambda pair: {"name": pair[0], "claim_id": pair[1]}))
-    elif path.endswith("{subscription_id}"):
+    elif path.endswith(("{subscription_id}", "{subscription_id}/confirm")):
         known = st.deferred(lambda: st.sampled_from(STATE.subscriptions).map(
             lambda pair: {"name": pair[0], "subscription_id": pair[1]}))
     elif "{name}" in path:

@@ -38,7 +38,7 @@ def test_create_get_update_delete(client, headers):
     assert got.status_code == 200
     assert got.json == {"id": sid, "source": "q", "subscriber": HOOK, "ttl": 600,
                         "age": got.json["age"], "options": {"post_headers": {"X-A": "1"}},
-                        "confirmed": True}
+                        "confirmed": False}
     patched = client.simulate_patch(url("q", sid), json={"ttl": 900, "options": {}},
                                     headers=headers)
     assert patched.status_code == 204
@@ -194,3 +194,72 @@ def test_a_hand_back_under_the_wrong_claim_is_refused(client, headers):
                                  params={"claim_id": first_claim}, json={"delay": 5},
                                  headers=headers)
     assert gone.status_code == 404
+
+
+@pytest.fixture(params=HTTP_DRIVERS)
+def confirming(request, make_conf):
+    """The app on each driver with ``[notification] require_confirmation`` on."""
+    conf = make_conf()
+    conf.set_override("allowed_webhook_networks", ["127.0.0.0/8"], group="notification")
+    conf.set_override("require_confirmation", True, group="notification")
+    return http_client(request.param, conf)
+
+
+def confirm(client, headers, sid: str, document, queue: str = "q"):
+    return client.simulate_put(url(queue, sid, "confirm"), json=document, headers=headers)
+
+
+def test_a_subscription_awaits_confirmation_when_required(confirming, headers):
+    sid = create(confirming, headers)
+    assert confirming.simulate_get(url("q", sid), headers=headers).json["confirmed"] is False
+    [listed] = confirming.simulate_get(url(), headers=headers).json["subscriptions"]
+    assert listed["confirmed"] is False
+    done = confirm(confirming, headers, sid, {"confirmed": True})
+    assert done.status_code == 204 and done.headers["location"] == url("q", sid, "confirm")
+    assert confirming.simulate_get(url("q", sid), headers=headers).json["confirmed"] is True
+    assert confirm(confirming, headers, sid, {"confirmed": False}).status_code == 204
+    assert confirming.simulate_get(url("q", sid), headers=headers).json["confirmed"] is False
+
+
+def test_a_new_subscriber_is_unconfirmed_again(confirming, headers):
+    sid = create(confirming, headers)
+    confirm(confirming, headers, sid, {"confirmed": True})
+    confirming.simulate_patch(url("q", sid), json={"ttl": 900}, headers=headers)
+    assert confirming.simulate_get(url("q", sid), headers=headers).json["confirmed"] is True
+    moved = confirming.simulate_patch(url("q", sid), json={"subscriber": HOOK + "2"},
+                                      headers=headers)
+    assert moved.status_code == 204
+    assert confirming.simulate_get(url("q", sid), headers=headers).json["confirmed"] is False
+
+
+def test_confirming_without_required_confirmation_is_stored_as_zaqar_does(client, headers):
+    sid = create(client, headers)
+    assert confirm(client, headers, sid, {"confirmed": False}).status_code == 204
+    assert client.simulate_get(url("q", sid), headers=headers).json["confirmed"] is False
+
+
+@pytest.mark.parametrize("body, named", [
+    ({"confirmed": "yes"}, "boolean"), ({"confirmed": 1}, "boolean"),
+    ({"confirmed": None}, "boolean"), ({}, "confirmed"), ([True], "confirmed"),
+    ({"confirmed": True, "extra": 1}, "extra"), ("not json", "JSON"), ("", "confirmed"),
+])
+def test_a_bad_confirmation_is_a_400(client, headers, body, named):
+    sid = create(client, headers)
+    if isinstance(body, str):
+        response = client.simulate_put(url("q", sid, "confirm"), body=body, headers=headers)
+    else:
+        response = confirm(client, headers, sid, body)
+    assert response.status_code == 400, response.text
+    assert response.json["title"] == ("Invalid request body" if body == "not json"
+                                      else "Invalid API request")
+    assert named in response.json["description"]
+    assert client.simulate_get(url("q", sid), headers=headers).json["confirmed"] is True
+
+
+def test_confirming_an_absent_subscription_is_a_404(client, headers):
+    missing = confirm(client, headers, "0" * 32, {"confirmed": True})
+    assert missing.status_code == 404 and missing.json["title"] == "Not found"
+    sid = create(client, headers)
+    other = confirm(client, {**headers, "X-Project-ID": "other"}, sid, {"confirmed": True})
+    assert other.status_code == 404
+    assert confirm(client, headers, sid, {"confirmed": True}, queue="bad$name").status_code == 400

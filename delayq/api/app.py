@@ -21,6 +21,7 @@ from delayq.broker import Broker
 from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
 from delayq.offload import AUTO, THREADS, Offload
+from delayq.push.confirmations import Confirmations
 from delayq.push.pusher import Pusher, PushSettings
 from delayq.storage.base import Driver
 from delayq.storage.base.offloaded import OffloadedDriver
@@ -38,8 +39,9 @@ class _Lifespan:
     """
 
     def __init__(self, driver: Driver, wakeups: Wakeups, pusher: Pusher, push: bool,
-                 offload: Offload) -> None:
+                 offload: Offload, confirmations: Confirmations) -> None:
         self.driver = driver
+        self.confirmations = confirmations
         self.wakeups = wakeups
         self.pusher = pusher
         self.push = push
@@ -54,6 +56,7 @@ class _Lifespan:
     async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         if self.push:
             await self.pusher.stop()
+        await self.confirmations.close()
         await self.wakeups.stop()
         await self.driver.close()
         self.offload.shutdown()
@@ -73,7 +76,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     limits = Limits.from_conf(conf)
     broker = Broker(driver, limits, metrics, quotas=Quotas.from_conf(conf),
                     cipher=encryption.from_keys(
-                        conf[TRANSPORT_GROUP].message_encryption_key))
+                        conf[TRANSPORT_GROUP].message_encryption_key),
+                    require_confirmation=conf[NOTIFICATION_GROUP].require_confirmation)
     wsgi = conf[WSGI_GROUP]
     if isinstance(driver, OffloadedDriver) and wsgi.storage_calls != AUTO:
         driver.offload.set_mode(wsgi.storage_calls)
@@ -84,10 +88,13 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
                         signals=driver.signals)
     push_settings = PushSettings.from_conf(conf)
     pusher = Pusher(broker, push_settings, signals=driver.signals)
+    confirmations = Confirmations(signed_urls.Settings.from_conf(conf), push_settings.targets,
+                                  push_settings.timeout)
     wakeups = Wakeups(driver.signals, longpoll, pusher)
 
     timer = metrics_api.RequestTimer(metrics)
-    lifespan = _Lifespan(driver, wakeups, pusher, conf[NOTIFICATION_GROUP].push, offload)
+    lifespan = _Lifespan(driver, wakeups, pusher, conf[NOTIFICATION_GROUP].push, offload,
+                         confirmations)
     authentication = auth.from_conf(conf, offload)
     # Tuples, not a list: mypy checks each item against Falcon's middleware protocols,
     # where a list of unlike components would be a list of objects.
@@ -106,7 +113,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     on_queues: dict[str, Any] = {"broker": broker, "limits": limits}
     on_subscriptions: dict[str, Any] = {"broker": broker, "limits": limits,
                                         "pusher": pusher,
-                                        "targets": push_settings.targets}
+                                        "targets": push_settings.targets,
+                                        "confirmations": confirmations}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))
@@ -124,6 +132,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
                   subscriptions.SubscriptionCollection(**on_subscriptions))
     app.add_route("/v2/queues/{name}/subscriptions/{subscription_id}",
                   subscriptions.SubscriptionResource(**on_subscriptions))
+    app.add_route("/v2/queues/{name}/subscriptions/{subscription_id}/confirm",
+                  subscriptions.SubscriptionConfirmResource(**on_subscriptions))
     app.add_route("/v2/queues/{name}/share",
                   share.QueueShareResource(
                       signed_urls.Settings.from_conf(conf),

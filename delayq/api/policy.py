@@ -47,6 +47,7 @@ PURGE = "/v2/queues/{name}/purge"
 SHARE = "/v2/queues/{name}/share"
 SUBSCRIPTIONS = "/v2/queues/{name}/subscriptions"
 SUBSCRIPTION = "/v2/queues/{name}/subscriptions/{subscription_id}"
+CONFIRM = "/v2/queues/{name}/subscriptions/{subscription_id}/confirm"
 REDRIVE = "/v2/queues/{name}/redrive"
 PING = "/v2/ping"
 HEALTH = "/v2/health"
@@ -92,6 +93,8 @@ _DEFINITIONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
                             (("PATCH", SUBSCRIPTION),)),
     "subscription:delete": (UNPROTECTED, "Delete a subscription.",
                             (("DELETE", SUBSCRIPTION),)),
+    "subscription:confirm": (UNPROTECTED, "Confirm or unconfirm a subscription.",
+                             (("PUT", CONFIRM),)),
     "ping:get": (UNPROTECTED, "Check that the service and its store answer.",
                  (("GET", PING), ("HEAD", PING))),
     "health:get": (ADMIN, "Read the service's health document.",

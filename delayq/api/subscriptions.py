@@ -1,6 +1,9 @@
 """Subscription resources: Zaqar's ``/v2/queues/{name}/subscriptions`` (create, list,
-get, update, delete); the pushing is ``delayq.push``'s. A subscriber is checked against
-where pushes may go (``delayq.push.targets``) once its document is valid."""
+get, update, delete, confirm); the pushing is ``delayq.push``'s. A subscriber is checked
+against where pushes may go (``delayq.push.targets``) once its document is valid. Under
+``[notification] require_confirmation`` a subscription made, or moved to another
+subscriber, is sent a confirmation request (``delayq.push.confirmations``), and so is one
+unconfirmed."""
 
 from __future__ import annotations
 
@@ -10,19 +13,24 @@ import falcon.asgi
 from delayq import validation
 from delayq.api import request, views
 from delayq.broker import Broker
+from delayq.push.confirmations import Confirmations
 from delayq.push.pusher import Pusher
 from delayq.push.targets import Targets
 from delayq.validation import Limits
+
+CONFIRMATION_BODY_LIMIT = 1024  # {"confirmed": false} and room for white space
 
 
 class _SubscriptionResource:
     """What every subscription resource is given."""
 
-    def __init__(self, *, broker: Broker, limits: Limits, pusher: Pusher, targets: Targets) -> None:
+    def __init__(self, *, broker: Broker, limits: Limits, pusher: Pusher, targets: Targets,
+                 confirmations: Confirmations) -> None:
         self.broker = broker
         self.limits = limits
         self.pusher = pusher
         self.targets = targets
+        self.confirmations = confirmations
 
     async def _document(self, req: falcon.asgi.Request, what: str) -> object:
         # Options hold a retry policy, headers and a body template: as large as queue
@@ -44,6 +52,10 @@ class SubscriptionCollection(_SubscriptionResource):
         created = await self.broker.create_subscription(project, name,
                                                         subscriber, ttl, options)
         self.pusher.subscriptions_changed(project, name)
+        if self.broker.require_confirmation:
+            self.confirmations.send(
+                project, name, await self.broker.get_subscription(project, name, created),
+                req.prefix)
         resp.status = falcon.HTTP_201
         resp.location = req.path
         resp.media = {"subscription_id": created}
@@ -84,9 +96,11 @@ class SubscriptionResource(_SubscriptionResource):
             await self._document(req, "subscription update"), self.limits)
         if change.subscriber is not None:
             await self.targets.check_subscriber(change.subscriber)
-        await self.broker.update_subscription(project, name,
-                                              subscription_id, change)
+        moved = await self.broker.update_subscription(project, name,
+                                                      subscription_id, change)
         self.pusher.subscriptions_changed(project, name)
+        if moved is not None:
+            self.confirmations.send(project, name, moved, req.prefix)
         resp.status = falcon.HTTP_204
         resp.location = req.path
 
@@ -98,3 +112,25 @@ class SubscriptionResource(_SubscriptionResource):
                                               subscription_id)
         self.pusher.subscriptions_changed(project, name)
         resp.status = falcon.HTTP_204
+
+
+class SubscriptionConfirmResource(_SubscriptionResource):
+    """``/v2/queues/{name}/subscriptions/{subscription_id}/confirm``: Zaqar's ``PUT``
+    of ``{"confirmed": true}`` (or ``false``), sent by the subscriber with the pre-signed
+    URL of its confirmation request, or by the project."""
+
+    async def on_put(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str,
+                     subscription_id: str) -> None:
+        project = request.project(req)
+        validation.queue_name(name)
+        confirmed = validation.subscription_confirming(
+            await request.json_body(req, CONFIRMATION_BODY_LIMIT, "confirmation",
+                                    if_empty={}))
+        found = await self.broker.confirm_subscription(project, name, subscription_id,
+                                                       confirmed)
+        self.pusher.subscriptions_changed(project, name)
+        if not confirmed and self.broker.require_confirmation:
+            # As Zaqar: the subscriber learns it is unsubscribed, and how to come back.
+            self.confirmations.send(project, name, found, req.prefix, unsubscribed=True)
+        resp.status = falcon.HTTP_204
+        resp.location = req.path

@@ -47,10 +47,9 @@ def subscriptions_href(queue: str) -> str:
 
 
 def subscription(queue: str, sub: Subscription) -> dict[str, Any]:
-    """A subscription as Zaqar shapes it; ``confirmed`` is always true (delayq asks no
-    subscriber to confirm)."""
+    """A subscription as Zaqar shapes it, ``confirmed`` as stored."""
     return {"id": sub.id, "source": queue, "subscriber": sub.subscriber, "ttl": sub.ttl,
-            "age": sub.age, "options": sub.options, "confirmed": True}
+            "age": sub.age, "options": sub.options, "confirmed": sub.confirmed}
 
 
 def iso8601(timestamp: float) -> str:

@@ -341,12 +341,14 @@ class Pusher:
             self._schedule(key, due_in if taken or due_in > 0 else STALE_HINT_PAUSE)
 
     async def _read_subscriptions(self, key: Queue) -> list[Subscription]:
+        """The queue's subscriptions that may be pushed to: one awaiting confirmation
+        takes no turn, so no message is claimed, and consumed, on its behalf."""
         found: list[Subscription] = []
         marker = None
         while True:
             page = await self.broker.list_subscriptions(*key, marker,
                                                         SUBSCRIPTIONS_PAGE)
-            found += page
+            found += [s for s in page if self.broker.deliverable(s)]
             if len(page) < SUBSCRIPTIONS_PAGE:
                 return found
             marker = page[-1].id

@@ -40,9 +40,11 @@ def payload(queue: str, message: Message) -> dict[str, Any]:
             "Message_Type": NOTIFICATION}
 
 
-def request_body(subscription: Subscription, queue: str, message: Message) -> bytes:
-    """The bytes POSTed: the payload, or the subscription's ``post_data`` around it."""
-    text = jsontext.response(payload(queue, message)).decode()
+def request_body(subscription: Subscription, document: dict[str, Any]) -> bytes:
+    """The bytes POSTed: *document* (a message's payload, or a confirmation request)
+    as JSON, or the subscription's ``post_data`` around it, as Zaqar applies it to
+    both."""
+    text = jsontext.response(document).decode()
     template = subscription.options.get("post_data")
     if template is not None:
         text = template.replace(MESSAGE_PLACEHOLDER, text)
@@ -73,21 +75,27 @@ class Webhooks:
     async def push(self, subscription: Subscription, queue: str, message: Message) -> bool:
         """POST *message* to *subscription*'s subscriber; whether it answered 2xx within
         the timeout."""
+        return await self.post(subscription, payload(queue, message),
+                               f"Push of message {message.id} of queue {queue}")
+
+    async def post(self, subscription: Subscription, document: dict[str, Any],
+                   what: str) -> bool:
+        """POST *document* to *subscription*'s subscriber; whether it answered 2xx
+        within the timeout. *what* names it in the log."""
         try:
-            status = await self._post(subscription, request_body(subscription, queue, message))
+            status = await self._post(subscription, request_body(subscription, document))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else None
             if isinstance(cause, TargetRefused):
-                LOG.warning("Push of message %s of queue %s to %s refused: %s", message.id,
-                            queue, subscription.subscriber, cause.strerror)
+                LOG.warning("%s to %s refused: %s", what, subscription.subscriber,
+                            cause.strerror)
             else:
-                LOG.info("Push of message %s of queue %s to %s failed: %s", message.id,
-                         queue, subscription.subscriber, str(exc) or type(exc).__name__)
+                LOG.info("%s to %s failed: %s", what, subscription.subscriber,
+                         str(exc) or type(exc).__name__)
             return False
         if 200 <= status < 300:
             return True
-        LOG.info("Push of message %s of queue %s to %s answered %s", message.id, queue,
-                 subscription.subscriber, status)
+        LOG.info("%s to %s answered %s", what, subscription.subscriber, status)
         return False
 
     async def _post(self, subscription: Subscription, content: bytes) -> int:

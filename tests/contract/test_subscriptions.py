@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 
 from delayq import errors
+from delayq.broker import Broker
 from delayq.subscription import SubscriptionChange
-from tests.contract.helpers import PROJECT
+from delayq.synchronous import Synchronous
+from delayq.validation import Limits
+from tests.contract.helpers import PROJECT, post
 
 HOOK = "http://127.0.0.1:9/hook"
 OTHER = "https://example.com/other"
@@ -139,3 +142,72 @@ def test_deleting_a_queue_keeps_its_subscriptions_as_zaqar_does(broker):
     sid = subscribe(broker)
     broker.delete_queue(PROJECT, "q")
     assert broker.get_subscription(PROJECT, "q", sid).id == sid
+
+
+@pytest.fixture
+def confirming(driver):
+    """The broker with ``[notification] require_confirmation`` on."""
+    return Synchronous(Broker(driver.target, Limits(), require_confirmation=True))
+
+
+def test_a_subscription_is_confirmed_unless_confirmation_is_required(broker, confirming):
+    assert broker.get_subscription(PROJECT, "q", subscribe(broker)).confirmed is True
+    sid = subscribe(confirming, "q2")
+    assert confirming.get_subscription(PROJECT, "q2", sid).confirmed is False
+    [listed] = confirming.list_subscriptions(PROJECT, "q2", None, 10)
+    assert listed.confirmed is False
+
+
+def test_confirming_stores_the_state_and_keeps_the_rest(confirming, clock):
+    sid = subscribe(confirming)
+    clock.advance(5)
+    confirmed = confirming.confirm_subscription(PROJECT, "q", sid, True)
+    assert (confirmed.confirmed, confirmed.subscriber, confirmed.ttl, confirmed.options,
+            confirmed.age) == (True, HOOK, 3600, OPTIONS, 5)
+    assert confirming.get_subscription(PROJECT, "q", sid).confirmed is True
+    # A change of anything but the subscriber keeps it confirmed.
+    confirming.update_subscription(PROJECT, "q", sid, SubscriptionChange(ttl=600))
+    assert confirming.get_subscription(PROJECT, "q", sid).confirmed is True
+    assert confirming.confirm_subscription(PROJECT, "q", sid, False).confirmed is False
+    assert confirming.get_subscription(PROJECT, "q", sid).confirmed is False
+
+
+def test_a_confirmed_subscription_is_not_made_again(broker):
+    sid = subscribe(broker)
+    # Stored unconfirmed, as Zaqar stores it, yet deliverable while none is required.
+    got = broker.get_subscription(PROJECT, "q", sid)
+    assert got.confirmed is False and broker.deliverable(got)
+    broker.confirm_subscription(PROJECT, "q", sid, True)
+    with pytest.raises(errors.SubscriptionExists):
+        subscribe(broker)
+    broker.confirm_subscription(PROJECT, "q", sid, False)
+    assert subscribe(broker) == sid
+
+
+def test_a_new_subscriber_must_confirm_again(confirming):
+    sid = subscribe(confirming)
+    confirming.confirm_subscription(PROJECT, "q", sid, True)
+    moved = confirming.update_subscription(PROJECT, "q", sid,
+                                           SubscriptionChange(subscriber=OTHER))
+    assert moved is not None and moved.subscriber == OTHER and moved.confirmed is False
+    assert confirming.get_subscription(PROJECT, "q", sid).confirmed is False
+
+
+def test_confirming_an_absent_or_expired_subscription_is_not_found(confirming, clock):
+    with pytest.raises(errors.SubscriptionNotFound):
+        confirming.confirm_subscription(PROJECT, "q", "0" * 32, True)
+    sid = subscribe(confirming, ttl=60)
+    clock.advance(61)
+    with pytest.raises(errors.SubscriptionNotFound):
+        confirming.confirm_subscription(PROJECT, "q", sid, True)
+
+
+def test_nothing_is_claimed_for_an_unconfirmed_subscription(confirming):
+    sid = subscribe(confirming)
+    unconfirmed = confirming.get_subscription(PROJECT, "q", sid)
+    post(confirming, "q", "m")
+    assert confirming.claim(PROJECT, "q", ttl=60, grace=60, limit=5,
+                            push_for=unconfirmed) is None
+    confirmed = confirming.confirm_subscription(PROJECT, "q", sid, True)
+    claim = confirming.claim(PROJECT, "q", ttl=60, grace=60, limit=5, push_for=confirmed)
+    assert [m.body for m in claim.messages] == ["m"]

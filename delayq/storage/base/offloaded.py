@@ -76,7 +76,7 @@ class BlockingClaims(Protocol):
 
 class BlockingSubscriptions(Protocol):
     def create(self, project: str, queue: str, subscriber: str, ttl: int,
-               options: dict[str, Any]) -> str | None: ...
+               options: dict[str, Any], confirmed: bool = True) -> str | None: ...
     def get(self, project: str, queue: str, subscription_id: str
             ) -> Subscription | None: ...
     def page(self, project: str, queue: str, marker: str | None, limit: int
@@ -215,9 +215,9 @@ class OffloadedSubscriptions(Subscriptions):
         self.offload = offload
 
     async def create(self, project: str, queue: str, subscriber: str, ttl: int,
-                     options: dict[str, Any]) -> str | None:
+                     options: dict[str, Any], confirmed: bool = True) -> str | None:
         return await self.offload(self.blocking.create, project, queue, subscriber, ttl,
-                                  options)
+                                  options, confirmed)
 
     async def get(self, project: str, queue: str, subscription_id: str
                   ) -> Subscription | None:

@@ -1,5 +1,5 @@
-"""The subscriptions of a store (``delayq.subscription``): records with an expiry, no
-transition."""
+"""The subscriptions of a store (``delayq.subscription``): records with an expiry and a
+confirmed flag the broker sets (``SubscriptionChange.confirmed``); no rule of their own."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ class Subscriptions(abc.ABC):
 
     @abc.abstractmethod
     async def create(self, project: str, queue: str, subscriber: str, ttl: int,
-                     options: dict[str, Any]) -> str | None:
-        """Store a subscription living *ttl* seconds from now; its id, or None when the
-        queue has a live subscription for *subscriber* already (nothing is stored)."""
+                     options: dict[str, Any], confirmed: bool = True) -> str | None:
+        """Store a subscription living *ttl* seconds from now, *confirmed* or not; its
+        id, or None when the queue has a live subscription for *subscriber* already
+        (nothing is stored)."""
 
     @abc.abstractmethod
     async def get(self, project: str, queue: str, subscription_id: str
@@ -31,7 +32,8 @@ class Subscriptions(abc.ABC):
     @abc.abstractmethod
     async def update(self, project: str, queue: str, subscription_id: str,
                      change: SubscriptionChange) -> None:
-        """Apply *change* to a live subscription (a new ttl runs from now). Raises
+        """Apply *change* to a live subscription (a new ttl runs from now; a *confirmed*
+        given is stored as given). Raises
         SubscriptionNotFound, or SubscriptionExists when the new subscriber has a live
         subscription of the queue already."""
 

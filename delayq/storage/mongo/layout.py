@@ -134,6 +134,9 @@ TALLY = "n"
 HOLDER = "h"  # locks: who holds the lease (its end is EXPIRES)
 SUBSCRIBER = "sb"
 OPTIONS = "o"
+# subscriptions: whether confirmed (absent in documents written before it existed:
+# confirmed, as Zaqar reads its own field ``c``).
+CONFIRMED = "cf"
 POST_KEY = "ik"  # post_keys: the idempotency key (with PROJECT and QUEUE)
 POST_DIGEST = "dg"
 POST_IDS = "ids"

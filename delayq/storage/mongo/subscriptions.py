@@ -35,7 +35,8 @@ def subscription(doc: dict[str, Any], now: int) -> Subscription:
     return Subscription(id=doc[lay.ID], queue=doc[lay.QUEUE], subscriber=doc[lay.SUBSCRIBER],
                         ttl=doc[lay.TTL], options=json.loads(doc[lay.OPTIONS]),
                         created=lay.ms(doc[lay.CREATED]) / 1000,
-                        expires=lay.ms(doc[lay.EXPIRES]) / 1000, as_of=now / 1000)
+                        expires=lay.ms(doc[lay.EXPIRES]) / 1000, as_of=now / 1000,
+                        confirmed=doc.get(lay.CONFIRMED, True))
 
 
 def live(project: str, queue: str, now: int, **fields: Any) -> dict[str, Any]:
@@ -52,15 +53,16 @@ class Subscriptions:
         self._collection = db.subscriptions
 
     def create(self, project: str, queue: str, subscriber: str, ttl: int,
-               options: dict[str, Any]) -> str | None:
-        """Store a subscription living *ttl* seconds from now; its id, or None when
-        the queue has a live one for *subscriber*."""
+               options: dict[str, Any], confirmed: bool = True) -> str | None:
+        """Store a subscription living *ttl* seconds from now, *confirmed* or not; its
+        id, or None when the queue has a live one for *subscriber*."""
         with self._db.request():
             now = self._db.now_ms()
             doc: dict[str, Any] = {
                 lay.ID: uuid.uuid4().hex, lay.PROJECT: project, lay.QUEUE: queue,
                 lay.SUBSCRIBER: subscriber, lay.TTL: ttl, lay.OPTIONS: lay.encode_json(options),
-                lay.CREATED: lay.date(now), lay.EXPIRES: lay.date(now + ttl * 1000)}
+                lay.CREATED: lay.date(now), lay.EXPIRES: lay.date(now + ttl * 1000),
+                lay.CONFIRMED: confirmed}
             while True:
                 try:
                     self._collection.insert_one(doc)
@@ -103,6 +105,8 @@ class Subscriptions:
                                 lay.EXPIRES: lay.date(now + change.ttl * 1000)})
             if change.options is not None:
                 changes[lay.OPTIONS] = lay.encode_json(change.options)
+            if change.confirmed is not None:
+                changes[lay.CONFIRMED] = change.confirmed
             while True:
                 try:
                     found = (self._collection.update_one(where, {"$set": changes}

@@ -277,6 +277,8 @@ def messages(nonce: bytes, pairs: list, as_of: int) -> list[Message]:
 def subscription(id_: bytes, queue: str, raw: bytes, as_of: int) -> Subscription:
     """The subscription a stored record holds (``lua/common.lua``, "Subscriptions"),
     read at *as_of* (microseconds)."""
-    subscriber, ttl, options, created, expires = msgpack.unpackb(raw, raw=True)
+    subscriber, ttl, options, created, expires, *confirmed = msgpack.unpackb(raw, raw=True)
+    # A record written before confirmation existed has no sixth field: confirmed.
     return Subscription(id_.decode(), queue, subscriber.decode(), ttl, json.loads(options),
-                        created / US, expires / US, as_of / US)
+                        created / US, expires / US, as_of / US,
+                        confirmed=bool(confirmed[0]) if confirmed else True)

@@ -42,7 +42,7 @@ class Subscriptions(base.Subscriptions):
         self.context = context
 
     async def create(self, project: str, queue: str, subscriber: str, ttl: int,
-                     options: dict[str, Any]) -> str | None:
+                     options: dict[str, Any], confirmed: bool = True) -> str | None:
         context = self.context
         subscription_id = uuid.uuid4().hex
         with unavailable:
@@ -50,7 +50,7 @@ class Subscriptions(base.Subscriptions):
             created, version, expires = await context.scripts.subscription_create.call(
                 [context.key_names.queue(project, queue)],
                 [context.now_arg(), subscription_id, subscriber, ttl, json.dumps(options),
-                 REAP_BUDGET])
+                 REAP_BUDGET, int(confirmed)])
             await self._update_index(project, queue, version, expires, token)
         return subscription_id if created else None
 
@@ -86,7 +86,8 @@ class Subscriptions(base.Subscriptions):
             status, version, expires = await context.scripts.subscription_update.call(
                 [context.key_names.queue(project, queue)],
                 [context.now_arg(), subscription_id, change.subscriber or "",
-                 "" if change.ttl is None else change.ttl, options, REAP_BUDGET])
+                 "" if change.ttl is None else change.ttl, options, REAP_BUDGET,
+                 "" if change.confirmed is None else int(change.confirmed)])
             if version or token:
                 await self._update_index(project, queue, version, expires, token)
         if status == 1:

@@ -96,6 +96,10 @@ class Database:
         # so workers starting together may all run it.
         self.db().executescript(sql.SCHEMA)
         with self.write() as db:
+            # In the write transaction: workers starting together add it once.
+            columns = {name for (name,) in db.execute(sql.SUBSCRIPTION_COLUMN_NAMES)}
+            if "confirmed" not in columns:
+                db.execute(sql.SUBSCRIPTION_CONFIRMED_ADD)
             sqlite_tallies.install(db)
 
     @contextmanager

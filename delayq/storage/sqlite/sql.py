@@ -79,7 +79,8 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     ttl INTEGER NOT NULL,
     options TEXT NOT NULL,
     created REAL NOT NULL,
-    expires REAL NOT NULL
+    expires REAL NOT NULL,
+    confirmed INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS subscriptions_queue ON subscriptions (project, queue, id);
 CREATE INDEX IF NOT EXISTS subscriptions_subscriber
@@ -287,11 +288,16 @@ CLAIMS_DELETE_QUEUE = "DELETE FROM claims WHERE queue_id = ?"
 # Subscriptions
 
 SUBSCRIPTION_COLUMNS = ("id", "queue", "subscriber", "ttl", "options", "created",
-                        "expires")
+                        "expires", "confirmed")
 _SUBSCRIPTION_COLUMNS = ", ".join(SUBSCRIPTION_COLUMNS)
 SUBSCRIPTION_INSERT = f"""
-INSERT INTO subscriptions (project, {_SUBSCRIPTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO subscriptions (project, {_SUBSCRIPTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+# A database made before subscriptions were confirmed gains the column; what it holds
+# reads as confirmed (the column's default), as Zaqar reads a record without the field.
+SUBSCRIPTION_COLUMN_NAMES = "SELECT name FROM pragma_table_info('subscriptions')"
+SUBSCRIPTION_CONFIRMED_ADD = (
+    "ALTER TABLE subscriptions ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 1")
 SUBSCRIPTION_OF_SUBSCRIBER = """
 SELECT id FROM subscriptions
 WHERE project = ? AND queue = ? AND subscriber = ? AND expires > ?
@@ -307,7 +313,8 @@ WHERE project = ? AND queue = ? AND id > ? AND expires > ? ORDER BY id LIMIT ?
 SUBSCRIPTION_UPDATE = """
 UPDATE subscriptions
 SET subscriber = coalesce(:subscriber, subscriber), ttl = coalesce(:ttl, ttl),
-    expires = coalesce(:expires, expires), options = coalesce(:options, options)
+    expires = coalesce(:expires, expires), options = coalesce(:options, options),
+    confirmed = coalesce(:confirmed, confirmed)
 WHERE project = :project AND queue = :queue AND id = :id AND expires > :now
 """
 SUBSCRIPTION_DELETE = "DELETE FROM subscriptions WHERE project = ? AND queue = ? AND id = ?"

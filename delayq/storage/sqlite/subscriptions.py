@@ -21,10 +21,10 @@ from delayq.subscription import Subscription, SubscriptionChange
 
 
 def _subscription(row: tuple, as_of: float) -> Subscription:
-    id_, queue, subscriber, ttl, options, created, expires = row
+    id_, queue, subscriber, ttl, options, created, expires, confirmed = row
     return Subscription(id=id_, queue=queue, subscriber=subscriber, ttl=ttl,
                         options=json.loads(options), created=created, expires=expires,
-                        as_of=as_of)
+                        as_of=as_of, confirmed=bool(confirmed))
 
 
 class Subscriptions:
@@ -34,7 +34,7 @@ class Subscriptions:
         self.database = database
 
     def create(self, project: str, queue: str, subscriber: str, ttl: int,
-               options: dict[str, Any]) -> str | None:
+               options: dict[str, Any], confirmed: bool = True) -> str | None:
         with self.database.write() as db:
             now = self.database.now()
             if db.execute(sql.SUBSCRIPTION_OF_SUBSCRIBER,
@@ -43,7 +43,8 @@ class Subscriptions:
             db.execute(sql.EXPIRED_SUBSCRIPTIONS_DELETE, (now, self.database.expiry_batch))
             subscription_id = uuid.uuid4().hex
             db.execute(sql.SUBSCRIPTION_INSERT, (project, subscription_id, queue, subscriber,
-                                                 ttl, json.dumps(options), now, now + ttl))
+                                                 ttl, json.dumps(options), now, now + ttl,
+                                                 int(confirmed)))
             self.database.signal(Change.SUBSCRIPTIONS, project, queue)
             return subscription_id
 
@@ -73,6 +74,7 @@ class Subscriptions:
                 "subscriber": change.subscriber, "ttl": change.ttl,
                 "expires": None if change.ttl is None else now + change.ttl,
                 "options": None if change.options is None else json.dumps(change.options),
+                "confirmed": None if change.confirmed is None else int(change.confirmed),
                 "project": project, "queue": queue, "id": subscription_id, "now": now})
             if updated.rowcount == 0:
                 raise errors.SubscriptionNotFound.with_id(subscription_id)

@@ -71,7 +71,9 @@ def subscription(stored: Stored, now: int) -> Subscription:
     return Subscription(id=stored["id"], queue=stored["queue"], subscriber=stored["subscriber"],
                         ttl=stored["ttl"], options=stored["options"],
                         created=stored["created"] / US, expires=stored["expires"] / US,
-                        as_of=now / US)
+                        as_of=now / US,
+                        # Written before confirmation existed: confirmed.
+                        confirmed=stored.get("confirmed", True))
 
 
 def current_versions(names: Iterable[str]) -> dict[tuple[str, str, str], str]:
@@ -161,8 +163,9 @@ class Subscriptions:
     # Writes
 
     def create(self, project: str, queue: str, subscriber: str, ttl: int,
-               options: dict[str, Any]) -> str | None:
-        """Store a subscription; its id, or None when a live one holds *subscriber*."""
+               options: dict[str, Any], confirmed: bool = True) -> str | None:
+        """Store a subscription, *confirmed* or not; its id, or None when a live one
+        holds *subscriber*."""
         with unavailable:
             now = self._now_us()
             generation = self._free_lock(project, queue, subscriber, now)
@@ -172,7 +175,8 @@ class Subscriptions:
                 return None
             self._write({"project": project, "queue": queue, "id": subscription_id,
                          "subscriber": subscriber, "ttl": ttl, "options": options,
-                         "created": now, "expires": now + ttl * US, "written": now})
+                         "created": now, "expires": now + ttl * US, "written": now,
+                         "confirmed": confirmed})
             return subscription_id
 
     def update(self, project: str, queue: str, subscription_id: str,
@@ -192,6 +196,8 @@ class Subscriptions:
                     updated.update(ttl=change.ttl, expires=now + change.ttl * US)
                 if change.options is not None:
                     updated["options"] = change.options
+                if change.confirmed is not None:
+                    updated["confirmed"] = change.confirmed
                 # The subscriber it moves to, if it moves.
                 moving = (None if change.subscriber == stored["subscriber"]
                           else change.subscriber)

@@ -640,7 +640,8 @@ local function pack_messages(P, list)
 end
 
 -- Subscriptions. A record is a MessagePack array: subscriber, ttl, options (JSON),
--- created, expires.
+-- created, expires, confirmed (1 or 0; absent in records written before it existed,
+-- which read as confirmed).
 
 -- Removes subscription *id* of queue P.
 local function drop_subscription(P, id)

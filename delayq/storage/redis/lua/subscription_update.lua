@@ -1,6 +1,7 @@
 -- Change a live subscription: its subscriber, its ttl (running from now), its options.
 -- KEYS: queue state. ARGV: now, id, subscriber, ttl (seconds), options (JSON), each
--- '' when unchanged; reap budget (expired subscriptions removed on the side).
+-- '' when unchanged; reap budget (expired subscriptions removed on the side);
+-- confirmed (1, 0, or '' when unchanged).
 -- Returns {0, version, latest expiry} when changed (subscriptions_changed), {1, 0, 0}
 -- when the queue has no such live subscription, {2, 0, 0} when the new subscriber has
 -- a live subscription of the queue already.
@@ -27,6 +28,9 @@ if ARGV[4] ~= '' then
 end
 if ARGV[5] ~= '' then
   record[3] = ARGV[5]
+end
+if ARGV[7] ~= '' then
+  record[6] = tonumber(ARGV[7])
 end
 redis.call('HSET', P .. 'u', id, cmsgpack.pack(record))
 local changed = subscriptions_changed(P, now)
