@@ -304,6 +304,36 @@ notification_opts = [
                      "{\"confirmed\": true} there. A change of its subscriber makes it "
                      "unconfirmed again. Off, subscriptions are created confirmed and "
                      "the confirmed flag does not hold pushes back."),
+    # mailto: subscribers (delayq.push.mail), under Zaqar's option names.
+    cfg.StrOpt("smtp_mode", default="self_local", choices=["self_local"],
+               help="How mail to mailto: subscribers is sent. Only self_local (SMTP to "
+                    "smtp_host:smtp_port) is offered: Zaqar's third_part runs "
+                    "smtp_command, a process per mail."),
+    cfg.HostAddressOpt("smtp_host", default="127.0.0.1",
+                       help="SMTP server mail to mailto: subscribers goes through."),
+    cfg.PortOpt("smtp_port", default=25, help="Port of smtp_host."),
+    cfg.StrOpt("smtp_user_name", help="User to log in to the SMTP server as; unset, "
+                                      "no login."),
+    cfg.StrOpt("smtp_user_password", secret=True, help="Password of smtp_user_name."),
+    cfg.StrOpt("external_confirmation_url",
+               help="Page a mailto: subscriber's confirmation mail links to, with the "
+                    "signed values as query parameters (Zaqar's)."),
+    cfg.DictOpt("subscription_confirmation_email_template",
+                default={"topic": "Zaqar Notification - Subscription Confirmation",
+                         "body": "You have chosen to subscribe to the queue: {0}. This "
+                                 "queue belongs to project: {1}. To confirm this "
+                                 "subscription, click or visit this link below: {2}",
+                         "sender": "Zaqar Notifications <no-reply@openstack.org>"},
+                help="Subject (topic), body and sender of a subscription's confirmation "
+                     "mail; in body, {0} is the queue, {1} the project, {2} the link."),
+    cfg.DictOpt("unsubscribe_confirmation_email_template",
+                default={"topic": "Zaqar Notification - Unsubscribe Confirmation",
+                         "body": "You have unsubscribed successfully to the queue: {0}. "
+                                 "This queue belongs to project: {1}. To resubscribe this "
+                                 "subscription, click or visit this link below: {2}",
+                         "sender": "Zaqar Notifications <no-reply@openstack.org>"},
+                help="As subscription_confirmation_email_template, for the mail sent "
+                     "when a subscription is unconfirmed."),
     cfg.ListOpt("allowed_webhook_networks", default=[],
                 item_type=Network(),
                 help="Networks (CIDR, e.g. 10.20.0.0/16 or fd00::/8; a bare address is one "

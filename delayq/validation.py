@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from oslo_config import cfg
 
@@ -563,7 +563,7 @@ def release_delay(document: Any, limits: Limits) -> int:
 
 
 def subscriber(value: Any) -> str:
-    """A subscriber: an http:// or https:// URL with a host."""
+    """A subscriber: an http:// or https:// URL with a host, or mailto: an address."""
     if not isinstance(value, str) or len(value) > MAX_SUBSCRIBER_LENGTH:
         raise ValidationError(f"subscriber must be a URL of at most "
                               f"{MAX_SUBSCRIBER_LENGTH} characters.")
@@ -572,10 +572,25 @@ def subscriber(value: Any) -> str:
         parsed.port  # noqa: B018 - a port out of range raises here
     except ValueError:
         raise ValidationError(f"subscriber {value[:100]!r} is not a valid URL.") from None
+    if parsed.scheme == "mailto":
+        if not _MAIL_ADDRESS.fullmatch(parsed.path):
+            raise ValidationError(f"subscriber {value[:100]!r} is not a mailto: URL with "
+                                  f"one address (mailto:name@example.com).")
+        if not all(_header_safe(v) for values in parse_qs(parsed.query).values()
+                   for v in values):
+            raise ValidationError("A mailto: subscriber's subject may not hold line "
+                                  "breaks.")
+        return value
     if parsed.scheme not in SUBSCRIBER_SCHEMES or not parsed.hostname:
         raise ValidationError(f"subscriber must be an http:// or https:// URL with a host "
-                              f"(the webhooks delayq pushes to); got {value[:100]!r}.")
+                              f"(a webhook) or a mailto: URL with one address; got "
+                              f"{value[:100]!r}.")
     return value
+
+
+MAIL_OPTIONS = ("from", "subject")  # Zaqar's mailto options
+# One address, no display name, nothing a header could be split on.
+_MAIL_ADDRESS = re.compile(r"[^@\s,;<>\"]+@[^@\s,;<>\"]+")
 
 
 def subscription_options(options: Any, limits: Limits) -> dict[str, Any]:
@@ -595,6 +610,13 @@ def subscription_options(options: Any, limits: Limits) -> dict[str, Any]:
                     for k, v in headers.items())):
         raise ValidationError("options.post_headers must be an object of header names "
                               "and string values, without line breaks.")
+    for name in MAIL_OPTIONS:
+        # Mail headers of a mailto: subscriber's mails: a line break would forge others.
+        if name in options and not (isinstance(options[name], str)
+                                    and _header_safe(options[name])):
+            raise ValidationError(f"options.{name} must be a string without line breaks "
+                                  f"(the {name.capitalize()} of mails to mailto: "
+                                  f"subscribers).")
     if options.get(retry.RETRY_POLICY) is not None:
         retry.parse(options[retry.RETRY_POLICY], f"options.{retry.RETRY_POLICY}",
                     limits.max_message_delay)

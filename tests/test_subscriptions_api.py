@@ -98,7 +98,8 @@ def test_purge_deletes_subscriptions_when_asked_and_without_a_body(client, heade
 @pytest.mark.parametrize(("document", "named"), [
     ({}, "subscriber"),
     ({"ttl": 600}, "subscriber is required"),
-    ({"subscriber": "mailto:a@example.com"}, "http:// or https://"),
+    ({"subscriber": "ftp://a.example.com/"}, "http:// or https://"),
+    ({"subscriber": "mailto:nobody"}, "mailto:"),
     ({"subscriber": "http://"}, "http:// or https://"),
     ({"subscriber": 42}, "subscriber must be a URL"),
     ({"subscriber": HOOK, "ttl": 59}, "ttl must be between 60"),

@@ -21,6 +21,7 @@ from delayq.broker import Broker
 from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
 from delayq.offload import AUTO, THREADS, Offload
+from delayq.push import mail
 from delayq.push.confirmations import Confirmations
 from delayq.push.pusher import Pusher, PushSettings
 from delayq.storage.base import Driver
@@ -89,7 +90,7 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     push_settings = PushSettings.from_conf(conf)
     pusher = Pusher(broker, push_settings, signals=driver.signals)
     confirmations = Confirmations(signed_urls.Settings.from_conf(conf), push_settings.targets,
-                                  push_settings.timeout)
+                                  push_settings.timeout, mail.confirmation_settings(conf))
     wakeups = Wakeups(driver.signals, longpoll, pusher)
 
     timer = metrics_api.RequestTimer(metrics)

@@ -31,6 +31,7 @@ import logging
 from typing import Any
 
 from delayq import signed_urls
+from delayq.push import mail
 from delayq.push.targets import Targets
 from delayq.push.webhook import Webhooks
 from delayq.subscription import Subscription
@@ -71,10 +72,11 @@ class Confirmations:
     abandons those under way."""
 
     def __init__(self, signing: signed_urls.Settings, targets: Targets,
-                 timeout: float) -> None:
+                 timeout: float, mail_settings: mail.ConfirmationMail | None = None) -> None:
         self.signing = signing
         self.targets = targets
         self.timeout = timeout
+        self.mail = mail_settings
         self._tasks: set[asyncio.Task[bool]] = set()
 
     def send(self, project: str, queue: str, subscription: Subscription, base_url: str, *,
@@ -101,6 +103,8 @@ class Confirmations:
         return task
 
     async def _send(self, subscription: Subscription, document: dict[str, Any]) -> bool:
+        if subscription.subscriber.startswith(f"{mail.SCHEME}:"):
+            return await self._mail(subscription, document)
         # A pool of its own, made and closed per request: confirmations are rare, and
         # are sent whether or not this process pushes ([notification] push).
         webhooks = Webhooks(self.timeout, 1, self.targets)
@@ -115,7 +119,23 @@ class Confirmations:
                      subscription.subscriber, subscription.id)
         return sent
 
+    async def _mail(self, subscription: Subscription, document: dict[str, Any]) -> bool:
+        if self.mail is None:
+            LOG.error("No confirmation mail sent to %s: mail is not configured",
+                      subscription.subscriber)
+            return False
+        unsubscribed = document["Message_Type"] == UNSUBSCRIBE_CONFIRMATION
+        template = self.mail.unsubscribe if unsubscribed else self.mail.subscribe
+        sent = await self.mail.mailer.send(mail.confirmation_mail(
+            subscription, document, template, self.mail.confirm_page))
+        if not sent:
+            LOG.info("%s mail to %s failed", document["Message_Type"],
+                     subscription.subscriber)
+        return sent
+
     async def close(self) -> None:
+        if self.mail is not None:
+            self.mail.mailer.offload.shutdown()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

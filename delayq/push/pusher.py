@@ -1,5 +1,6 @@
 """The pusher: in each API worker process, the task that delivers subscribed queues'
-messages to their webhooks.
+messages to their webhooks, and mails them to ``mailto:`` subscribers
+(``delayq.push.mail``) by the same claims.
 
 A push is a claim made by the service on a subscription's behalf: the pusher claims a
 queue's due messages for one of its subscriptions (``Broker.claim(push_for=...)``),
@@ -46,8 +47,10 @@ from delayq.broker import Broker
 from delayq.claim import Claim
 from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
 from delayq.message import Message
+from delayq.offload import THREADS, Offload
+from delayq.push import mail
 from delayq.push.targets import Targets
-from delayq.push.webhook import Webhooks
+from delayq.push.webhook import Webhooks, payload
 from delayq.storage.base.signals import NoSignals, Signals
 from delayq.subscription import Subscription
 
@@ -78,6 +81,7 @@ class PushSettings:
     scan_interval: float = 5.0
     claim_limit: int = 20
     targets: Targets = Targets()
+    smtp: mail.SmtpSettings = mail.SmtpSettings("127.0.0.1", 25)
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> PushSettings:
@@ -86,7 +90,8 @@ class PushSettings:
                    per_subscription=group.max_pushes_per_subscription,
                    timeout=group.push_timeout, scan_interval=group.push_scan_interval,
                    claim_limit=conf[TRANSPORT_GROUP].max_messages_per_claim_or_pop,
-                   targets=Targets.from_conf(conf))
+                   targets=Targets.from_conf(conf),
+                   smtp=mail.SmtpSettings.from_conf(conf))
 
     @property
     def claim_ttl(self) -> int:
@@ -120,6 +125,7 @@ class _Running:
     loop: asyncio.AbstractEventLoop
     wake: asyncio.Event  # set when the agenda may have work sooner than it waits for
     webhooks: Webhooks
+    mailer: mail.Mailer
 
 
 class Pusher:
@@ -150,7 +156,9 @@ class Pusher:
         loop = asyncio.get_running_loop()
         self._running = _Running(loop, asyncio.Event(),
                                  Webhooks(self.settings.timeout, self.settings.in_flight,
-                                          self.settings.targets))
+                                          self.settings.targets),
+                                 mail.Mailer(self.settings.smtp,
+                                             Offload(THREADS, self.settings.in_flight)))
         self._main_task = loop.create_task(self._run(), name="delayq-pusher")
 
     async def stop(self) -> None:
@@ -165,6 +173,7 @@ class Pusher:
                 await task
         if self._running is not None:
             await self._running.webhooks.close()
+            self._running.mailer.offload.shutdown()
         self._main_task = self._round_task = self._running = None
         self._tasks.clear()
         for key in list(self._queues):
@@ -389,7 +398,7 @@ class Pusher:
     async def _push(self, key: Queue, subscription: Subscription, claim_id: str,
                     message: Message) -> None:
         try:
-            if await self._state().webhooks.push(subscription, key[1], message):
+            if await self._deliver(subscription, key[1], message):
                 self.broker.counters.count(metrics.PUSHED, 1)
                 await self.broker.delete_message(*key, message.id, claim_id)
                 return
@@ -406,6 +415,16 @@ class Pusher:
                 queue.subscriptions_full = False
                 self._due_queues.setdefault(key, None)
             self._remove_in_flight(subscription, 1)  # wakes the agenda for the due queues
+
+    async def _deliver(self, subscription: Subscription, queue: str, message: Message
+                       ) -> bool:
+        """Push *message* to its subscriber by the subscriber's scheme: mail to a
+        ``mailto:`` one, a POST to a webhook."""
+        running = self._state()
+        if subscription.subscriber.startswith(f"{mail.SCHEME}:"):
+            return await running.mailer.send(
+                mail.message_mail(subscription, payload(queue, message)))
+        return await running.webhooks.push(subscription, queue, message)
 
 
 def log_failure(what: str, exc: Exception) -> None:

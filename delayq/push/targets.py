@@ -157,6 +157,8 @@ class Targets:
         """Refuse (ValidationError) a subscriber whose host pushes may not reach, or
         that does not resolve; NameServiceUnavailable when its name cannot be resolved
         now (a temporary failure, or no answer within RESOLVE_TIMEOUT)."""
+        if subscriber.startswith("mailto:"):
+            return  # mail goes to the operator's SMTP server, not to the subscriber's host
         endpoint = parse(subscriber)
         address = endpoint.address
         if address is not None or self.everything_allowed:
