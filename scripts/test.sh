@@ -78,6 +78,11 @@ echo "==> installing delayq and its test dependencies"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
 
+echo "==> python-zaqarclient's functional suite"
+# Fetched from PyPI once into .cache/ (git-ignored), here rather than in a test worker:
+# tests/test_zaqarclient_functional.py runs it against delayq-server.
+.venv/bin/python -m tests.zaqarclient_suite
+
 echo "==> ruff"
 .venv/bin/ruff check delayq tests benchmarks
 
