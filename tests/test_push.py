@@ -291,7 +291,7 @@ def test_python_zaqarclient_manages_subscriptions_unchanged(server):
         assert [s.id for s in queue.subscriptions()] == [made.id]
         made.update({"ttl": 900})
         again = zaqar.subscription(name, id=made.id)
-        assert (again.ttl, again.confirmed) == (900, True)
+        assert (again.ttl, again.confirmed) == (900, False)
         queue.post({"body": {"via": "zaqarclient"}, "ttl": 60})
         [got] = hook.wait_for(1, timeout=10)
         assert got.json["body"] == {"via": "zaqarclient"}

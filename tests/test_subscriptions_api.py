@@ -235,6 +235,11 @@ def test_a_new_subscriber_is_unconfirmed_again(confirming, headers):
 
 def test_confirming_without_required_confirmation_is_stored_as_zaqar_does(client, headers):
     sid = create(client, headers)
+    assert confirm(client, headers, sid, {"confirmed": True}).status_code == 204
+    assert client.simulate_get(url("q", sid), headers=headers).json["confirmed"] is True
+    # Confirmed, it is no longer made again: a repeated post is a conflict.
+    again = client.simulate_post(url(), json={"subscriber": HOOK}, headers=headers)
+    assert again.status_code == 409, again.text
     assert confirm(client, headers, sid, {"confirmed": False}).status_code == 204
     assert client.simulate_get(url("q", sid), headers=headers).json["confirmed"] is False
 
@@ -254,7 +259,7 @@ def test_a_bad_confirmation_is_a_400(client, headers, body, named):
     assert response.json["title"] == ("Invalid request body" if body == "not json"
                                       else "Invalid API request")
     assert named in response.json["description"]
-    assert client.simulate_get(url("q", sid), headers=headers).json["confirmed"] is True
+    assert client.simulate_get(url("q", sid), headers=headers).json["confirmed"] is False
 
 
 def test_confirming_an_absent_subscription_is_a_404(client, headers):

@@ -150,10 +150,13 @@ def confirming(driver):
     return Synchronous(Broker(driver.target, Limits(), require_confirmation=True))
 
 
-def test_a_subscription_is_confirmed_unless_confirmation_is_required(broker, confirming):
-    assert broker.get_subscription(PROJECT, "q", subscribe(broker)).confirmed is True
+def test_a_subscription_starts_unconfirmed_and_is_deliverable_unless_required(
+        broker, confirming):
+    made = broker.get_subscription(PROJECT, "q", subscribe(broker))
+    assert made.confirmed is False and broker.deliverable(made)
     sid = subscribe(confirming, "q2")
-    assert confirming.get_subscription(PROJECT, "q2", sid).confirmed is False
+    unconfirmed = confirming.get_subscription(PROJECT, "q2", sid)
+    assert unconfirmed.confirmed is False and not confirming.deliverable(unconfirmed)
     [listed] = confirming.list_subscriptions(PROJECT, "q2", None, 10)
     assert listed.confirmed is False
 
