@@ -51,6 +51,14 @@ class QueueNotFound(DelayqError):
         return cls(f"Queue {name!r} does not exist.")
 
 
+class TopicNotFound(DelayqError):
+    """The topic does not exist in this project (HTTP 404)."""
+
+    @classmethod
+    def named(cls, name: str) -> TopicNotFound:
+        return cls(f"Topic {name!r} does not exist.")
+
+
 class MessageNotFound(DelayqError):
     """The message does not exist, or has expired (HTTP 404)."""
 

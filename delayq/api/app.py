@@ -11,7 +11,19 @@ import falcon.media
 from oslo_config import cfg
 
 from delayq import encryption, jsontext, signed_urls
-from delayq.api import auth, claims, errors, home, messages, queues, share, subscriptions
+from delayq.api import (
+    auth,
+    claims,
+    errors,
+    home,
+    messages,
+    queues,
+    share,
+    subscriptions,
+    topic_messages,
+    topic_subscriptions,
+    topics,
+)
 from delayq.api import metrics as metrics_api
 from delayq.api.longpoll import LongPoll
 from delayq.api.request import Request
@@ -27,6 +39,7 @@ from delayq.push.pusher import Pusher, PushSettings
 from delayq.storage.base import Driver
 from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.registry import load_driver
+from delayq.topics import Topics
 from delayq.validation import Limits, Quotas
 
 
@@ -116,6 +129,12 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
                                         "pusher": pusher,
                                         "targets": push_settings.targets,
                                         "confirmations": confirmations}
+    topic_rules = Topics(broker)
+    on_topics: dict[str, Any] = {"topics": topic_rules, "limits": limits}
+    on_topic_messages: dict[str, Any] = {**on_topics, "pusher": pusher,
+                                         "checksums": conf.enable_checksum}
+    on_topic_subscriptions: dict[str, Any] = {**on_topics, "pusher": pusher,
+                                              "targets": push_settings.targets}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))
@@ -139,6 +158,21 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
                   share.QueueShareResource(
                       signed_urls.Settings.from_conf(conf),
                       rules=authentication.rules if authentication is not None else None))
+    app.add_route("/v2/topics", topics.TopicCollection(**on_topics))
+    app.add_route("/v2/topics/{name}", topics.TopicResource(**on_topics))
+    app.add_route("/v2/topics/{name}/stats", topics.TopicStatsResource(**on_topics))
+    app.add_route("/v2/topics/{name}/purge", topics.TopicPurgeResource(**on_topics))
+    app.add_route("/v2/topics/{name}/messages",
+                  topic_messages.TopicMessageCollection(**on_topic_messages))
+    app.add_route("/v2/topics/{name}/messages/{message_id}",
+                  topic_messages.TopicMessageResource(**on_topic_messages))
+    app.add_route("/v2/topics/{name}/subscriptions",
+                  topic_subscriptions.TopicSubscriptionCollection(**on_topic_subscriptions))
+    app.add_route("/v2/topics/{name}/subscriptions/{subscription_id}",
+                  topic_subscriptions.TopicSubscriptionResource(**on_topic_subscriptions))
+    app.add_route("/v2/topics/{name}/subscriptions/{subscription_id}/confirm",
+                  topic_subscriptions.TopicSubscriptionConfirmResource(
+                      **on_topic_subscriptions))
     app.add_route("/", home.VersionsResource())
     app.add_route("/v2", home.HomeResource())
     app.add_route("/v2/ping", home.PingResource(broker=broker))

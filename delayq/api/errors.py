@@ -16,6 +16,7 @@ STATUS: dict[type[errors.DelayqError], tuple[str, str]] = {
     errors.EncryptionUnavailable: (falcon.HTTP_400, "Encryption unavailable"),
     errors.BodyUndecryptable: (falcon.HTTP_503, "Message body undecryptable"),
     errors.QueueNotFound: (falcon.HTTP_404, "Not found"),
+    errors.TopicNotFound: (falcon.HTTP_404, "Not found"),
     errors.MessageNotFound: (falcon.HTTP_404, "Not found"),
     errors.ClaimNotFound: (falcon.HTTP_404, "Not found"),
     errors.SubscriptionNotFound: (falcon.HTTP_404, "Not found"),

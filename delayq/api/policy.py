@@ -49,6 +49,15 @@ SUBSCRIPTIONS = "/v2/queues/{name}/subscriptions"
 SUBSCRIPTION = "/v2/queues/{name}/subscriptions/{subscription_id}"
 CONFIRM = "/v2/queues/{name}/subscriptions/{subscription_id}/confirm"
 REDRIVE = "/v2/queues/{name}/redrive"
+TOPICS = "/v2/topics"
+TOPIC = "/v2/topics/{name}"
+TOPIC_STATS = "/v2/topics/{name}/stats"
+TOPIC_PURGE = "/v2/topics/{name}/purge"
+TOPIC_MESSAGES = "/v2/topics/{name}/messages"
+TOPIC_MESSAGE = "/v2/topics/{name}/messages/{message_id}"
+TOPIC_SUBSCRIPTIONS = "/v2/topics/{name}/subscriptions"
+TOPIC_SUBSCRIPTION = "/v2/topics/{name}/subscriptions/{subscription_id}"
+TOPIC_CONFIRM = "/v2/topics/{name}/subscriptions/{subscription_id}/confirm"
 PING = "/v2/ping"
 HEALTH = "/v2/health"
 METRICS = "/metrics"
@@ -68,33 +77,48 @@ _DEFINITIONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
     "queues:purge": (UNPROTECTED, "Delete every message of a queue.", (("POST", PURGE),)),
     "queues:redrive": (UNPROTECTED, "Send a dead-letter queue's messages back (delayq).",
                        (("POST", REDRIVE),)),
-    "messages:get_all": (UNPROTECTED, "List a queue's messages, or read several by id.",
-                         (("GET", MESSAGES),)),
-    "messages:create": (UNPROTECTED, "Post messages to a queue.", (("POST", MESSAGES),)),
-    "messages:get": (UNPROTECTED, "Read one message.", (("GET", MESSAGE),)),
+    "topics:get_all": (UNPROTECTED, "List the project's topics.", (("GET", TOPICS),)),
+    "topics:create": (UNPROTECTED, "Create a topic.", (("PUT", TOPIC),)),
+    "topics:get": (UNPROTECTED, "Read a topic's metadata.", (("GET", TOPIC),)),
+    "topics:delete": (UNPROTECTED, "Delete a topic.", (("DELETE", TOPIC),)),
+    "topics:update": (UNPROTECTED, "Change a topic's metadata (JSON patch).",
+                      (("PATCH", TOPIC),)),
+    "topics:stats": (UNPROTECTED, "Read a topic's statistics.", (("GET", TOPIC_STATS),)),
+    "topics:purge": (UNPROTECTED, "Delete a topic's messages or subscriptions.",
+                     (("POST", TOPIC_PURGE),)),
+    "messages:get_all": (UNPROTECTED, "List a queue's or topic's messages, or read "
+                                      "several by id.",
+                         (("GET", MESSAGES), ("GET", TOPIC_MESSAGES))),
+    "messages:create": (UNPROTECTED, "Post messages to a queue, or publish them to a "
+                                     "topic.",
+                        (("POST", MESSAGES), ("POST", TOPIC_MESSAGES))),
+    "messages:get": (UNPROTECTED, "Read one message.",
+                     (("GET", MESSAGE), ("GET", TOPIC_MESSAGE))),
     "messages:update": (UNPROTECTED, "Edit an unclaimed message's body or delay, or hand "
                                      "a claimed one back with a delay (delayq).",
                         (("PATCH", MESSAGE),)),
     "messages:delete": (UNPROTECTED, "Delete one message. The target's with_claim_id is "
                                      "True when the request names the claim holding the "
-                                     "message (claim_id).", (("DELETE", MESSAGE),)),
+                                     "message (claim_id).",
+                        (("DELETE", MESSAGE), ("DELETE", TOPIC_MESSAGE))),
     "messages:delete_all": (UNPROTECTED, "Delete messages by id, or pop them.",
-                            (("DELETE", MESSAGES),)),
+                            (("DELETE", MESSAGES), ("DELETE", TOPIC_MESSAGES))),
     "claims:create": (UNPROTECTED, "Claim messages.", (("POST", CLAIMS),)),
     "claims:get": (UNPROTECTED, "Read a claim.", (("GET", CLAIM),)),
     "claims:update": (UNPROTECTED, "Renew a claim.", (("PATCH", CLAIM),)),
     "claims:delete": (UNPROTECTED, "Release a claim.", (("DELETE", CLAIM),)),
-    "subscription:create": (UNPROTECTED, "Subscribe a webhook to a queue.",
-                            (("POST", SUBSCRIPTIONS),)),
-    "subscription:get_all": (UNPROTECTED, "List a queue's subscriptions.",
-                             (("GET", SUBSCRIPTIONS),)),
-    "subscription:get": (UNPROTECTED, "Read a subscription.", (("GET", SUBSCRIPTION),)),
+    "subscription:create": (UNPROTECTED, "Subscribe a webhook to a queue or topic.",
+                            (("POST", SUBSCRIPTIONS), ("POST", TOPIC_SUBSCRIPTIONS))),
+    "subscription:get_all": (UNPROTECTED, "List a queue's or topic's subscriptions.",
+                             (("GET", SUBSCRIPTIONS), ("GET", TOPIC_SUBSCRIPTIONS))),
+    "subscription:get": (UNPROTECTED, "Read a subscription.",
+                         (("GET", SUBSCRIPTION), ("GET", TOPIC_SUBSCRIPTION))),
     "subscription:update": (UNPROTECTED, "Change a subscription.",
-                            (("PATCH", SUBSCRIPTION),)),
+                            (("PATCH", SUBSCRIPTION), ("PATCH", TOPIC_SUBSCRIPTION))),
     "subscription:delete": (UNPROTECTED, "Delete a subscription.",
-                            (("DELETE", SUBSCRIPTION),)),
+                            (("DELETE", SUBSCRIPTION), ("DELETE", TOPIC_SUBSCRIPTION))),
     "subscription:confirm": (UNPROTECTED, "Confirm or unconfirm a subscription.",
-                             (("PUT", CONFIRM),)),
+                             (("PUT", CONFIRM), ("PUT", TOPIC_CONFIRM))),
     "ping:get": (UNPROTECTED, "Check that the service and its store answer.",
                  (("GET", PING), ("HEAD", PING))),
     "health:get": (ADMIN, "Read the service's health document.",

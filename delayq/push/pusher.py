@@ -16,6 +16,11 @@ from pushing the same message (at least once: a push answered after its claim ex
 or whose delete failed, is pushed again). The subscriptions of one queue share its
 messages as consumers do: each message goes to one of them, round robin.
 
+A topic (``delayq.topics``) gives every message to every subscriber: each of its
+subscriptions has a delivery queue of its own, which the pusher serves as a queue with
+that one subscription. The topic's own queue is never pushed from: a turn on it (a round,
+or its subscriptions changing) only puts its delivery queues on the agenda.
+
 When to look at a queue: the pusher keeps an agenda of (when, queue). A round every
 ``push_scan_interval`` lists the subscribed queues and asks each when its next message
 is due (``Broker.available_in``); a post or release served by this process, or by any
@@ -42,7 +47,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from delayq import errors, metrics
+from delayq import errors, metrics, topics
 from delayq.broker import Broker
 from delayq.claim import Claim
 from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
@@ -192,6 +197,8 @@ class Pusher:
 
     def notify(self, project: str, queue: str) -> None:
         """Messages of *queue* may be due now (a post or release this process served)."""
+        if is_topic((project, queue)):
+            return  # its delivery queues are notified for its publishes
         if (project, queue) in self._queues and self._running is not None:
             self._schedule((project, queue), 0.0)
 
@@ -258,6 +265,8 @@ class Pusher:
         """Read which queues are subscribed, and when each has a message due."""
         try:
             keys = await self.broker.subscribed_queues()
+            keys += [delivery for key in keys if is_topic(key)
+                     for delivery in await self._deliveries(key)]
         except Exception as exc:  # noqa: BLE001 - pushing goes on; the next round asks
             log_failure("cannot list the subscribed queues", exc)
             return
@@ -267,6 +276,8 @@ class Pusher:
             self._forget(key)
         for key in keys:
             self._know(key).subscriptions_current = False
+            if is_topic(key):
+                continue  # never pushed from: its delivery queues are
             try:
                 due_in = await self.broker.available_in(*key)
             except errors.DelayqError:
@@ -317,6 +328,9 @@ class Pusher:
                 self._schedule(key, 0.0)
 
     async def _claim_and_push(self, key: Queue, queue: _SubscribedQueue) -> None:
+        if is_topic(key):
+            await self._serve_deliveries(key)
+            return
         if not queue.subscriptions_current:
             queue.subscriptions = await self._read_subscriptions(key)
             queue.subscriptions_current = True
@@ -349,9 +363,25 @@ class Pusher:
         if due_in is not None:
             self._schedule(key, due_in if taken or due_in > 0 else STALE_HINT_PAUSE)
 
+    async def _deliveries(self, key: Queue) -> list[Queue]:
+        """The delivery queues of topic *key*'s subscriptions."""
+        return [(key[0], topics.delivery_queue(key[1], subscription.id))
+                for subscription in await topics.subscriptions(self.broker, *key)]
+
+    async def _serve_deliveries(self, key: Queue) -> None:
+        """A turn on topic *key*: its delivery queues are known, their subscriptions
+        read again, and each looked at now (a turn finding nothing costs one claim)."""
+        for delivery in await self._deliveries(key):
+            self._know(delivery).subscriptions_current = False
+            self._schedule(delivery, 0.0)
+
     async def _read_subscriptions(self, key: Queue) -> list[Subscription]:
         """The queue's subscriptions that may be pushed to: one awaiting confirmation
-        takes no turn, so no message is claimed, and consumed, on its behalf."""
+        takes no turn, so no message is claimed, and consumed, on its behalf. A topic's
+        delivery queue has its one subscription."""
+        if topics.is_space(key[0]):
+            one = await topics.delivery_subscription(self.broker, *key)
+            return [one] if one is not None and self.broker.deliverable(one) else []
         found: list[Subscription] = []
         marker = None
         while True:
@@ -421,10 +451,16 @@ class Pusher:
         """Push *message* to its subscriber by the subscriber's scheme: mail to a
         ``mailto:`` one, a POST to a webhook."""
         running = self._state()
+        queue = topics.topic_of(queue)  # a delivery queue's pushes name their topic
         if subscription.subscriber.startswith(f"{mail.SCHEME}:"):
             return await running.mailer.send(
                 mail.message_mail(subscription, payload(queue, message)))
         return await running.webhooks.push(subscription, queue, message)
+
+
+def is_topic(key: Queue) -> bool:
+    """Whether *key* is a topic's own queue (``delayq.topics``), not a delivery queue."""
+    return topics.is_space(key[0]) and not topics.is_delivery_queue(key[1])
 
 
 def log_failure(what: str, exc: Exception) -> None:
