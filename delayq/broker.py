@@ -343,8 +343,11 @@ class Broker:
     async def list_messages(self, project: str, queue: str, *, client_id: str, marker: str | None,
                             limit: int, echo: bool, include_claimed: bool,
                             include_delayed: bool) -> tuple[list[Message], str | None]:
+        """A page of the queue's messages after *marker* (``validation.listing_marker``),
+        and the next page's marker, None after the last."""
+        after = validation.listing_marker(marker, self.driver.messages.is_message_id)
         messages, next_marker = await self.driver.messages.page(
-            project, queue, marker=marker, limit=limit,
+            project, queue, marker=after, limit=limit,
             exclude_client=None if echo else client_id,
             include_claimed=include_claimed, include_delayed=include_delayed)
         return self._opened(messages), next_marker

@@ -77,3 +77,17 @@ class Message:
     def live_claim_id(self) -> str | None:
         """The id of the claim holding the message now, or None."""
         return self.claim_id if self.is_claimed else None
+
+
+@dataclass(frozen=True, slots=True)
+class ListingMarker:
+    """Where a message listing starts (``validation.listing_marker`` reads it): after
+    *position*, a place in the queue's post order as a listing's next link hands it out
+    (0: the start), or, when *message_id* is given, after that message, as a Zaqar client
+    names it."""
+
+    position: int = 0
+    message_id: str | None = None
+
+
+LISTING_START = ListingMarker()  # the marker of a first page

@@ -12,7 +12,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,7 +30,7 @@ from delayq.conf import (
     transport_opts,
 )
 from delayq.errors import ValidationError
-from delayq.message import NO_CHANGE, Unchanged
+from delayq.message import LISTING_START, NO_CHANGE, ListingMarker, Unchanged
 from delayq.subscription import SubscriptionChange
 
 MIN_MESSAGE_TTL = 60
@@ -169,15 +169,28 @@ def query_bool(raw: str | None, name: str) -> bool:
     raise ValidationError(f"{name} must be true or false; got {raw!r}.")
 
 
-def sequence_marker(marker: str | None) -> int:
-    """A listing marker that is a message's position in its queue (0 for none)."""
-    try:
-        after = int(marker) if marker else 0
-    except ValueError:
-        after = -1
-    if not 0 <= after < 2**63:
-        raise ValidationError(f"marker {(marker or '')[:40]!r} is not valid.")
-    return after
+# A listing marker of up to 19 digits is a position (what a next link carries); any
+# other is a message id, as Zaqar's API reference shows a marker. No message id is that
+# short and all digits (a Redis id from before ids had tokens has 18 base-36 digits: all
+# decimal once in 10^10), so the two do not meet.
+POSITION_MARKER = re.compile(r"[0-9]{1,19}")
+MAX_POSITION = 2**63 - 1  # the largest position a 64-bit store holds
+
+
+def listing_marker(marker: str | None, is_message_id: Callable[[str], bool]
+                   ) -> ListingMarker:
+    """The ``marker`` of a message listing: a position, or a message id that
+    *is_message_id* (the store's ``Messages.is_message_id``) finds well formed; anything
+    else is a client's mistake, not a message that happens to be missing."""
+    if not marker:
+        return LISTING_START
+    if POSITION_MARKER.fullmatch(marker):
+        if int(marker) <= MAX_POSITION:
+            return ListingMarker(position=int(marker))
+    elif is_message_id(marker):
+        return ListingMarker(message_id=marker)
+    raise ValidationError(f"marker {marker[:40]!r} is not valid: give a message id or the "
+                          "marker of a listing's next link.")
 
 
 def queue_name(name: str) -> str:

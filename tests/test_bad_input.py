@@ -740,8 +740,11 @@ def test_bad_query_parameters(world, method, path, query, name):
     world.assert_unchanged()
 
 
-@pytest.mark.parametrize("marker", ["99999999999999999999", "-99999999999999999999"])
-def test_marker_out_of_range(world, marker):
+@pytest.mark.parametrize("marker", ["99999999999999999999", "-99999999999999999999",
+                                    "9223372036854775808", "garbage", "not a message id",
+                                    "0x10", "1.5", "%00", "a" * 500])
+def test_bad_marker(world, marker):
+    """A listing marker that is neither a position nor shaped like a message id."""
     resp = send(world.client, "GET", "/v2/queues/full/messages", world.headers,
                 query=f"marker={marker}")
     assert_rejected(resp, 400, "marker")

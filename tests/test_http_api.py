@@ -662,6 +662,17 @@ def test_list_marker_paging(client, headers):
     assert seen == ids
 
 
+def test_list_after_a_message_id_marker(client, headers):
+    """Zaqar's API reference gives a message's id as the marker."""
+    ids = post(client, headers, "q1", *range(5))
+    body = listing(client, headers, "q1", marker=ids[1], limit=2)
+    assert message_ids(body["messages"]) == ids[2:4]
+    (link,) = body["links"]
+    resp = follow(client, headers, link["href"])
+    assert resp.status_code == 200
+    assert message_ids(resp.json["messages"]) == ids[4:]
+
+
 def test_list_limit(client, headers):
     post(client, headers, "q1", *range(20))
     post(client, headers, "q1", *range(5))

@@ -58,7 +58,7 @@ from pymongo import IndexModel, monitoring
 
 from delayq import errors, events, tallies
 from delayq.api.app import create_app
-from delayq.message import NewMessage
+from delayq.message import LISTING_START, NewMessage
 from delayq.metrics import Metrics
 from delayq.queue import DeadLetterPolicy, QueueCounts
 from delayq.storage.clock import ServerClock, timed
@@ -614,7 +614,7 @@ def test_an_expired_message_is_invisible_to_every_request_until_it_is_reaped(bac
 
     clock.advance(0.001)  # the messages' expiry
     assert driver.messages.get(PROJECT, "q", ids) == []
-    assert driver.messages.page(PROJECT, "q", marker=None, limit=10, exclude_client=None,
+    assert driver.messages.page(PROJECT, "q", marker=LISTING_START, limit=10, exclude_client=None,
                                 include_claimed=True, include_delayed=True) == ([], None)
     stats = driver.queues.stats(PROJECT, "q")
     assert (stats.total, stats.oldest, stats.newest) == (0, None, None)
@@ -780,7 +780,7 @@ OPERATIONS: dict[str, Callable[[Driver], Any]] = {
     "queue_stats": lambda d: d.queues.stats(PROJECT, "q"),
     "post_messages": lambda d: post(d, "q"),
     "list_messages": lambda d: d.messages.page(
-        PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=True,
+        PROJECT, "q", marker=LISTING_START, limit=10, exclude_client=None, include_claimed=True,
         include_delayed=True),
     "get_messages": lambda d: d.messages.get(PROJECT, "q", [MID]),
     "delete_message": lambda d: d.messages.delete(PROJECT, "q", MID, None),
@@ -984,7 +984,7 @@ def test_each_request_that_changes_messages_adds_one_insert_into_events(backend,
         "delete_queue": lambda: driver.queues.delete(PROJECT, "q"),
     }
     ids = [m.id for m in driver.messages.page(
-        PROJECT, "q", marker=None, limit=20, exclude_client=None, include_claimed=False,
+        PROJECT, "q", marker=LISTING_START, limit=20, exclude_client=None, include_claimed=False,
         include_delayed=False)[0]][2:]
     for name, request in requests.items():
         with backend.record() as ops:

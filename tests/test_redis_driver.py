@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 from delayq import errors, events
 from delayq.broker import Broker
-from delayq.message import NewMessage
+from delayq.message import LISTING_START, NewMessage
 from delayq.storage.redis.driver import Driver
 from delayq.synchronous import Synchronous
 from delayq.validation import Limits, PostedMessage, Quotas
@@ -191,6 +191,29 @@ def test_time_is_the_redis_servers_not_this_hosts(monkeypatch):
     assert driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=1, dead_letter=None) is None
     assert driver.queues.stats(PROJECT, "q").delayed == 1
     driver.close()
+
+
+def test_listing_markers_are_decimal_and_the_old_base_36_ones_still_work():
+    driver = Synchronous(Driver(SERVERS.single().uri, namespace=namespace()))
+    broker = Synchronous(Broker(driver.target, Limits()))
+    try:
+        ids = post(driver, "q", 12)
+
+        def listing(marker: str | None) -> tuple[list[str], str | None]:
+            messages, next_marker = broker.list_messages(
+                PROJECT, "q", client_id=CLIENT, marker=marker, limit=10, echo=True,
+                include_claimed=True, include_delayed=True)
+            return [m.id for m in messages], next_marker
+
+        first, next_marker = listing(None)
+        assert (first, next_marker) == (ids[:10], "10")
+        assert listing(next_marker) == (ids[10:], "12")
+        # Sequence names, as next links carried them before (a rolling upgrade still
+        # hands them out): the tenth message's is 0000000a.
+        assert listing("0000000a")[0] == ids[10:]
+        assert listing(str(36 ** 8)) == ([], None)
+    finally:
+        driver.close()
 
 
 def test_scripts_are_loaded_once_and_called_by_hash():
@@ -664,8 +687,8 @@ def test_messages_and_claims_stored_before_ids_had_tokens_keep_their_ids():
         old = nonce + seq
         assert [m.id for m in driver.messages.get(PROJECT, "q", [stored, old])] == [old]
         assert [m.id for m in driver.messages.page(
-            PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=False,
-            include_delayed=False)[0]] == [fresh, old]
+            PROJECT, "q", marker=LISTING_START, limit=10, exclude_client=None,
+            include_claimed=False, include_delayed=False)[0]] == [fresh, old]
 
         taken = driver.claims.create(PROJECT, "q", ttl=60, grace=60, limit=2, dead_letter=None)
         number = int(taken.id[len(nonce) + 1:len(nonce) + 9], 36)

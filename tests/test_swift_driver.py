@@ -32,7 +32,7 @@ from delayq import conf as delayq_conf
 from delayq import errors, events
 from delayq.api.app import create_app
 from delayq.broker import Broker
-from delayq.message import NewMessage
+from delayq.message import LISTING_START, NewMessage
 from delayq.queue import QueueCounts
 from delayq.storage.registry import load_driver
 from delayq.storage.swift import layout
@@ -937,7 +937,7 @@ def test_a_page_of_free_messages_costs_the_same_behind_delayed_ones(make_driver)
     post(driver, "q", 60, delay=600)
     free = post(driver, "q", 10)
     total, _, (page, _) = log.measure(lambda: driver.messages.page(
-        PROJECT, "q", marker=None, limit=10, exclude_client=None, include_claimed=False,
+        PROJECT, "q", marker=LISTING_START, limit=10, exclude_client=None, include_claimed=False,
         include_delayed=False))
     assert [m.id for m in page] == free
     assert total <= 1 + 20, f"{total} requests for a page of 10"

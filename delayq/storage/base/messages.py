@@ -6,7 +6,7 @@ import abc
 from typing import Any
 
 from delayq.idempotency import PostKey
-from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.message import NO_CHANGE, ListingMarker, Message, NewMessage, Unchanged
 
 
 class Messages(abc.ABC):
@@ -34,10 +34,21 @@ class Messages(abc.ABC):
         no concurrency passes them. 0 costs nothing."""
 
     @abc.abstractmethod
-    async def page(self, project: str, queue: str, *, marker: str | None, limit: int,
+    async def page(self, project: str, queue: str, *, marker: ListingMarker, limit: int,
                    exclude_client: str | None, include_claimed: bool,
                    include_delayed: bool) -> tuple[list[Message], str | None]:
-        """A page of live messages in post order after *marker*, and the next marker."""
+        """A page of live messages in post order after *marker*, and the next marker
+        (a position of at most 19 digits, or a message id: ``validation.listing_marker``).
+
+        A marker naming a message lists what follows its place in post order, expired or
+        claimed as it may be. When the queue no longer holds it (deleted, or never) and
+        its id does not tell a place, the listing starts at the start: a client paging
+        with ids sees messages again, never misses one."""
+
+    @abc.abstractmethod
+    def is_message_id(self, text: str) -> bool:
+        """Whether *text* is shaped like the id of a message of this store (whether or
+        not one has it): what a listing marker that is no position must be."""
 
     @abc.abstractmethod
     async def get(self, project: str, queue: str, ids: list[str]) -> list[Message]:

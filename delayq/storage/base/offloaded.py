@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from delayq.claim import Claim
 from delayq.idempotency import PostKey
-from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.message import NO_CHANGE, ListingMarker, Message, NewMessage, Unchanged
 from delayq.offload import THREADS, Offload
 from delayq.queue import DeadLetterPolicy, QueueCounts, QueueStats
 from delayq.retry import Backoff
@@ -46,9 +46,10 @@ class BlockingMessages(Protocol):
     def post(self, project: str, queue: str, client_id: str, messages: list[NewMessage],
              *, metadata_token: Any = None, message_quota: int = 0, queue_quota: int = 0,
              key: PostKey | None = None) -> list[str]: ...
-    def page(self, project: str, queue: str, *, marker: str | None, limit: int,
+    def page(self, project: str, queue: str, *, marker: ListingMarker, limit: int,
              exclude_client: str | None, include_claimed: bool, include_delayed: bool
              ) -> tuple[list[Message], str | None]: ...
+    def is_message_id(self, text: str) -> bool: ...
     def get(self, project: str, queue: str, ids: list[str]) -> list[Message]: ...
     def delete(self, project: str, queue: str, message_id: str,
                claim_id: str | None) -> None: ...
@@ -142,13 +143,16 @@ class OffloadedMessages(Messages):
                                   metadata_token=metadata_token, message_quota=message_quota,
                                   queue_quota=queue_quota, key=key)
 
-    async def page(self, project: str, queue: str, *, marker: str | None, limit: int,
+    async def page(self, project: str, queue: str, *, marker: ListingMarker, limit: int,
                    exclude_client: str | None, include_claimed: bool,
                    include_delayed: bool) -> tuple[list[Message], str | None]:
         return await self.offload(self.blocking.page, project, queue, marker=marker,
                                   limit=limit, exclude_client=exclude_client,
                                   include_claimed=include_claimed,
                                   include_delayed=include_delayed)
+
+    def is_message_id(self, text: str) -> bool:
+        return self.blocking.is_message_id(text)  # pure: nothing to offload
 
     async def get(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         return await self.offload(self.blocking.get, project, queue, ids)

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import pymongo.errors
+from bson import ObjectId
 from pymongo import ReturnDocument
 from pymongo.client_session import ClientSession
 
-from delayq import errors, events, validation
+from delayq import errors, events
 from delayq.claim import delete_refusal, refuse_delete
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
-from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.message import NO_CHANGE, ListingMarker, Message, NewMessage, Unchanged
 from delayq.storage.mongo import claimer, tallies
 from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.database import Database
@@ -100,11 +101,19 @@ class Messages:
             for doc in docs])
         return [str(doc[lay.ID]) for doc in docs]
 
-    def page(self, project: str, queue: str, *, marker: str | None, limit: int,
+    def page(self, project: str, queue: str, *, marker: ListingMarker, limit: int,
              exclude_client: str | None, include_claimed: bool, include_delayed: bool
              ) -> tuple[list[Message], str | None]:
         with self._db.request():
-            after = validation.sequence_marker(marker)
+            after = marker.position
+            if marker.message_id is not None:
+                # Expired messages keep their documents (and place) until the expiry
+                # index drops them; a deleted one leaves nothing, and its random id tells
+                # no place: the listing then starts at the start (base.Messages).
+                found = self._db.messages.find_one(
+                    {lay.ID: lay.object_id(marker.message_id), lay.PROJECT: project,
+                     lay.QUEUE: queue}, {lay.SEQ: True})
+                after = found[lay.SEQ] if found is not None else 0
             now = self._db.now_ms()
             query: dict[str, Any] = {lay.PROJECT: project, lay.QUEUE: queue,
                                      lay.SEQ: {"$gt": after},
@@ -122,6 +131,11 @@ class Messages:
                         .hint(lay.LISTING_INDEX))
             next_marker = str(docs[-1][lay.SEQ]) if docs else None
             return [lay.message(doc, now) for doc in docs], next_marker
+
+    @staticmethod
+    def is_message_id(text: str) -> bool:
+        """An ObjectId's 24 hexadecimal digits (``layout.new_id``)."""
+        return len(text) == 24 and ObjectId.is_valid(text)
 
     def get(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         with self._db.request():

@@ -231,8 +231,21 @@ def claim_name(number: int, raw: bytes) -> bytes:
 
 
 def is_sequence_name(marker: str) -> bool:
-    """Whether *marker* is a message's sequence name (a listing's marker)."""
+    """Whether *marker* is a message's sequence name (the marker listings handed out
+    before their markers were decimal positions)."""
     return len(marker) == SEQ_LENGTH and not marker.strip(DIGITS)
+
+
+# The lengths of message ids: nonce, seq and token; without the token for the messages
+# stored before ids had tokens.
+ID_LENGTHS = frozenset((NONCE_LENGTH + SEQ_LENGTH + TOKEN_LENGTH, NONCE_LENGTH + SEQ_LENGTH))
+SEQ_LIMIT = 36 ** SEQ_LENGTH  # the first position past every sequence name
+
+
+def is_message_id(text: str) -> bool:
+    """Whether *text* is shaped like a message id of this driver (whether or not a message
+    has it); ``lua/common.lua``'s ``locate`` finds which one does."""
+    return len(text) in ID_LENGTHS and not text.strip(DIGITS)
 
 
 def message(nonce: bytes, seq: bytes, raw: bytes, as_of: int,

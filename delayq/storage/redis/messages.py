@@ -8,7 +8,7 @@ from typing import Any
 from delayq import errors, idempotency, jsontext
 from delayq.claim import refuse_delete
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
-from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.message import NO_CHANGE, ListingMarker, Message, NewMessage, Unchanged
 from delayq.storage import base
 from delayq.storage.redis import layout
 from delayq.storage.redis.catalogue import Creation
@@ -96,12 +96,17 @@ class Messages(base.Messages):
         if finished:
             raise errors.QuotaExceeded.messages(queue, held, posted, quota)
 
-    async def page(self, project: str, queue: str, *, marker: str | None, limit: int,
+    async def page(self, project: str, queue: str, *, marker: ListingMarker, limit: int,
                    exclude_client: str | None, include_claimed: bool,
                    include_delayed: bool) -> tuple[list[Message], str | None]:
-        after = marker or ""
-        if marker and not layout.is_sequence_name(marker):
-            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
+        if marker.position >= layout.SEQ_LIMIT:
+            return [], None  # past any message's sequence name
+        after = layout.seq_name(marker.position) if marker.position else ""
+        after_id = marker.message_id or ""  # list.lua finds the message's seq
+        if layout.is_sequence_name(after_id):
+            # The marker of a next link from before markers were decimal (a rolling
+            # upgrade hands both out): still a sequence name to list after.
+            after, after_id = after_id, ""
         context = self.context
         exclude = client_bytes(exclude_client) if exclude_client else b""
         key = context.key_names.queue(project, queue)
@@ -111,19 +116,24 @@ class Messages(base.Messages):
             while len(page) < limit:
                 reply = await context.scripts.list.call([key], [
                     context.now_arg(), after, limit - len(page), int(include_claimed),
-                    int(include_delayed), exclude, LIST_BUDGET])
+                    int(include_delayed), exclude, LIST_BUDGET, after_id])
                 nonce, as_of, outbox, status, last = reply[:5]
                 if outbox:
                     await context.moves.complete(project, queue)
                 if len(reply) > 5:
                     page += layout.messages(nonce, reply[5:], as_of)
                     # The marker is a position in this queue, not an id: a moved message
-                    # keeps the id its first queue minted.
-                    next_marker = reply[-2].decode()
+                    # keeps the id its first queue minted. Decimal, as every driver's
+                    # (validation.listing_marker), from the sequence name's base 36.
+                    next_marker = str(int(reply[-2], 36))
                 if status != 2:
                     break
-                after = last.decode()
+                after, after_id = last.decode(), ""
         return page, next_marker
+
+    def is_message_id(self, text: str) -> bool:
+        # A sequence name, too: see page.
+        return layout.is_message_id(text) or layout.is_sequence_name(text)
 
     async def get(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         context = self.context

@@ -8,15 +8,17 @@ import sqlite3
 import uuid
 from typing import Any
 
-from delayq import errors, events, idempotency, jsontext, validation
+from delayq import errors, events, idempotency, jsontext
 from delayq.claim import delete_refusal, refuse_delete
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
-from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.message import NO_CHANGE, ListingMarker, Message, NewMessage, Unchanged
 from delayq.storage.base.signals import Change
 from delayq.storage.sqlite import rows, sql
 from delayq.storage.sqlite import tallies as sqlite_tallies
 from delayq.storage.sqlite.database import Database
 from delayq.storage.sqlite.rows import CLAIM_COUNT, EXPIRES, ID, SEQ, SOURCE, event_params
+
+HEX = frozenset("0123456789abcdef")
 
 
 class Messages:
@@ -78,15 +80,20 @@ class Messages:
         if held + posted > quota:
             raise errors.QuotaExceeded.messages(queue, held, posted, quota)
 
-    def page(self, project: str, queue: str, *, marker: str | None, limit: int,
+    def page(self, project: str, queue: str, *, marker: ListingMarker, limit: int,
              exclude_client: str | None, include_claimed: bool, include_delayed: bool
              ) -> tuple[list[Message], str | None]:
-        after = validation.sequence_marker(marker)
         db = self.database.db()
         now = self.database.now()
         queue_id = rows.queue_id(db, project, queue)
         if queue_id is None:
             return [], None
+        after = marker.position
+        if marker.message_id is not None:
+            # A deleted (or reaped) message leaves no trace of its place, nor does its
+            # random id tell it: the listing then starts at the start (base.Messages).
+            row = db.execute(sql.MESSAGE_SEQ, (queue_id, marker.message_id)).fetchone()
+            after = row[0] if row is not None else 0
         query = sql.messages_page(exclude_client=exclude_client is not None,
                                   include_claimed=include_claimed,
                                   include_delayed=include_delayed)
@@ -94,6 +101,11 @@ class Messages:
                                    "client_id": exclude_client, "limit": limit}).fetchall()
         next_marker = str(found[-1][0]) if found else None
         return [rows.message(row, now) for row in found], next_marker
+
+    @staticmethod
+    def is_message_id(text: str) -> bool:
+        """A UUID's 32 lowercase hexadecimal digits, as ``post`` makes them."""
+        return len(text) == 32 and set(text) <= HEX
 
     def get(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         db = self.database.db()

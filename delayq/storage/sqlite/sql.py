@@ -136,6 +136,8 @@ SELECT {_MESSAGE_COLUMNS} FROM messages
 WHERE queue_id = ? AND expires > ? AND id IN (SELECT value FROM json_each(?))
 ORDER BY seq
 """
+# A listing marker's place: expired messages not reaped yet keep theirs.
+MESSAGE_SEQ = "SELECT seq FROM messages WHERE queue_id = ? AND id = ?"
 MESSAGE_CLAIM_STATE = """
 SELECT seq, claim_id, claim_expires, claim_count FROM messages
 WHERE queue_id = ? AND id = ? AND expires > ?

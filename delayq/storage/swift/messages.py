@@ -13,7 +13,7 @@ from swiftclient.exceptions import ClientException
 from delayq import errors, events
 from delayq.claim import delete_refusal, refuse_delete
 from delayq.idempotency import KeyTaken, PostKey, StoredKey
-from delayq.message import NO_CHANGE, Message, NewMessage, Unchanged
+from delayq.message import NO_CHANGE, ListingMarker, Message, NewMessage, Unchanged
 from delayq.storage.swift import layout as lay
 from delayq.storage.swift.layout import US, Entry, Record
 from delayq.storage.swift.live_messages import LiveMessages
@@ -128,16 +128,22 @@ class Messages:
 
     # Reads
 
-    def page(self, project: str, queue: str, *, marker: str | None, limit: int,
+    def page(self, project: str, queue: str, *, marker: ListingMarker, limit: int,
              exclude_client: str | None, include_claimed: bool, include_delayed: bool
              ) -> tuple[list[Message], str | None]:
-        if marker and not lay.is_message_id(marker):
-            raise errors.ValidationError(f"marker {marker[:40]!r} is not valid.")
+        """Ids sort in post order, so the marker is an id, and next links hand ids out:
+        a deleted message's id still says where to go on. A position, which no listing
+        here hands out, names no place: refused, as it always was."""
+        if marker.position:
+            raise errors.ValidationError(
+                f"marker {str(marker.position)[:40]!r} is not valid: this store's "
+                "listings take message ids.")
+        after = marker.message_id
         page: list[Message] = []
         last = None
         with unavailable:
             now = self._now_us()
-            for ids in self._listing_candidates(project, queue, marker, limit, now,
+            for ids in self._listing_candidates(project, queue, after, limit, now,
                                                 include_claimed, include_delayed):
                 for message in self._live.read(project, queue, ids, now):
                     if ((exclude_client is not None and message.client_id == exclude_client)
@@ -184,6 +190,10 @@ class Messages:
         ids = sorted(wanted)
         for start in range(0, len(ids), limit):
             yield ids[start:start + limit]
+
+    @staticmethod
+    def is_message_id(text: str) -> bool:
+        return lay.is_message_id(text)
 
     def get(self, project: str, queue: str, ids: list[str]) -> list[Message]:
         with unavailable:

@@ -1,6 +1,7 @@
 -- A page of live messages in post order after a marker.
 -- KEYS: queue state. ARGV: now, marker seq ('' = start), limit, include claimed (0/1),
--- include delayed (0/1), client to leave out ('' = none), most records to read.
+-- include delayed (0/1), client to leave out ('' = none), most records to read, marker
+-- message id ('' = none; when given, the listing goes after that message instead).
 -- Returns {nonce, now, outbox size, status, last seq read, seq, record, ...}; status 0: the queue has
 -- no more, 1: the page is full, 2: the read budget ran out (continue after last seq).
 local P = string.sub(KEYS[1], 1, -2)
@@ -9,6 +10,31 @@ local marker, limit = ARGV[2], tonumber(ARGV[3])
 local include_claimed, include_delayed = ARGV[4] == '1', ARGV[5] == '1'
 local exclude, budget = ARGV[6], tonumber(ARGV[7])
 local nonce = nonce_of(P)
+
+-- The seq a message id marker lists after. A live message's, wherever it came from
+-- (locate); a gone one's when it was minted here, whose id holds its seq, so that a
+-- client paging with ids goes on after a message deleted meanwhile. Any other id (moved
+-- in and gone, or of another queue or incarnation) names no place here: '' (the start).
+-- The token is not checked then: a seq only says where to start, as a position does.
+local function marker_seq(id)
+  local seq = locate(P, nonce, id)
+  if seq then
+    return seq
+  end
+  local minted = NONCE_LENGTH + SEQ_LENGTH
+  if (#id == minted + TOKEN_LENGTH or #id == minted) and nonce ~= ''
+      and string.sub(id, 1, NONCE_LENGTH) == nonce then
+    seq = string.sub(id, NONCE_LENGTH + 1, minted)
+    if string.match(seq, '^[0-9a-z]+$') then
+      return seq
+    end
+  end
+  return ''
+end
+
+if ARGV[8] ~= '' then
+  marker = marker_seq(ARGV[8])
+end
 local page = {}
 local read = 0
 local last = marker
