@@ -26,6 +26,7 @@ SIGNED_URL_GROUP = "signed_url"
 TRANSPORT_GROUP = "transport"
 DRIVERS_GROUP = "drivers"
 WSGI_GROUP = "drivers:transport:wsgi"
+WEBSOCKET_GROUP = "drivers:transport:websocket"
 NOTIFICATION_GROUP = "notification"
 EVENTS_GROUP = "events"
 QUOTAS_GROUP = "quotas"
@@ -192,7 +193,8 @@ transport_opts = [
 
 drivers_opts = [
     cfg.StrOpt("transport", default="wsgi", choices=["wsgi"],
-               help="Transport driver; only the HTTP (wsgi) transport exists."),
+               help="Transport driver: HTTP (wsgi), which also serves Zaqar's WebSocket "
+                    "API ([drivers:transport:websocket])."),
     cfg.StrOpt("message_store", default="sqlite",
                help="Storage driver for queues and messages: sqlite (embedded), redis, "
                     "mongodb or swift."),
@@ -267,6 +269,39 @@ wsgi_opts = [
     cfg.StrOpt("access_log",
                help="Where the workers write one line per response: a file path (appended "
                     "to), or - for standard output. Unset: no access log."),
+]
+
+# Zaqar's WebSocket transport, served by the same workers as HTTP (delayq.websocket).
+websocket_opts = [
+    cfg.BoolOpt("enabled", default=True,
+                help="Serve Zaqar's WebSocket API on path, on the HTTP port. Zaqar serves "
+                     "it from a process and port of its own (its bind, port and "
+                     "external_port options, which delayq does not have)."),
+    cfg.StrOpt("path", default="/v2/ws", regex=r"^/[A-Za-z0-9_./-]*$",
+               help="Path of the WebSocket endpoint (ws://host:port/v2/ws). It must not "
+                    "be one of the HTTP API's paths. A proxy in front must pass the "
+                    "Upgrade and Connection headers on it."),
+    cfg.IntOpt("max_frame_size", default=1048576, min=1024,
+               help="Largest frame (message) a client may send, in bytes; a larger one "
+                    "closes the socket (code 1009). It must leave room for a message "
+                    "post of max_messages_post_size and its JSON envelope."),
+    cfg.FloatOpt("max_frames_per_second", default=100.0, min=0.1,
+                 help="Frames one socket may send per second, on average; a burst of as "
+                      "many again is allowed. A socket going faster is closed (code "
+                      "1008), so that a flood on one socket does not take the worker's "
+                      "time from the others."),
+    cfg.FloatOpt("idle_timeout", default=600.0, min=1,
+                 help="Seconds a socket may go without sending a frame (pings aside) "
+                      "before the server closes it (code 1000)."),
+    cfg.FloatOpt("ping_interval", default=20.0, min=1,
+                 help="Seconds between the server's pings on an open socket."),
+    cfg.FloatOpt("ping_timeout", default=20.0, min=1,
+                 help="Seconds a client has to answer a ping (pong) before the socket is "
+                      "closed as dead."),
+    cfg.IntOpt("max_sockets", default=1000, min=1,
+               help="Most WebSocket connections one worker process holds; a handshake "
+                    "beyond it is refused (HTTP 403) until one closes. Sockets do not "
+                    "count in [drivers:transport:wsgi] max_connections once upgraded."),
 ]
 
 notification_opts = [
@@ -400,6 +435,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_opts(transport_opts, group=TRANSPORT_GROUP)
     conf.register_opts(drivers_opts, group=DRIVERS_GROUP)
     conf.register_opts(wsgi_opts, group=WSGI_GROUP)
+    conf.register_opts(websocket_opts, group=WEBSOCKET_GROUP)
     conf.register_opts(events_opts, group=EVENTS_GROUP)
     conf.register_opts(notification_opts, group=NOTIFICATION_GROUP)
     conf.register_opts(quotas_opts, group=QUOTAS_GROUP)
@@ -415,6 +451,7 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         (TRANSPORT_GROUP, transport_opts),
         (DRIVERS_GROUP, drivers_opts),
         (WSGI_GROUP, wsgi_opts),
+        (WEBSOCKET_GROUP, websocket_opts),
         (EVENTS_GROUP, events_opts),
         (NOTIFICATION_GROUP, notification_opts),
         (QUOTAS_GROUP, quotas_opts),

@@ -311,8 +311,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         # The request is whole: the server, not the client, is now the one to act,
-        # unless the request is answered already.
-        if self._waiting is not None and not self.cycle.response_complete:
+        # unless the request is answered already. A WebSocket handshake has no cycle:
+        # the connection passes to the WebSocket protocol (handle_websocket_upgrade).
+        cycle = self.cycle
+        if self._waiting is not None and cycle is not None and not cycle.response_complete:
             self._stop_waiting()
         HttpToolsProtocol.on_message_complete(self)
 

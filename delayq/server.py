@@ -31,7 +31,7 @@ from oslo_config import cfg
 from uvicorn_worker import UvicornWorker
 
 from delayq import conf as delayq_conf
-from delayq.conf import WSGI_GROUP
+from delayq.conf import WEBSOCKET_GROUP, WSGI_GROUP
 from delayq.http_protocol import HttpLimits, protocol_factory
 from delayq.validation import MAX_CLAIM_WAIT
 
@@ -62,6 +62,8 @@ class Worker(UvicornWorker):
         # (and its protocol) later, in the worker's event loop. Made in the arbiter, the
         # factory's count of connections is the worker's own after the fork.
         self.config.http = protocol_factory(self.app.http_limits)
+        for name, value in self.app.ws_settings.items():
+            setattr(self.config, name, value)
 
     async def callback_notify(self) -> None:
         """Tell the master the worker lives; stop, as gunicorn's own workers do, once the
@@ -97,12 +99,33 @@ def http_limits(conf: cfg.ConfigOpts) -> HttpLimits:
         max_connections=wsgi.max_connections)
 
 
+def ws_settings(conf: cfg.ConfigOpts) -> dict[str, object]:
+    """uvicorn's WebSocket settings from ``[drivers:transport:websocket]``: it enforces the
+    frame size and the pings before a frame reaches the app (``delayq.websocket``)."""
+    group = conf[WEBSOCKET_GROUP]
+    if not group.enabled:
+        return {"ws": "none"}  # an Upgrade is then answered as plain HTTP
+    return {
+        # websockets' Sans-I/O protocol, which uvicorn's "auto" does not pick yet: it
+        # stops reading a socket until the app has taken its last frame, so a flood
+        # waits in the peer's buffers, not the worker's.
+        "ws": "websockets-sansio",
+        "ws_max_size": group.max_frame_size,
+        "ws_ping_interval": group.ping_interval,
+        "ws_ping_timeout": group.ping_timeout,
+        # Compression would let a small frame inflate to max_frame_size at the
+        # worker's cost, and Zaqar's clients do not ask for it.
+        "ws_per_message_deflate": False,
+    }
+
+
 class Server(BaseApplication):
     """gunicorn, configured from delayq's options rather than gunicorn's own CLI."""
 
     def __init__(self, conf: cfg.ConfigOpts, bind: str, workers: int) -> None:
         self.conf = conf
         self.http_limits = http_limits(conf)
+        self.ws_settings = ws_settings(conf)
         wsgi = conf[WSGI_GROUP]
         self.settings = {
             "bind": bind, "workers": workers, "worker_class": WORKER_CLASS,

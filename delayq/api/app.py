@@ -30,7 +30,7 @@ from delayq.api.request import Request
 from delayq.api.request_ids import RequestIds
 from delayq.api.wakeups import Wakeups
 from delayq.broker import Broker
-from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP, WSGI_GROUP
+from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP, WEBSOCKET_GROUP, WSGI_GROUP
 from delayq.metrics import Metrics
 from delayq.offload import AUTO, THREADS, Offload
 from delayq.push import mail
@@ -41,6 +41,8 @@ from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.registry import load_driver
 from delayq.topics import Topics
 from delayq.validation import Limits, Quotas
+from delayq.websocket import endpoint as websocket
+from delayq.websocket.limits import SocketLimits
 
 
 class _Lifespan:
@@ -179,4 +181,17 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     app.add_route("/v2/health", home.HealthResource(broker=broker, store=driver.name))
     app.add_route(metrics_api.PATH, metrics_api.MetricsResource(
         broker=broker, offload=offload, metrics=metrics))
+    if conf[WEBSOCKET_GROUP].enabled:
+        add_websocket(app, conf, authentication, offload)
     return app
+
+
+def add_websocket(app: falcon.asgi.App, conf: cfg.ConfigOpts,
+                  authentication: auth.Authentication | None, offload: Offload) -> None:
+    """Zaqar's WebSocket API on its path, served by this app's own routes
+    (``delayq.websocket``)."""
+    websocket.install_media_handlers(app)
+    app.add_route(conf[WEBSOCKET_GROUP].path, websocket.WebSocketEndpoint(
+        app=app, socket_limits=SocketLimits.from_conf(conf),
+        tokens=authentication.tokens if authentication is not None else None,
+        offload=offload))

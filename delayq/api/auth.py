@@ -31,6 +31,8 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import falcon
@@ -52,6 +54,10 @@ SERVICE_TOKEN_HEADER = "X-Service-Token"
 PROJECT_ROUTES = policy.QUEUES  # every route below it acts in one project
 ANONYMOUS: Mapping[str, Any] = {"roles": [], "project_id": None, "user_id": None}
 _ACCEPTED = "delayq.token_accepted"
+# The ASGI scope key under which a WebSocket hands the credentials its ``authenticate``
+# settled to the requests it makes of the app (``delayq.websocket``). Only the app's own
+# dispatch sets scope keys: no client can.
+SOCKET_CREDENTIALS = "delayq.socket_credentials"
 CONFIRMED = "Confirmed"
 IDENTITY_UNAVAILABLE = ("The identity service cannot be reached to check the token; try "
                         "again later.")
@@ -67,6 +73,15 @@ def from_conf(conf: cfg.ConfigOpts, offload: Offload) -> Authentication | None:
     return Authentication(offload, signing=signing,
                           tokens=KeystoneTokens(conf) if keystone else None,
                           rules=policy.Policy(conf) if keystone else None)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a token says of its holder: the policy values, and when it expires (a UTC
+    datetime; None when Keystone does not say)."""
+
+    credentials: dict[str, Any]
+    expires: datetime | None
 
 
 class KeystoneTokens:
@@ -85,6 +100,10 @@ class KeystoneTokens:
         Raises NotAuthenticated (no token, or one Keystone does not confirm) and
         IdentityUnavailable (Keystone cannot be asked).
         """
+        return self.identity(token, service_token).credentials
+
+    def identity(self, token: str | None, service_token: str | None) -> Identity:
+        """The token's credentials and expiry; raises as ``credentials`` does."""
         environ = _environ(token, service_token)
         answer: dict[str, Any] = {}
 
@@ -100,13 +119,29 @@ class KeystoneTokens:
             LOG.exception("Checking a token with Keystone failed")
             raise errors.IdentityUnavailable(IDENTITY_UNAVAILABLE) from None
         if environ.get(_ACCEPTED) and environ.get("HTTP_X_IDENTITY_STATUS") == CONFIRMED:
-            return dict(context.RequestContext.from_environ(environ).to_policy_values())
+            return Identity(
+                dict(context.RequestContext.from_environ(environ).to_policy_values()),
+                _expiry(environ))
         if answer.get("status") == 503:
             raise errors.IdentityUnavailable(IDENTITY_UNAVAILABLE)
         raise errors.NotAuthenticated(
             "This request needs a valid Keystone token in X-Auth-Token." if token else
             "This request needs a Keystone token in X-Auth-Token.",
             challenge=answer.get("headers", {}).get("WWW-Authenticate"))
+
+
+def _expiry(environ: Mapping[str, Any]) -> datetime | None:
+    """When the validated token expires: ``expires_at`` (v3) or ``expires`` (v2) of the
+    token data auth_token leaves in the environ."""
+    token = (environ.get("keystone.token_info") or {})
+    token = token.get("token") or token.get("access", {}).get("token") or {}
+    stamp = token.get("expires_at") or token.get("expires")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _accept(environ: dict[str, Any], start_response: Any) -> list[bytes]:
@@ -152,10 +187,13 @@ class Authentication:
         rule = policy.RULES.get((req.method, template))
         in_project = template.startswith(PROJECT_ROUTES)
         token = req.get_header(TOKEN_HEADER)
-        if (token is None and not in_project and rule is not None
+        if (token is None and SOCKET_CREDENTIALS not in req.scope
+                and not in_project and rule is not None
                 and self.rules.allows(rule, ANONYMOUS, None)):
             return
-        credentials = await self.offload(self.tokens.credentials, token,
+        credentials: Mapping[str, Any] | None = req.scope.get(SOCKET_CREDENTIALS)
+        if credentials is None:
+            credentials = await self.offload(self.tokens.credentials, token,
                                              req.get_header(SERVICE_TOKEN_HEADER))
         project = credentials.get("project_id")
         if in_project:
