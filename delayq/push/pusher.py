@@ -19,7 +19,9 @@ messages as consumers do: each message goes to one of them, round robin.
 A topic (``delayq.topics``) gives every message to every subscriber: each of its
 subscriptions has a delivery queue of its own, which the pusher serves as a queue with
 that one subscription. The topic's own queue is never pushed from: a turn on it (a round,
-or its subscriptions changing) only puts its delivery queues on the agenda.
+or its subscriptions changing) only puts its delivery queues on the agenda. Each round
+sweeps the topics it lists, and those whose last subscription it saw end, of delivery
+queues whose subscription no longer exists (``delayq.topics.sweep``).
 
 When to look at a queue: the pusher keeps an agenda of (when, queue). A round every
 ``push_scan_interval`` lists the subscribed queues and asks each when its next message
@@ -266,14 +268,15 @@ class Pusher:
         try:
             keys = await self.broker.subscribed_queues()
             keys += [delivery for key in keys if is_topic(key)
-                     for delivery in await self._deliveries(key)]
+                     for delivery in await self._deliveries(key, sweep=True)]
         except Exception as exc:  # noqa: BLE001 - pushing goes on; the next round asks
             log_failure("cannot list the subscribed queues", exc)
             return
         listed = set(keys)
-        for key in [k for k, q in self._queues.items()
-                    if k not in listed and not q.in_turn]:
+        gone = [k for k, q in self._queues.items() if k not in listed and not q.in_turn]
+        for key in gone:
             self._forget(key)
+        await self._sweep_unlisted(gone, listed)
         for key in keys:
             self._know(key).subscriptions_current = False
             if is_topic(key):
@@ -363,10 +366,25 @@ class Pusher:
         if due_in is not None:
             self._schedule(key, due_in if taken or due_in > 0 else STALE_HINT_PAUSE)
 
-    async def _deliveries(self, key: Queue) -> list[Queue]:
-        """The delivery queues of topic *key*'s subscriptions."""
+    async def _deliveries(self, key: Queue, *, sweep: bool = False) -> list[Queue]:
+        """The delivery queues of topic *key*'s subscriptions; with *sweep* (a round),
+        those left by ended subscriptions deleted first (``topics.sweep``)."""
+        if sweep:
+            return [(key[0], delivery) for delivery in await topics.sweep(self.broker, *key)]
         return [(key[0], topics.delivery_queue(key[1], subscription.id))
                 for subscription in await topics.subscriptions(self.broker, *key)]
+
+    async def _sweep_unlisted(self, gone: list[Queue], listed: set[Queue]) -> None:
+        """Sweep the topics of the delivery queues a round no longer lists whose topic
+        it does not list either: their last subscriptions ended (a listed topic was
+        swept as it was listed)."""
+        unlisted = {(key[0], topics.topic_of(key[1])) for key in gone
+                    if topics.is_space(key[0])} - listed
+        for topic in sorted(unlisted):
+            try:
+                await topics.sweep(self.broker, *topic)
+            except Exception as exc:  # noqa: BLE001 - left to a later sweep (topics doc)
+                log_failure(f"cannot sweep the delivery queues of topic {topic[1]}", exc)
 
     async def _serve_deliveries(self, key: Queue) -> None:
         """A turn on topic *key*: its delivery queues are known, their subscriptions
