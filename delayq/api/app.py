@@ -35,7 +35,8 @@ from delayq.metrics import Metrics
 from delayq.offload import AUTO, THREADS, Offload
 from delayq.push import mail
 from delayq.push.confirmations import Confirmations
-from delayq.push.pusher import Pusher, PushSettings
+from delayq.push.pusher import Pusher
+from delayq.push.settings import PushSettings
 from delayq.storage.base import Driver
 from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.registry import load_driver

@@ -39,31 +39,23 @@ import contextlib
 import heapq
 import itertools
 import logging
-import math
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from oslo_config import cfg
-
 from delayq import errors, metrics
 from delayq.broker import Broker
 from delayq.claim import Claim
-from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
 from delayq.message import Message
 from delayq.offload import THREADS, Offload
 from delayq.push import fanout, mail
-from delayq.push.targets import Targets
+from delayq.push.settings import PushSettings
 from delayq.push.webhook import Webhooks, payload
 from delayq.storage.base.signals import NoSignals, Signals
 from delayq.subscription import Subscription
 
 LOG = logging.getLogger(__name__)
 
-# A push's claim outlasts the push's timeout by this much, so that a push answered in
-# time is deleted (or handed back) under its own claim; a claim that ends first lets the
-# message be pushed again.
-CLAIM_MARGIN = 10
 CLAIM_GRACE = 60
 # After a turn found a queue's hint stale (a message said to be due, none claimed:
 # another process took it, or it expired), the queue's next look waits this long.
@@ -73,33 +65,6 @@ STORE_FAILED_PAUSE = 1.0
 SUBSCRIPTIONS_PAGE = 100
 
 Queue = fanout.Queue  # (project, queue name)
-
-
-@dataclass(frozen=True, slots=True)
-class PushSettings:
-    """``[notification]`` options as the pusher needs them."""
-
-    in_flight: int = 20
-    per_subscription: int = 4
-    timeout: float = 10.0
-    scan_interval: float = 5.0
-    claim_limit: int = 20
-    targets: Targets = Targets()
-    smtp: mail.SmtpSettings = mail.SmtpSettings("127.0.0.1", 25)
-
-    @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> PushSettings:
-        group = conf[NOTIFICATION_GROUP]
-        return cls(in_flight=group.max_notifier_workers,
-                   per_subscription=group.max_pushes_per_subscription,
-                   timeout=group.push_timeout, scan_interval=group.push_scan_interval,
-                   claim_limit=conf[TRANSPORT_GROUP].max_messages_per_claim_or_pop,
-                   targets=Targets.from_conf(conf),
-                   smtp=mail.SmtpSettings.from_conf(conf))
-
-    @property
-    def claim_ttl(self) -> int:
-        return math.ceil(self.timeout) + CLAIM_MARGIN
 
 
 class _SubscribedQueue:

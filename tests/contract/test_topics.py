@@ -9,7 +9,8 @@ import time
 import pytest
 
 from delayq import errors, topics
-from delayq.push.pusher import Pusher, PushSettings
+from delayq.push.pusher import Pusher
+from delayq.push.settings import PushSettings
 from delayq.queue import QueueFilter
 from delayq.synchronous import Synchronous, shared_loop
 from delayq.topics import Topics
