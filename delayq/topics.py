@@ -20,6 +20,16 @@ delivery queue's messages to its one subscription (``delayq.push.pusher``): retr
 waits and dead-lettering are the push path's, per subscriber, and a subscriber that fails
 holds up no other.
 
+Leftover delivery queues. A subscription that ends by its ttl leaves its delivery queue
+behind (no request deletes it), and so may an unsubscribe racing a publish (the publish,
+having read the subscription, posts after the delete and makes the queue again). Such a
+queue counts against the quota and may hold messages no one will push: ``sweep``
+deletes every delivery queue of a topic whose subscription no longer exists. The pushers
+sweep each topic in their periodic round (``delayq.push.fanout``); purging a topic's
+subscriptions sweeps it too. The sweep lists the delivery queues before it reads the
+subscriptions: a subscription is stored before its delivery queue is made, so a queue
+listed has its subscription among those read, unless that subscription has ended.
+
 At least once: a publish is one post per subscriber, not one atomic step. A publish that
 fails part way answers 503, some subscribers having the messages already; publishing
 again delivers them to those twice.
@@ -95,6 +105,33 @@ async def subscriptions(broker: Broker, space_key: str, topic: str) -> list[Subs
         marker = page[-1].id
 
 
+async def delivery_queues(broker: Broker, space_key: str, topic: str) -> list[str]:
+    """The names of *topic*'s delivery queues as stored, live subscription or not."""
+    # "~" sorts after every name character: the topic's delivery queues are the names
+    # after "<topic>~" that begin with it.
+    prefix = topic + DELIVERY_SEPARATOR
+    found: list[str] = []
+    after = prefix
+    while True:
+        listed = await broker.driver.queues.page(space_key, after, LIST_BATCH)
+        ours = [queue for queue, _ in listed if queue.startswith(prefix)]
+        found += ours
+        if len(ours) < LIST_BATCH:
+            return found
+        after = ours[-1]
+
+
+async def sweep(broker: Broker, space_key: str, topic: str) -> list[str]:
+    """Delete *topic*'s delivery queues whose subscription no longer exists (module
+    doc); the delivery queues of its live subscriptions, made or not."""
+    stored = await delivery_queues(broker, space_key, topic)  # first: module doc
+    live = [delivery_queue(topic, s.id)
+            for s in await subscriptions(broker, space_key, topic)]
+    for leftover in sorted(set(stored) - set(live)):
+        await broker.delete_queue(space_key, leftover)
+    return live
+
+
 async def delivery_subscription(broker: Broker, space_key: str, delivery: str
                                 ) -> Subscription | None:
     """The live subscription delivery queue *delivery* serves, or None: looked up
@@ -155,19 +192,12 @@ class Topics:
         for subscription in await subscriptions(self.broker, key, name):
             await self.unsubscribe(project, name, subscription.id)
         await self.broker.delete_queue(key, name)
-        await self._delete_deliveries(key, name)
+        for delivery in await delivery_queues(self.broker, key, name):
+            await self.broker.delete_queue(key, delivery)
 
-    async def _delete_deliveries(self, key: str, name: str) -> None:
-        # "~" sorts after every name character: the topic's delivery queues are the
-        # names after "<topic>~" that begin with it.
-        prefix = name + DELIVERY_SEPARATOR
-        while True:
-            listed = await self.broker.driver.queues.page(key, prefix, LIST_BATCH)
-            ours = [queue for queue, _ in listed if queue.startswith(prefix)]
-            for queue in ours:
-                await self.broker.delete_queue(key, queue)
-            if len(ours) < LIST_BATCH:
-                return
+    async def sweep(self, project: str, name: str) -> list[str]:
+        """Delete the topic's leftover delivery queues (``sweep``)."""
+        return await sweep(self.broker, space(project), name)
 
     async def page(self, project: str, marker: str | None, limit: int,
                    matching: QueueFilter) -> QueuePage:
@@ -197,11 +227,12 @@ class Topics:
     async def purge(self, project: str, name: str, *, messages: bool,
                     subscribers: bool) -> None:
         """Delete the topic's messages (its subscribers' pending pushes too), its
-        subscriptions, or both."""
+        subscriptions (and leftover delivery queues), or both."""
         key = space(project)
         if subscribers:
             for subscription in await subscriptions(self.broker, key, name):
                 await self.unsubscribe(project, name, subscription.id)
+            await sweep(self.broker, key, name)
         if messages:
             await self.broker.purge_queue(key, name)
             for subscription in await subscriptions(self.broker, key, name):

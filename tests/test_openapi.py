@@ -8,8 +8,9 @@ headers and a body the document gives for that operation.
 Random names and ids would only ever meet an empty store, so most requests are steered
 at a known state instead: before each operation's run a fresh project gets a plain queue,
 a delayed queue and a dead-letter pair with messages, a live claim, dead-lettered
-messages and a subscription (``seed``); path parameters, ``ids``, ``claim_id`` and the
-project header point at them three times out of four.
+messages and a subscription, and topics with published messages and a subscription
+(``seed``); path parameters, ``ids``, ``claim_id`` and the project header point at them
+(a topic path's at the topics') three times out of four.
 """
 
 from __future__ import annotations
@@ -83,6 +84,18 @@ class Seeded:
     claims: list[tuple[str, str]] = field(default_factory=list)
     #: (queue, subscription id) of subscriptions.
     subscriptions: list[tuple[str, str]] = field(default_factory=list)
+    #: The same of topics: names, (topic, message id), (topic, subscription id).
+    topics: list[str] = field(default_factory=list)
+    topic_messages: list[tuple[str, str]] = field(default_factory=list)
+    topic_subscriptions: list[tuple[str, str]] = field(default_factory=list)
+
+    def of(self, path: str) -> Seeded:
+        """The queues' state, or the topics' (as queues) for a topic path."""
+        if not path.startswith("/v2/topics"):
+            return self
+        return Seeded(project=self.project, client=self.client, queues=self.topics,
+                      messages=self.topic_messages,
+                      subscriptions=self.topic_subscriptions)
 
 
 STATE = Seeded()
@@ -90,7 +103,8 @@ PROJECTS = itertools.count()
 
 
 def seed(url: str) -> Seeded:
-    """A fresh project with queues, messages, a claim and dead-lettered messages."""
+    """A fresh project with queues, messages, a claim, dead-lettered messages and
+    topics."""
     state = Seeded(project=f"fuzz-{next(PROJECTS)}", client=str(uuid.uuid4()))
     headers = {"X-Project-ID": state.project, "Client-ID": state.client}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
@@ -117,7 +131,17 @@ def seed(url: str) -> Seeded:
         subscribed = ok(http.post("/v2/queues/plain/subscriptions",
                                   json={"subscriber": "http://127.0.0.1:9/hook"}))
         state.subscriptions.append(("plain", subscribed.json()["subscription_id"]))
-    state.queues = ["plain", "delayed", "source", "dlq"]
+        state.queues = ["plain", "delayed", "source", "dlq"]
+        # A topic with a subscriber and published messages, and an empty one.
+        ok(http.put("/v2/topics/quiet", json={"description": "fuzzed"}))
+        subscribed = ok(http.post("/v2/topics/news/subscriptions",
+                                  json={"subscriber": "http://127.0.0.1:9/hook"}))
+        state.topic_subscriptions.append(("news", subscribed.json()["subscription_id"]))
+        posted = ok(http.post("/v2/topics/news/messages", json={"messages": [
+            {"body": {"n": n}, "ttl": 3600} for n in range(4)]})).json()
+        state.topic_messages += [("news", href.rsplit("/", 1)[1])
+                                 for href in posted["resources"]]
+        state.topics = ["news", "quiet"]
     return state
 
 
@@ -157,16 +181,16 @@ def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None
                             ) -> st.SearchStrategy:
     path = context.operation.path
     if path.endswith("{message_id}"):
-        known = st.deferred(lambda: st.sampled_from(STATE.messages).map(
+        known = st.deferred(lambda: st.sampled_from(STATE.of(path).messages).map(
             lambda pair: {"name": pair[0], "message_id": pair[1]}))
     elif path.endswith("{claim_id}"):
         known = st.deferred(lambda: st.sampled_from(STATE.claims).map(
             lambda pair: {"name": pair[0], "claim_id": pair[1]}))
     elif path.endswith(("{subscription_id}", "{subscription_id}/confirm")):
-        known = st.deferred(lambda: st.sampled_from(STATE.subscriptions).map(
+        known = st.deferred(lambda: st.sampled_from(STATE.of(path).subscriptions).map(
             lambda pair: {"name": pair[0], "subscription_id": pair[1]}))
     elif "{name}" in path:
-        known = st.deferred(lambda: st.sampled_from(STATE.queues).map(
+        known = st.deferred(lambda: st.sampled_from(STATE.of(path).queues).map(
             lambda name: {"name": name}))
     else:
         return st.just(path_parameters)
@@ -188,7 +212,8 @@ def flatmap_query(context: Any, query: dict[str, Any] | None) -> st.SearchStrate
     names = {parameter.name for parameter in context.operation.query}
     choices = []
     if "ids" in names and query and "ids" in query:
-        choices.append(st.lists(st.sampled_from([m for _, m in STATE.messages]),
+        messages = STATE.of(context.operation.path).messages
+        choices.append(st.lists(st.sampled_from([m for _, m in messages]),
                                 min_size=1, max_size=3).map(lambda ids: {"ids": ids}))
     if "claim_id" in names:
         choices.append(st.sampled_from([c for _, c in STATE.claims]).map(

@@ -9,7 +9,8 @@ import contextlib
 
 from delayq.api.longpoll import LongPoll
 from delayq.api.wakeups import Wakeups
-from delayq.push.pusher import Pusher, PushSettings
+from delayq.push.pusher import Pusher
+from delayq.push.settings import PushSettings
 from delayq.storage.base.signals import Receive, Signals
 
 

@@ -35,7 +35,8 @@ from delayq.metrics import Metrics
 from delayq.offload import AUTO, THREADS, Offload
 from delayq.push import mail
 from delayq.push.confirmations import Confirmations
-from delayq.push.pusher import Pusher, PushSettings
+from delayq.push.pusher import Pusher
+from delayq.push.settings import PushSettings
 from delayq.storage.base import Driver
 from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.registry import load_driver
@@ -136,7 +137,8 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     on_topic_messages: dict[str, Any] = {**on_topics, "pusher": pusher,
                                          "checksums": conf.enable_checksum}
     on_topic_subscriptions: dict[str, Any] = {**on_topics, "pusher": pusher,
-                                              "targets": push_settings.targets}
+                                              "targets": push_settings.targets,
+                                              "confirmations": confirmations}
     # Falcon's router tests sibling segments in the order routes are added: the message
     # and claim routes, which nearly every request takes, go first.
     app.add_route("/v2/queues/{name}/messages", messages.MessageCollection(**on_messages))

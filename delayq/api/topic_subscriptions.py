@@ -3,9 +3,10 @@
 (``delayq.api.subscriptions``); each subscriber is pushed every message published
 (``delayq.topics``).
 
-Under ``[notification] require_confirmation`` a topic's subscription is confirmed by the
-project's ``PUT .../confirm``: no confirmation request is sent to the subscriber, as its
-pre-signed URL names a queue's path (docs/api-reference.md).
+Under ``[notification] require_confirmation`` a topic's subscription made, or moved to
+another subscriber, is sent a confirmation request, and so is one unconfirmed, as a
+queue's (``delayq.push.confirmations``): its pre-signed URL allows the ``PUT`` of the
+topic's confirm path, ``/v2/topics/{name}/subscriptions/{subscription_id}/confirm``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from delayq import validation
 from delayq.api import request, views
 from delayq.api.subscriptions import CONFIRMATION_BODY_LIMIT
 from delayq.api.topics import TOPICS
+from delayq.push import confirmations
+from delayq.push.confirmations import Confirmations
 from delayq.push.pusher import Pusher
 from delayq.push.targets import Targets
+from delayq.subscription import Subscription
 from delayq.topics import Topics, space
 from delayq.validation import Limits
 
@@ -27,11 +31,12 @@ class _TopicSubscriptionResource:
     """What every topic subscription resource is given."""
 
     def __init__(self, *, topics: Topics, limits: Limits, pusher: Pusher,
-                 targets: Targets) -> None:
+                 targets: Targets, confirmations: Confirmations) -> None:
         self.topics = topics
         self.limits = limits
         self.pusher = pusher
         self.targets = targets
+        self.confirmations = confirmations
 
     async def _document(self, req: falcon.asgi.Request, what: str) -> object:
         # As a queue's subscription (delayq.api.subscriptions).
@@ -41,6 +46,16 @@ class _TopicSubscriptionResource:
     def changed(self, project: str, name: str) -> None:
         """The topic's subscriptions changed: its pushes read them again."""
         self.pusher.subscriptions_changed(space(project), name)
+
+    def confirm(self, req: falcon.asgi.Request, project: str, name: str,
+                subscription: Subscription, *, unsubscribed: bool = False) -> None:
+        """Send *subscription* its confirmation request for the topic's confirm path."""
+        self.confirmations.send(project, name, subscription, req.prefix,
+                                unsubscribed=unsubscribed, collection=confirmations.TOPICS)
+
+    @property
+    def require_confirmation(self) -> bool:
+        return self.topics.broker.require_confirmation
 
 
 class TopicSubscriptionCollection(_TopicSubscriptionResource):
@@ -55,6 +70,9 @@ class TopicSubscriptionCollection(_TopicSubscriptionResource):
         await self.targets.check_subscriber(subscriber)
         created = await self.topics.subscribe(project, name, subscriber, ttl, options)
         self.changed(project, name)
+        if self.require_confirmation:
+            self.confirm(req, project, name,
+                         await self.topics.get_subscription(project, name, created))
         resp.status = falcon.HTTP_201
         resp.location = req.path
         resp.media = {"subscription_id": created}
@@ -94,8 +112,11 @@ class TopicSubscriptionResource(_TopicSubscriptionResource):
             await self._document(req, "subscription update"), self.limits)
         if change.subscriber is not None:
             await self.targets.check_subscriber(change.subscriber)
-        await self.topics.update_subscription(project, name, subscription_id, change)
+        moved = await self.topics.update_subscription(project, name, subscription_id,
+                                                      change)
         self.changed(project, name)
+        if moved is not None:
+            self.confirm(req, project, name, moved)
         resp.status = falcon.HTTP_204
         resp.location = req.path
 
@@ -118,7 +139,11 @@ class TopicSubscriptionConfirmResource(_TopicSubscriptionResource):
         confirmed = validation.subscription_confirming(
             await request.json_body(req, CONFIRMATION_BODY_LIMIT, "confirmation",
                                     if_empty={}))
-        await self.topics.confirm_subscription(project, name, subscription_id, confirmed)
+        found = await self.topics.confirm_subscription(project, name, subscription_id,
+                                                       confirmed)
         self.changed(project, name)
+        if not confirmed and self.require_confirmation:
+            # As a queue's: the subscriber learns it is unsubscribed, and how to come back.
+            self.confirm(req, project, name, found, unsubscribed=True)
         resp.status = falcon.HTTP_204
         resp.location = req.path

@@ -9,13 +9,20 @@ subscription again (Zaqar's way) or by unconfirming it. It carries Zaqar's field
 
 - ``Message_Type``: ``SubscriptionConfirmation``, or ``UnsubscribeConfirmation`` when
   the subscription was unconfirmed; ``Message``: a sentence saying so;
-- a pre-signed URL (``delayq.signed_urls``) allowing ``PUT`` on
-  ``/v2/queues/{queue}/subscriptions/{id}/confirm`` in the project: ``URL-Signature``,
+- a pre-signed URL (``delayq.signed_urls``) allowing ``PUT`` on the subscription's
+  confirm path in the project, ``/v2/queues/{queue}/subscriptions/{id}/confirm``, or
+  ``/v2/topics/{topic}/subscriptions/{id}/confirm`` for a topic's: ``URL-Signature``,
   ``URL-Methods``, ``URL-Paths``, ``URL-Expires`` and ``X-Project-ID``, which the
   subscriber sends back as headers with ``SubscribeBody`` (``{"confirmed": true}``) or
   ``UnsubscribeBody`` as the body; ``WSGISubscribeURL``, that path on the API's address
   as the request creating the subscription reached it;
-- ``queue_name``.
+- ``queue_name``: the queue's name, or the topic's.
+
+Zaqar's notifier words a topic's request as a queue's ("subscribe to the queue: <name>"),
+and so does delayq; but where Zaqar signs the queue path ``/v2/queues/<topic>/...`` for it
+(its topic subscriptions are stored with its queues'), delayq signs the topic's own
+confirm path, as its topics are apart from its queues: the URL confirms the topic's
+subscription and nothing of a queue of the same name.
 
 The URL lives as long as the subscription, or ``[signed_url] max_expires`` if that is
 shorter. Without ``[signed_url] secret_key`` nothing can be signed, and, as in Zaqar, no
@@ -40,17 +47,23 @@ LOG = logging.getLogger(__name__)
 
 SUBSCRIPTION_CONFIRMATION = "SubscriptionConfirmation"  # Zaqar's MessageType names
 UNSUBSCRIBE_CONFIRMATION = "UnsubscribeConfirmation"
+# The collections a subscription's source is in: /v2/queues or /v2/topics.
+QUEUES = "queues"
+TOPICS = "topics"
 
 
-def confirm_path(queue: str, subscription_id: str) -> str:
-    return f"/v2/queues/{queue}/subscriptions/{subscription_id}/confirm"
+def confirm_path(queue: str, subscription_id: str, collection: str = QUEUES) -> str:
+    """The confirm path of subscription *subscription_id* of *queue*, a queue or (with
+    *collection* ``TOPICS``) a topic."""
+    return f"/v2/{collection}/{queue}/subscriptions/{subscription_id}/confirm"
 
 
 def request_document(project: str, queue: str, subscription: Subscription,
                      signed: signed_urls.SignedUrl, base_url: str, *,
-                     unsubscribed: bool = False) -> dict[str, Any]:
+                     unsubscribed: bool = False, collection: str = QUEUES
+                     ) -> dict[str, Any]:
     """The confirmation request's JSON document (module doc)."""
-    path = confirm_path(queue, subscription.id)
+    path = confirm_path(queue, subscription.id, collection)
     if unsubscribed:
         kind = UNSUBSCRIBE_CONFIRMATION
         text = (f"You have unsubscribed successfully to the queue: {queue}, you can "
@@ -80,23 +93,27 @@ class Confirmations:
         self._tasks: set[asyncio.Task[bool]] = set()
 
     def send(self, project: str, queue: str, subscription: Subscription, base_url: str, *,
-             unsubscribed: bool = False) -> asyncio.Task[bool] | None:
-        """Start sending *subscription*'s confirmation request; the task (its result:
-        whether the subscriber took it), or None when none can be signed."""
+             unsubscribed: bool = False, collection: str = QUEUES
+             ) -> asyncio.Task[bool] | None:
+        """Start sending the confirmation request of *subscription* of *queue* (a topic
+        when *collection* is ``TOPICS``) in *project*, the client's project; the task (its
+        result: whether the subscriber took it), or None when none can be signed."""
         lifetime = datetime.timedelta(seconds=max(1, subscription.expires
                                                   - subscription.as_of))
         lifetime = min(lifetime, self.signing.max_lifetime)
         expires = (signed_urls.utcnow() + lifetime).strftime(signed_urls.EXPIRES_FORMAT)
         try:
             signed = signed_urls.sign(self.signing.secret_key,
-                                      [confirm_path(queue, subscription.id)], project,
+                                      [confirm_path(queue, subscription.id, collection)],
+                                      project,
                                       ["PUT"], expires, max_lifetime=self.signing.max_lifetime)
         except signed_urls.SigningError as exc:
-            LOG.error("No confirmation request sent to %s for subscription %s of queue "
-                      "%s: %s", subscription.subscriber, subscription.id, queue, exc)
+            LOG.error("No confirmation request sent to %s for subscription %s of %s "
+                      "%s: %s", subscription.subscriber, subscription.id,
+                      collection.rstrip("s"), queue, exc)
             return None
         document = request_document(project, queue, subscription, signed, base_url,
-                                    unsubscribed=unsubscribed)
+                                    unsubscribed=unsubscribed, collection=collection)
         task = asyncio.get_running_loop().create_task(self._send(subscription, document))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -16,10 +16,9 @@ from pushing the same message (at least once: a push answered after its claim ex
 or whose delete failed, is pushed again). The subscriptions of one queue share its
 messages as consumers do: each message goes to one of them, round robin.
 
-A topic (``delayq.topics``) gives every message to every subscriber: each of its
-subscriptions has a delivery queue of its own, which the pusher serves as a queue with
-that one subscription. The topic's own queue is never pushed from: a turn on it (a round,
-or its subscriptions changing) only puts its delivery queues on the agenda.
+A topic (``delayq.topics``) gives every message to every subscriber through a delivery
+queue per subscription, which the pusher serves as a queue with that one subscription;
+what differs for a topic's queues is ``delayq.push.fanout``'s.
 
 When to look at a queue: the pusher keeps an agenda of (when, queue). A round every
 ``push_scan_interval`` lists the subscribed queues and asks each when its next message
@@ -40,31 +39,23 @@ import contextlib
 import heapq
 import itertools
 import logging
-import math
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from oslo_config import cfg
-
-from delayq import errors, metrics, topics
+from delayq import errors, metrics
 from delayq.broker import Broker
 from delayq.claim import Claim
-from delayq.conf import NOTIFICATION_GROUP, TRANSPORT_GROUP
 from delayq.message import Message
 from delayq.offload import THREADS, Offload
-from delayq.push import mail
-from delayq.push.targets import Targets
+from delayq.push import fanout, mail
+from delayq.push.settings import PushSettings
 from delayq.push.webhook import Webhooks, payload
 from delayq.storage.base.signals import NoSignals, Signals
 from delayq.subscription import Subscription
 
 LOG = logging.getLogger(__name__)
 
-# A push's claim outlasts the push's timeout by this much, so that a push answered in
-# time is deleted (or handed back) under its own claim; a claim that ends first lets the
-# message be pushed again.
-CLAIM_MARGIN = 10
 CLAIM_GRACE = 60
 # After a turn found a queue's hint stale (a message said to be due, none claimed:
 # another process took it, or it expired), the queue's next look waits this long.
@@ -73,34 +64,7 @@ STALE_HINT_PAUSE = 0.05
 STORE_FAILED_PAUSE = 1.0
 SUBSCRIPTIONS_PAGE = 100
 
-Queue = tuple[str, str]  # (project, queue name)
-
-
-@dataclass(frozen=True, slots=True)
-class PushSettings:
-    """``[notification]`` options as the pusher needs them."""
-
-    in_flight: int = 20
-    per_subscription: int = 4
-    timeout: float = 10.0
-    scan_interval: float = 5.0
-    claim_limit: int = 20
-    targets: Targets = Targets()
-    smtp: mail.SmtpSettings = mail.SmtpSettings("127.0.0.1", 25)
-
-    @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> PushSettings:
-        group = conf[NOTIFICATION_GROUP]
-        return cls(in_flight=group.max_notifier_workers,
-                   per_subscription=group.max_pushes_per_subscription,
-                   timeout=group.push_timeout, scan_interval=group.push_scan_interval,
-                   claim_limit=conf[TRANSPORT_GROUP].max_messages_per_claim_or_pop,
-                   targets=Targets.from_conf(conf),
-                   smtp=mail.SmtpSettings.from_conf(conf))
-
-    @property
-    def claim_ttl(self) -> int:
-        return math.ceil(self.timeout) + CLAIM_MARGIN
+Queue = fanout.Queue  # (project, queue name)
 
 
 class _SubscribedQueue:
@@ -197,7 +161,7 @@ class Pusher:
 
     def notify(self, project: str, queue: str) -> None:
         """Messages of *queue* may be due now (a post or release this process served)."""
-        if is_topic((project, queue)):
+        if fanout.is_topic((project, queue)):
             return  # its delivery queues are notified for its publishes
         if (project, queue) in self._queues and self._running is not None:
             self._schedule((project, queue), 0.0)
@@ -265,18 +229,19 @@ class Pusher:
         """Read which queues are subscribed, and when each has a message due."""
         try:
             keys = await self.broker.subscribed_queues()
-            keys += [delivery for key in keys if is_topic(key)
-                     for delivery in await self._deliveries(key)]
+            keys += [delivery for key in keys if fanout.is_topic(key)
+                     for delivery in await fanout.deliveries(self.broker, key, sweep=True)]
         except Exception as exc:  # noqa: BLE001 - pushing goes on; the next round asks
             log_failure("cannot list the subscribed queues", exc)
             return
         listed = set(keys)
-        for key in [k for k, q in self._queues.items()
-                    if k not in listed and not q.in_turn]:
+        gone = [k for k, q in self._queues.items() if k not in listed and not q.in_turn]
+        for key in gone:
             self._forget(key)
+        await fanout.sweep_unlisted(self.broker, gone, listed, log_failure)
         for key in keys:
             self._know(key).subscriptions_current = False
-            if is_topic(key):
+            if fanout.is_topic(key):
                 continue  # never pushed from: its delivery queues are
             try:
                 due_in = await self.broker.available_in(*key)
@@ -328,8 +293,9 @@ class Pusher:
                 self._schedule(key, 0.0)
 
     async def _claim_and_push(self, key: Queue, queue: _SubscribedQueue) -> None:
-        if is_topic(key):
-            await self._serve_deliveries(key)
+        if fanout.is_topic(key):
+            await fanout.serve_deliveries(self.broker, key,
+                                          lambda delivery: self.subscriptions_changed(*delivery))
             return
         if not queue.subscriptions_current:
             queue.subscriptions = await self._read_subscriptions(key)
@@ -363,25 +329,12 @@ class Pusher:
         if due_in is not None:
             self._schedule(key, due_in if taken or due_in > 0 else STALE_HINT_PAUSE)
 
-    async def _deliveries(self, key: Queue) -> list[Queue]:
-        """The delivery queues of topic *key*'s subscriptions."""
-        return [(key[0], topics.delivery_queue(key[1], subscription.id))
-                for subscription in await topics.subscriptions(self.broker, *key)]
-
-    async def _serve_deliveries(self, key: Queue) -> None:
-        """A turn on topic *key*: its delivery queues are known, their subscriptions
-        read again, and each looked at now (a turn finding nothing costs one claim)."""
-        for delivery in await self._deliveries(key):
-            self._know(delivery).subscriptions_current = False
-            self._schedule(delivery, 0.0)
-
     async def _read_subscriptions(self, key: Queue) -> list[Subscription]:
         """The queue's subscriptions that may be pushed to: one awaiting confirmation
         takes no turn, so no message is claimed, and consumed, on its behalf. A topic's
-        delivery queue has its one subscription."""
-        if topics.is_space(key[0]):
-            one = await topics.delivery_subscription(self.broker, *key)
-            return [one] if one is not None and self.broker.deliverable(one) else []
+        delivery queue has its one subscription (``fanout``)."""
+        if fanout.is_delivery(key):
+            return await fanout.delivery_subscriptions(self.broker, key)
         found: list[Subscription] = []
         marker = None
         while True:
@@ -451,16 +404,11 @@ class Pusher:
         """Push *message* to its subscriber by the subscriber's scheme: mail to a
         ``mailto:`` one, a POST to a webhook."""
         running = self._state()
-        queue = topics.topic_of(queue)  # a delivery queue's pushes name their topic
+        queue = fanout.pushed_queue_name(queue)
         if subscription.subscriber.startswith(f"{mail.SCHEME}:"):
             return await running.mailer.send(
                 mail.message_mail(subscription, payload(queue, message)))
         return await running.webhooks.push(subscription, queue, message)
-
-
-def is_topic(key: Queue) -> bool:
-    """Whether *key* is a topic's own queue (``delayq.topics``), not a delivery queue."""
-    return topics.is_space(key[0]) and not topics.is_delivery_queue(key[1])
 
 
 def log_failure(what: str, exc: Exception) -> None:
