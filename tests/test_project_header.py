@@ -29,10 +29,11 @@ BODIES = {"POST": {"messages": [{"body": 1}]}, "PUT": {}, "PATCH": {}}
 
 
 def project_routes(app: object) -> list[tuple[str, str]]:
-    """Every (method, path) the app serves below /v2/queues, parameters filled in."""
+    """Every (method, path) the app serves below /v2/queues and /v2/topics, parameters
+    filled in."""
     return sorted((method.method, route.path.format(**PARAMETERS))
                   for route in falcon.inspect.inspect_routes(app)
-                  if route.path.startswith(policy.QUEUES)
+                  if route.path.startswith((policy.QUEUES, policy.TOPICS))
                   for method in route.methods if not method.internal)
 
 
