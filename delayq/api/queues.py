@@ -110,6 +110,21 @@ class QueueStatsResource(_QueueResource):
         resp.media = views.stats(name, stats)
 
 
+async def purge_types(req: falcon.asgi.Request, limits: Limits) -> list[str]:
+    """The ``resource_types`` a purge request names (Zaqar's: both without a body,
+    ``messages`` when the body names none); 400 on anything else."""
+    document = await request.json_body(
+        req, limits.max_queue_metadata, "purge request",
+        if_empty={"resource_types": list(PURGE_TYPES)})
+    if not isinstance(document, dict):
+        raise ValidationError("The purge request must be a JSON object.")
+    types = document.get("resource_types", ["messages"])
+    if not isinstance(types, list) or not all(t in PURGE_TYPES for t in types):
+        raise ValidationError("resource_types must be a list of "
+                              f"{' and '.join(PURGE_TYPES)}.")
+    return types
+
+
 class QueuePurgeResource(_QueueResource):
     """``/v2/queues/{name}/purge``: delete every message (and claim) of the queue, its
     subscriptions, or both (Zaqar's ``resource_types``; both without a body)."""
@@ -118,15 +133,7 @@ class QueuePurgeResource(_QueueResource):
                       name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        document = await request.json_body(
-            req, self.limits.max_queue_metadata, "purge request",
-            if_empty={"resource_types": list(PURGE_TYPES)})
-        if not isinstance(document, dict):
-            raise ValidationError("The purge request must be a JSON object.")
-        types = document.get("resource_types", ["messages"])
-        if not isinstance(types, list) or not all(t in PURGE_TYPES for t in types):
-            raise ValidationError("resource_types must be a list of "
-                                  f"{' and '.join(PURGE_TYPES)}.")
+        types = await purge_types(req, self.limits)
         if "messages" in types:
             await self.broker.purge_queue(project, name)
         if "subscriptions" in types:

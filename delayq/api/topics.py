@@ -10,8 +10,7 @@ import falcon.asgi
 
 from delayq import validation
 from delayq.api import request, views
-from delayq.api.queues import JSON_PATCH, PURGE_TYPES
-from delayq.errors import ValidationError
+from delayq.api.queues import JSON_PATCH, purge_types
 from delayq.topics import Topics
 from delayq.validation import Limits
 
@@ -117,15 +116,7 @@ class TopicPurgeResource(_TopicResource):
                       name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        document = await request.json_body(
-            req, self.limits.max_queue_metadata, "purge request",
-            if_empty={"resource_types": list(PURGE_TYPES)})
-        if not isinstance(document, dict):
-            raise ValidationError("The purge request must be a JSON object.")
-        types = document.get("resource_types", ["messages"])
-        if not isinstance(types, list) or not all(t in PURGE_TYPES for t in types):
-            raise ValidationError("resource_types must be a list of "
-                                  f"{' and '.join(PURGE_TYPES)}.")
+        types = await purge_types(req, self.limits)
         await self.topics.purge(project, name, messages="messages" in types,
                                 subscribers="subscriptions" in types)
         resp.status = falcon.HTTP_204
