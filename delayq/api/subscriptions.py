@@ -21,6 +21,15 @@ from delayq.validation import Limits
 CONFIRMATION_BODY_LIMIT = 1024  # {"confirmed": false} and room for white space
 
 
+async def subscription_document(req: falcon.asgi.Request, limits: Limits, what: str
+                                ) -> object:
+    """A subscription's JSON body, or its update's (empty: ``{}``). Options hold a
+    retry policy, headers and a body template: as large as queue metadata may be, and a
+    little more for the subscriber and ttl."""
+    return await request.json_body(req, limits.max_queue_metadata + 4096, what,
+                                   if_empty={})
+
+
 class _SubscriptionResource:
     """What every subscription resource is given."""
 
@@ -33,10 +42,7 @@ class _SubscriptionResource:
         self.confirmations = confirmations
 
     async def _document(self, req: falcon.asgi.Request, what: str) -> object:
-        # Options hold a retry policy, headers and a body template: as large as queue
-        # metadata may be, and a little more for the subscriber and ttl.
-        return await request.json_body(req, self.limits.max_queue_metadata + 4096, what,
-                                       if_empty={})
+        return await subscription_document(req, self.limits, what)
 
 
 class SubscriptionCollection(_SubscriptionResource):

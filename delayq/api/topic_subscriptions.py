@@ -16,7 +16,7 @@ import falcon.asgi
 
 from delayq import validation
 from delayq.api import request, views
-from delayq.api.subscriptions import CONFIRMATION_BODY_LIMIT
+from delayq.api.subscriptions import CONFIRMATION_BODY_LIMIT, subscription_document
 from delayq.api.topics import TOPICS
 from delayq.push import confirmations
 from delayq.push.confirmations import Confirmations
@@ -39,9 +39,7 @@ class _TopicSubscriptionResource:
         self.confirmations = confirmations
 
     async def _document(self, req: falcon.asgi.Request, what: str) -> object:
-        # As a queue's subscription (delayq.api.subscriptions).
-        return await request.json_body(req, self.limits.max_queue_metadata + 4096, what,
-                                       if_empty={})
+        return await subscription_document(req, self.limits, what)
 
     def changed(self, project: str, name: str) -> None:
         """The topic's subscriptions changed: its pushes read them again."""
