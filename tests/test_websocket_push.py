@@ -2,12 +2,14 @@
 ``subscription_create`` without a subscriber subscribes the socket, a message posted
 over HTTP arrives as a frame when it comes due and not before, is deleted once the
 client acknowledges it, is handed back after the retry policy's wait when the socket
-drops mid-delivery, and is dead-lettered after ``_max_claim_count``. Then a browser
-(headless Chromium) does the same."""
+drops mid-delivery, is dead-lettered after ``_max_claim_count``, and survives the worker holding the
+socket being killed mid-delivery. Then a browser (headless Chromium) does the same."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 import websocket
 
 from tests.chromium import rendered
-from tests.server import delayq_server
+from tests.server import child_pids, delayq_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -181,6 +183,34 @@ def test_a_browser_page_shows_a_delayed_message_pushed_at_its_due_time(server, a
         # The page acknowledged it: deleted.
         wait_for(lambda: api.get(f"/queues/{queue}/messages/{mid}").status_code == 404,
                  "the acknowledged message deleted")
+
+
+def test_a_message_pushed_by_a_killed_worker_comes_back_when_its_claim_ends(server, api):
+    queue = queue_name()
+    first = subscribed_socket(server, queue, POLICY)
+    _, mid = post(api, queue, "survives")
+    _, frame = next_push(first)
+    killed = time.time()
+    for pid in child_pids(server.proc.pid):  # every worker: one of them holds the socket
+        os.kill(pid, signal.SIGKILL)
+    first.close()
+    # gunicorn starts new workers; the dead socket's subscription stays, served by none.
+    wait_for(lambda: healthy(api), "new workers serving", 30)
+    second = subscribed_socket(server, queue, POLICY)
+    second.settimeout(40)
+    arrived, again = next_push(second)
+    assert again["id"] == mid and again["claim_count"] == 2
+    # Not before the push's claim (push_timeout + 10 s) ended.
+    assert arrived >= killed + ACK_TIMEOUT + 10 - 0.5
+    acknowledge(second, again)
+    second.close()
+
+
+def healthy(api: httpx.Client) -> bool:
+    try:
+        return api.get("/ping").status_code == 204
+    except httpx.HTTPError:
+        return False
 
 
 def wait_for(condition, what: str, timeout: float = 10.0) -> None:
