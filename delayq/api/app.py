@@ -37,6 +37,7 @@ from delayq.push import mail
 from delayq.push.confirmations import Confirmations
 from delayq.push.pusher import Pusher
 from delayq.push.settings import PushSettings
+from delayq.push.sockets import SocketPushes
 from delayq.storage.base import Driver
 from delayq.storage.base.offloaded import OffloadedDriver
 from delayq.storage.registry import load_driver
@@ -184,16 +185,17 @@ def create_app(conf: cfg.ConfigOpts, driver: Driver | None = None,
     app.add_route(metrics_api.PATH, metrics_api.MetricsResource(
         broker=broker, offload=offload, metrics=metrics))
     if conf[WEBSOCKET_GROUP].enabled:
-        add_websocket(app, conf, authentication, offload)
+        add_websocket(app, conf, authentication, offload, pusher.sockets)
     return app
 
 
 def add_websocket(app: falcon.asgi.App, conf: cfg.ConfigOpts,
-                  authentication: auth.Authentication | None, offload: Offload) -> None:
+                  authentication: auth.Authentication | None, offload: Offload,
+                  socket_pushes: SocketPushes) -> None:
     """Zaqar's WebSocket API on its path, served by this app's own routes
     (``delayq.websocket``)."""
     websocket.install_media_handlers(app)
     app.add_route(conf[WEBSOCKET_GROUP].path, websocket.WebSocketEndpoint(
         app=app, socket_limits=SocketLimits.from_conf(conf),
         tokens=authentication.tokens if authentication is not None else None,
-        offload=offload))
+        offload=offload, socket_pushes=socket_pushes))

@@ -3,7 +3,9 @@ get, update, delete, confirm); the pushing is ``delayq.push``'s. A subscriber is
 against where pushes may go (``delayq.push.targets``) once its document is valid. Under
 ``[notification] require_confirmation`` a subscription made, or moved to another
 subscriber, is sent a confirmation request (``delayq.push.confirmations``), and so is one
-unconfirmed."""
+unconfirmed. A subscription a socket makes for itself (``delayq.push.sockets``) has its
+subscriber from the socket's request, where no client can put it, and is neither checked
+against the push targets nor sent a confirmation."""
 
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ import falcon.asgi
 from delayq import validation
 from delayq.api import request, views
 from delayq.broker import Broker
+from delayq.push import sockets
 from delayq.push.confirmations import Confirmations
 from delayq.push.pusher import Pusher
 from delayq.push.targets import Targets
 from delayq.validation import Limits
 
+# The ASGI scope key of a socket's subscription_create: the subscriber naming the socket.
+SOCKET_SUBSCRIBER = "delayq.socket_subscriber"
 CONFIRMATION_BODY_LIMIT = 1024  # {"confirmed": false} and room for white space
 
 
@@ -52,13 +57,20 @@ class SubscriptionCollection(_SubscriptionResource):
                       name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        subscriber, ttl, options = validation.new_subscription(
-            await self._document(req, "subscription"), self.limits)
-        await self.targets.check_subscriber(subscriber)
+        document = await self._document(req, "subscription")
+        socket_subscriber = req.scope.get(SOCKET_SUBSCRIBER)
+        if socket_subscriber is not None and isinstance(document, dict):
+            # Validated as a webhook would be; the socket's own URL is stored instead.
+            document = {**document, "subscriber": "http://socket.invalid"}
+        subscriber, ttl, options = validation.new_subscription(document, self.limits)
+        if socket_subscriber is not None:
+            subscriber = socket_subscriber
+        else:
+            await self.targets.check_subscriber(subscriber)
         created = await self.broker.create_subscription(project, name,
                                                         subscriber, ttl, options)
         self.pusher.subscriptions_changed(project, name)
-        if self.broker.require_confirmation:
+        if self.broker.require_confirmation and not sockets.is_socket(subscriber):
             self.confirmations.send(
                 project, name, await self.broker.get_subscription(project, name, created),
                 req.prefix)

@@ -48,7 +48,7 @@ from delayq.broker import Broker
 from delayq.claim import Claim
 from delayq.message import Message
 from delayq.offload import THREADS, Offload
-from delayq.push import fanout, mail
+from delayq.push import fanout, mail, sockets
 from delayq.push.settings import PushSettings
 from delayq.push.webhook import Webhooks, payload
 from delayq.storage.base.signals import NoSignals, Signals
@@ -106,6 +106,7 @@ class Pusher:
         self.settings = settings
         # Every queue the pusher knows of is followed.
         self.signals = signals if signals is not None else NoSignals()
+        self.sockets = sockets.SocketPushes()  # this process's sockets (delayq.websocket)
         self._queues: dict[Queue, _SubscribedQueue] = {}
         self._agenda: list[tuple[float, int, Queue]] = []
         self._order = itertools.count()
@@ -340,10 +341,17 @@ class Pusher:
         while True:
             page = await self.broker.list_subscriptions(*key, marker,
                                                         SUBSCRIPTIONS_PAGE)
-            found += [s for s in page if self.broker.deliverable(s)]
+            found += [s for s in page if self._pushable(s)]
             if len(page) < SUBSCRIPTIONS_PAGE:
                 return found
             marker = page[-1].id
+
+    def _pushable(self, subscription: Subscription) -> bool:
+        """A socket's subscription is served only by the process holding the socket,
+        and needs no confirmation: its client asked for it on that socket."""
+        if sockets.is_socket(subscription.subscriber):
+            return self.sockets.holds(subscription.subscriber)
+        return self.broker.deliverable(subscription)
 
     def _next_subscription(self, queue: _SubscribedQueue) -> Subscription | None:
         """The next subscription, round robin, that may take one more push now."""
@@ -381,7 +389,7 @@ class Pusher:
     async def _push(self, key: Queue, subscription: Subscription, claim_id: str,
                     message: Message) -> None:
         try:
-            if await self._deliver(subscription, key[1], message):
+            if await self._deliver(subscription, key[1], message, claim_id):
                 self.broker.counters.count(metrics.PUSHED, 1)
                 await self.broker.delete_message(*key, message.id, claim_id)
                 return
@@ -399,12 +407,16 @@ class Pusher:
                 self._due_queues.setdefault(key, None)
             self._remove_in_flight(subscription, 1)  # wakes the agenda for the due queues
 
-    async def _deliver(self, subscription: Subscription, queue: str, message: Message
-                       ) -> bool:
+    async def _deliver(self, subscription: Subscription, queue: str, message: Message,
+                       claim_id: str) -> bool:
         """Push *message* to its subscriber by the subscriber's scheme: mail to a
-        ``mailto:`` one, a POST to a webhook."""
+        ``mailto:`` one, a frame down a socket of this process (acknowledged with
+        *claim_id*), a POST to a webhook."""
         running = self._state()
         queue = fanout.pushed_queue_name(queue)
+        if sockets.is_socket(subscription.subscriber):
+            return await self.sockets.push(subscription, queue, message, claim_id,
+                                           self.settings.timeout)
         if subscription.subscriber.startswith(f"{mail.SCHEME}:"):
             return await running.mailer.send(
                 mail.message_mail(subscription, payload(queue, message)))

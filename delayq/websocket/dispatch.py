@@ -44,8 +44,10 @@ def headers_of(frame_headers: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
 
 async def call(app: AsgiApp, socket_scope: Mapping[str, Any], request: HttpRequest,
                frame_headers: Mapping[str, Any],
-               credentials: Mapping[str, Any] | None) -> HttpAnswer:
-    """The app's answer to *request*, made on the socket of *socket_scope*."""
+               credentials: Mapping[str, Any] | None,
+               extra_scope: Mapping[str, Any] | None = None) -> HttpAnswer:
+    """The app's answer to *request*, made on the socket of *socket_scope*; *extra_scope*
+    holds what the endpoint tells the app beside the request (a socket's subscriber)."""
     headers = headers_of(frame_headers)
     headers.append((b"content-type", request.content_type.encode()))
     headers.append((b"content-length", str(len(request.content)).encode()))
@@ -60,6 +62,7 @@ async def call(app: AsgiApp, socket_scope: Mapping[str, Any], request: HttpReque
     }
     if credentials is not None:
         scope[auth.SOCKET_CREDENTIALS] = credentials
+    scope.update(extra_scope or {})
     answer = _Collected()
     delivered = False
 

@@ -1,5 +1,9 @@
 """The WebSocket route: accepts a socket within the worker's cap and serves its frames,
-one at a time, until it closes, idles out, floods, or its authentication expires."""
+one at a time, until it closes, idles out, floods, or its authentication expires.
+
+A ``subscription_create`` without a subscriber subscribes the socket itself, as in
+Zaqar: messages are pushed down it (``delayq.push.sockets``, ``pushed``) until it
+closes, when its subscriptions are deleted."""
 
 from __future__ import annotations
 
@@ -13,18 +17,17 @@ import falcon.media
 from falcon.constants import WebSocketPayloadType
 
 from delayq.api import auth
+from delayq.api.subscriptions import SOCKET_SUBSCRIBER
 from delayq.offload import Offload
+from delayq.push.sockets import SocketPushes
 from delayq.websocket import actions, dispatch, frames, limits
+from delayq.websocket.pushed import SocketSide
 from delayq.websocket.session import EXPIRED, EXPIRED_CODE, NOT_AUTHENTIFIED, Session
 
 LOG = logging.getLogger(__name__)
 
 FLOOD = "Too many frames: the socket sends faster than the server allows."
 IDLE = "Idle for too long."
-# Until the server pushes messages down a socket (a subscription without a subscriber,
-# in Zaqar), such a subscription is refused rather than made with nobody to push to.
-NO_SOCKET_SUBSCRIBER = ("A subscription needs a subscriber: this server does not push "
-                        "messages down the socket yet.")
 
 
 class _Passthrough(falcon.media.TextBaseHandlerWS):
@@ -50,8 +53,10 @@ class WebSocketEndpoint:
     """``[drivers:transport:websocket] path``: Zaqar's WebSocket API over the app."""
 
     def __init__(self, *, app: dispatch.AsgiApp, socket_limits: limits.SocketLimits,
-                 tokens: auth.KeystoneTokens | None, offload: Offload) -> None:
+                 tokens: auth.KeystoneTokens | None, offload: Offload,
+                 socket_pushes: SocketPushes) -> None:
         self.app = app
+        self.socket_pushes = socket_pushes
         self.limits = socket_limits
         self.tokens = tokens
         self.offload = offload
@@ -64,16 +69,41 @@ class WebSocketEndpoint:
                         self.sockets.maximum)
             await ws.close(limits.TRY_AGAIN_LATER)
             return
+        session = Session(self.tokens, self.offload)
+        side = SocketSide(ws, self.socket_pushes)
         try:
             await ws.accept()
-            await self.serve(req, ws)
+            side.open()
+            await self.serve(req, ws, session, side)
         except falcon.WebSocketDisconnected:
             pass
         finally:
-            self.sockets.release()
+            try:
+                await self._unsubscribe(req, session, side)
+            finally:
+                self.sockets.release()
 
-    async def serve(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket) -> None:
-        session = Session(self.tokens, self.offload)
+    async def _unsubscribe(self, req: falcon.asgi.Request, session: Session,
+                           side: SocketSide) -> None:
+        """Delete the socket's own subscriptions, as Zaqar does when a socket closes:
+        nobody can be pushed to through them any more. One that cannot be deleted now
+        takes no message (no process holds its socket) and lapses with its ttl."""
+        for made in side.close():
+            http = actions.http_request(actions.ACTIONS["subscription_delete"], {
+                "queue_name": made.queue_name, "subscription_id": made.subscription_id})
+            try:
+                answer = await dispatch.call(self.app, req.scope, http, made.headers,
+                                             session.credentials)
+            except Exception:  # noqa: BLE001 - the others are still deleted
+                LOG.exception("Cannot delete the subscription %s of a closed socket",
+                              made.subscription_id)
+                continue
+            if answer.status >= 300:
+                LOG.warning("Cannot delete the subscription %s of a closed socket: %s",
+                            made.subscription_id, answer.status)
+
+    async def serve(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket,
+                    session: Session, side: SocketSide) -> None:
         rate = limits.FrameRate(self.limits.max_frames_per_second)
         while True:
             payload = await self._next_frame(ws, session)
@@ -86,12 +116,8 @@ class WebSocketEndpoint:
                 await ws.close(limits.POLICY_VIOLATION, FLOOD)
                 return
             binary = isinstance(payload, bytes)
-            document = await self.answer(req, session, payload)
-            encoded = frames.encode(document, binary)
-            if isinstance(encoded, bytes):
-                await ws.send_data(encoded)
-            else:
-                await ws.send_text(encoded)
+            document = await self.answer(req, session, payload, side)
+            await side.write(document, binary)
 
     async def _next_frame(self, ws: falcon.asgi.WebSocket,
                           session: Session) -> str | bytes | None:
@@ -112,7 +138,7 @@ class WebSocketEndpoint:
         return payload
 
     async def answer(self, req: falcon.asgi.Request, session: Session,
-                     payload: str | bytes) -> dict[str, Any]:
+                     payload: str | bytes, side: SocketSide) -> dict[str, Any]:
         """The answer frame's document for one frame."""
         try:
             request = frames.decode(payload)
@@ -132,19 +158,24 @@ class WebSocketEndpoint:
             return frames.response(request, 403, frames.error_body(NOT_AUTHENTIFIED))
         if (request.action == actions.SUBSCRIPTION_CREATE and isinstance(request.body, dict)
                 and not request.body.get("subscriber")):
-            return frames.response(request, 400, frames.error_body(NO_SOCKET_SUBSCRIBER))
-        return await self.serve_action(req, session, request, action)
+            document = await self.serve_action(req, session, request, action,
+                                               {SOCKET_SUBSCRIBER: side.subscriber})
+            side.subscribed(request, document["headers"][frames.STATUS], document["body"])
+            return document
+        document = await self.serve_action(req, session, request, action)
+        side.answered(request, document["headers"][frames.STATUS])
+        return document
 
     async def serve_action(self, req: falcon.asgi.Request, session: Session,
-                           request: frames.Request, action: actions.Action
-                           ) -> dict[str, Any]:
+                           request: frames.Request, action: actions.Action,
+                           extra_scope: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             http = actions.http_request(action, request.body)
         except actions.FrameInvalid as exc:
             return frames.response(request, 400,
                                    frames.error_body(exc.detail, exc.message))
         answer = await dispatch.call(self.app, req.scope, http, request.headers,
-                                     session.credentials)
+                                     session.credentials, extra_scope)
         if answer.status >= 400:
             return frames.response(request, answer.status, error_of(answer.document))
         body = request.body if isinstance(request.body, dict) else {}
