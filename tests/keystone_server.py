@@ -186,10 +186,15 @@ class KeystoneServer:
             for name in ("0", "1"):
                 (keys / name).write_bytes(Fernet.generate_key())
         token: dict[str, object] = {"provider": "fernet"}
+        identity: dict[str, object] = {}
         if self.token_expiration is not None:
             token["expiration"] = self.token_expiration
+            # Every admin call logs in again (see the module doc): bcrypt's fewest
+            # rounds (its default is 12) make each login milliseconds, not a second.
+            identity["password_hash_rounds"] = 4
         return write_config(self.root / "keystone.conf", {
             "DEFAULT": {"log_file": self.root / "keystone-app.log"},
+            "identity": identity,
             "database": {"connection": f"sqlite:///{self.root / 'keystone.db'}"},
             "token": token,
             "fernet_tokens": {"key_repository": self.root / "fernet-keys"},

@@ -22,9 +22,10 @@ from tests.test_keystone_auth import delayq_config, keystone, server  # noqa: F4
 
 pytestmark = pytest.mark.timeout(300)
 
-# Long enough to authenticate and be answered (keystonemiddleware validates the token
-# with a new admin token of its own each time), short enough to wait out.
-SHORT_TOKEN = 8
+# Long enough to authenticate and be answered on a loaded machine (keystonemiddleware
+# validates each token with a new admin token of its own, and Keystone truncates the
+# expiry to the second), short enough to wait out.
+SHORT_TOKEN = 20
 EXPIRED_CODE = 4003
 
 
