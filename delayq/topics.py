@@ -49,6 +49,7 @@ from typing import Any
 from delayq import errors
 from delayq.broker import Broker
 from delayq.message import Message
+from delayq.push import sockets
 from delayq.queue import QueueFilter, QueuePage, QueueStats
 from delayq.subscription import Subscription, SubscriptionChange
 from delayq.validation import PostedMessage
@@ -249,13 +250,14 @@ class Topics:
 
         The topic's post comes first: its limits and quota are checked there, before
         any subscriber has anything. Subscribers awaiting confirmation get nothing, as
-        Zaqar pushes them nothing. At least once (module doc).
+        Zaqar pushes them nothing; a socket's own subscription needs no confirmation.
+        At least once (module doc).
         """
         key = space(project)
         ids = await self.broker.post(key, name, client_id, messages, size)
         deliveries = [delivery_queue(name, s.id)
                       for s in await subscriptions(self.broker, key, name)
-                      if self.broker.deliverable(s)]
+                      if self.broker.deliverable(s) or sockets.is_socket(s.subscriber)]
         await asyncio.gather(*(self.broker.post(key, delivery, client_id, messages, size)
                                for delivery in deliveries))
         return ids, deliveries

@@ -14,6 +14,13 @@ tokens, in a temporary directory, on a free loopback port. ``KeystoneServer.star
 4. creates what ``Directory`` lists: projects, users, their roles.
 
 It takes about 15 seconds; ``stop()`` ends the server and removes the directory.
+
+``KeystoneServer(token_expiration=N)`` issues tokens valid for *N* seconds (Keystone's
+``[token] expiration``; its default is an hour, and it takes any value from 0): for
+tests of what happens when a token expires. ``KEYSTONE`` keeps Keystone's default.
+Keystone's own clients renew a token due to expire within two minutes
+(keystoneauth1's ``MIN_TOKEN_LIFE_SECONDS``), so with short tokens each admin call
+(``_populate``, keystonemiddleware's validations) gets a new one: slower, not wrong.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -94,6 +102,7 @@ class Directory:
 @dataclass
 class KeystoneServer:
     directory: Directory = field(default_factory=Directory)
+    token_expiration: int | None = None  # seconds; None: Keystone's default
     root: Path | None = None
     port: int | None = None
     project_ids: dict[str, str] = field(default_factory=dict)
@@ -149,6 +158,16 @@ class KeystoneServer:
     def token(self, user: User) -> str:
         return self.session(user.name, user.password, user.project).get_token()
 
+    def token_expiring(self, user: User) -> tuple[str, datetime]:
+        """A new token of *user* and when Keystone says it expires (aware, UTC)."""
+        sess = self.session(user.name, user.password, user.project)
+        token = sess.get_token()
+        # The access info of that very token: get_access() would get a new token
+        # when this one expires within two minutes.
+        access = sess.auth.auth_ref  # type: ignore[union-attr]
+        assert access is not None and token is not None
+        return token, access.expires
+
     def user(self, name: str) -> User:
         return next(u for u in self.directory.users if u.name == name)
 
@@ -166,10 +185,18 @@ class KeystoneServer:
             keys.mkdir(mode=0o700)
             for name in ("0", "1"):
                 (keys / name).write_bytes(Fernet.generate_key())
+        token: dict[str, object] = {"provider": "fernet"}
+        identity: dict[str, object] = {}
+        if self.token_expiration is not None:
+            token["expiration"] = self.token_expiration
+            # Every admin call logs in again (see the module doc): bcrypt's fewest
+            # rounds (its default is 12) make each login milliseconds, not a second.
+            identity["password_hash_rounds"] = 4
         return write_config(self.root / "keystone.conf", {
             "DEFAULT": {"log_file": self.root / "keystone-app.log"},
+            "identity": identity,
             "database": {"connection": f"sqlite:///{self.root / 'keystone.db'}"},
-            "token": {"provider": "fernet"},
+            "token": token,
             "fernet_tokens": {"key_repository": self.root / "fernet-keys"},
             "fernet_receipts": {"key_repository": self.root / "fernet-keys"},
             "credential": {"key_repository": self.root / "credential-keys"},

@@ -48,7 +48,13 @@ def keystone():
 @pytest.fixture(scope="module")
 def server(keystone, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("keystone-e2e")
-    config = {
+    with delayq_server(cwd, config=delayq_config(keystone)) as running:
+        yield running
+
+
+def delayq_config(keystone) -> dict[str, dict[str, object]]:
+    """The delayq configuration of these tests, authenticating with *keystone*."""
+    return {
         "DEFAULT": {"auth_strategy": "keystone"},
         "keystone_authtoken": {
             "www_authenticate_uri": keystone.url, "auth_url": keystone.url,
@@ -61,8 +67,6 @@ def server(keystone, tmp_path_factory):
         # The subscriptions made here are for their rules only: nothing is pushed.
         "notification": {"push": False},
     }
-    with delayq_server(cwd, config=config) as running:
-        yield running
 
 
 def keystone_client(server, keystone, name: str) -> zaqar.Client:

@@ -1,20 +1,46 @@
 """The WebSocket API with ``auth_strategy = keystone``: a socket serves nothing until
 ``authenticate`` carries a token Keystone confirms; then it acts in the token's
 project, under the policy, as HTTP does; a pre-signed URL's frames are served without
-a token. The Keystone and delayq servers are those of tests/test_keystone_auth.py."""
+a token. The Keystone and delayq servers are those of tests/test_keystone_auth.py; the
+tests of a token's expiry have their own, whose tokens last ``SHORT_TOKEN`` seconds."""
 
 from __future__ import annotations
 
 import json
+import struct
+import time
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 import websocket
 
-from tests.test_keystone_auth import keystone, server  # noqa: F401 - the fixtures
+from tests.keystone_server import KeystoneServer
+from tests.server import delayq_server
+from tests.test_keystone_auth import delayq_config, keystone, server  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
+
+# Long enough to authenticate and be answered on a loaded machine (keystonemiddleware
+# validates each token with a new admin token of its own, and Keystone truncates the
+# expiry to the second), short enough to wait out.
+SHORT_TOKEN = 20
+EXPIRED_CODE = 4003
+
+
+@pytest.fixture(scope="module")
+def short_keystone():
+    started = KeystoneServer(token_expiration=SHORT_TOKEN).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def short_server(short_keystone, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("keystone-short-tokens")
+    with delayq_server(cwd, config=delayq_config(short_keystone)) as running:
+        yield running
 
 
 def connect(running) -> websocket.WebSocket:
@@ -101,3 +127,51 @@ def test_a_signed_frame_is_served_without_a_token(server, keystone):  # noqa: F8
     assert [m["body"] for m in listed["messages"]] == ["from a guest"]
     alice.close()
     guest.close()
+
+
+def close_code(ws: websocket.WebSocket) -> int | None:
+    """The code of the close frame the server sends next; fails on any other frame."""
+    try:
+        opcode, data = ws.recv_data(control_frame=True)
+    except (websocket.WebSocketConnectionClosedException, ConnectionError):
+        return None
+    assert opcode == websocket.ABNF.OPCODE_CLOSE, (opcode, data)
+    return struct.unpack("!H", data[:2])[0] if len(data) >= 2 else None
+
+
+def seconds_until(moment: datetime) -> float:
+    return (moment - datetime.now(UTC)).total_seconds()
+
+
+def test_a_socket_is_closed_when_its_token_expires(short_server, short_keystone):
+    ws = connect(short_server)
+    token, expires = short_keystone.token_expiring(short_keystone.user("alice"))
+    assert ask(ws, "authenticate", {"X-Auth-Token": token})[0] == 200
+    assert seconds_until(expires) > 1, "the token expired before it could be used"
+    assert ask(ws, "queue_list")[0] == 200  # served before the expiry
+    assert close_code(ws) == EXPIRED_CODE
+    assert seconds_until(expires) <= 0.05  # closed at the expiry, not before
+    ws.close()
+
+
+def test_a_newer_token_keeps_the_socket_open_past_the_first(short_server,
+                                                            short_keystone):
+    alice = short_keystone.user("alice")
+    ws = connect(short_server)
+    first, first_expires = short_keystone.token_expiring(alice)
+    assert ask(ws, "authenticate", {"X-Auth-Token": first})[0] == 200
+    time.sleep(max(seconds_until(first_expires) - SHORT_TOKEN / 2, 0))
+    second, second_expires = short_keystone.token_expiring(alice)
+    assert second_expires > first_expires
+    assert seconds_until(first_expires) > 0.5, "the first token expired too soon"
+    assert ask(ws, "authenticate", {"X-Auth-Token": second})[0] == 200
+
+    time.sleep(max(seconds_until(first_expires) + 1, 0))
+    assert seconds_until(second_expires) > 0.5, "the second token expired too soon"
+    # Past the first token's expiry, the socket is open and serves frames.
+    assert ask(ws, "queue_list")[0] == 200
+    assert ask(ws, "ping_node")[0] == 204
+    # The second token's expiry closes it.
+    assert close_code(ws) == EXPIRED_CODE
+    assert seconds_until(second_expires) <= 0.05
+    ws.close()

@@ -3,7 +3,9 @@
 over HTTP arrives as a frame when it comes due and not before, is deleted once the
 client acknowledges it, is handed back after the retry policy's wait when the socket
 drops mid-delivery, is dead-lettered after ``_max_claim_count``, and survives the worker holding the
-socket being killed mid-delivery. Then a browser (headless Chromium) does the same."""
+socket being killed mid-delivery; a ``topic_subscription_create`` without a subscriber
+subscribes the socket to a topic, each such socket pushed every message published. Then
+a browser (headless Chromium) does the same."""
 
 from __future__ import annotations
 
@@ -133,6 +135,50 @@ def test_the_socket_subscription_is_listed_and_deleted_when_the_socket_closes(se
     deadline = time.monotonic() + 10
     while api.get(f"/queues/{queue}/subscriptions").json()["subscriptions"]:
         assert time.monotonic() < deadline, "the socket's subscription outlived it"
+        time.sleep(0.1)
+
+
+def topic_socket(server, topic: str) -> websocket.WebSocket:
+    """A socket subscribed to *topic* (a topic_subscription_create without a
+    subscriber)."""
+    ws = websocket.create_connection(ws_url(server), timeout=15)
+    ws.send(json.dumps({"action": "topic_subscription_create", "headers": headers(),
+                        "body": {"topic_name": topic, "ttl": 3600}}))
+    answer = json.loads(ws.recv())
+    assert answer["headers"] == {"status": 201}, answer
+    assert answer["body"]["message"] == f"Subscription {topic} created."
+    return ws
+
+
+def test_sockets_subscribed_to_a_topic_each_get_every_message(server, api):
+    topic = f"t-{uuid.uuid4().hex[:12]}"
+    assert api.put(f"/topics/{topic}", json={}).status_code == 201
+    # Two sockets, on either worker or both: each is pushed every message, by the
+    # worker holding it (the other's pusher leaves its delivery queue alone).
+    sockets = [topic_socket(server, topic) for _ in range(2)]
+    listed = api.get(f"/topics/{topic}/subscriptions").json()["subscriptions"]
+    assert len(listed) == 2
+    assert all(s["subscriber"].startswith("ws://socket.delayq/") for s in listed)
+    published = api.post(f"/topics/{topic}/messages",
+                         json={"messages": [{"body": {"news": 1}, "ttl": 600}]})
+    assert published.status_code == 201, published.text
+    for ws in sockets:
+        _, frame = next_push(ws)
+        assert frame["queue_name"] == topic and frame["body"] == {"news": 1}
+        assert frame["claim_count"] == 1 and frame["claim_id"]
+        acknowledge(ws, frame)
+        answer = json.loads(ws.recv())
+        assert answer["request"]["action"] == "message_delete"
+        assert answer["headers"] == {"status": 204}
+    # Acknowledged: nothing comes back past the acknowledgement's wait.
+    for ws in sockets:
+        ws.settimeout(ACK_TIMEOUT + 1)
+        with pytest.raises(websocket.WebSocketTimeoutException):
+            next_push(ws)
+        ws.close()
+    deadline = time.monotonic() + 10
+    while api.get(f"/topics/{topic}/subscriptions").json()["subscriptions"]:
+        assert time.monotonic() < deadline, "the sockets' subscriptions outlived them"
         time.sleep(0.1)
 
 

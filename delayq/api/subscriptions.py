@@ -26,6 +26,22 @@ SOCKET_SUBSCRIBER = "delayq.socket_subscriber"
 CONFIRMATION_BODY_LIMIT = 1024  # {"confirmed": false} and room for white space
 
 
+async def new_subscription(req: falcon.asgi.Request, limits: Limits, targets: Targets
+                           ) -> tuple[str, int, dict[str, object]]:
+    """The subscriber, ttl and options of a subscription to create, for a queue or a
+    topic: a socket's own (``SOCKET_SUBSCRIBER`` in the scope) is validated as a webhook
+    would be and stored with the socket's URL, unchecked against the push targets."""
+    document = await subscription_document(req, limits, "subscription")
+    socket_subscriber = req.scope.get(SOCKET_SUBSCRIBER)
+    if socket_subscriber is not None and isinstance(document, dict):
+        document = {**document, "subscriber": "http://socket.invalid"}
+    subscriber, ttl, options = validation.new_subscription(document, limits)
+    if socket_subscriber is not None:
+        return socket_subscriber, ttl, options
+    await targets.check_subscriber(subscriber)
+    return subscriber, ttl, options
+
+
 async def subscription_document(req: falcon.asgi.Request, limits: Limits, what: str
                                 ) -> object:
     """A subscription's JSON body, or its update's (empty: ``{}``). Options hold a
@@ -57,16 +73,7 @@ class SubscriptionCollection(_SubscriptionResource):
                       name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        document = await self._document(req, "subscription")
-        socket_subscriber = req.scope.get(SOCKET_SUBSCRIBER)
-        if socket_subscriber is not None and isinstance(document, dict):
-            # Validated as a webhook would be; the socket's own URL is stored instead.
-            document = {**document, "subscriber": "http://socket.invalid"}
-        subscriber, ttl, options = validation.new_subscription(document, self.limits)
-        if socket_subscriber is not None:
-            subscriber = socket_subscriber
-        else:
-            await self.targets.check_subscriber(subscriber)
+        subscriber, ttl, options = await new_subscription(req, self.limits, self.targets)
         created = await self.broker.create_subscription(project, name,
                                                         subscriber, ttl, options)
         self.pusher.subscriptions_changed(project, name)

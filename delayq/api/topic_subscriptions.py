@@ -6,7 +6,9 @@
 Under ``[notification] require_confirmation`` a topic's subscription made, or moved to
 another subscriber, is sent a confirmation request, and so is one unconfirmed, as a
 queue's (``delayq.push.confirmations``): its pre-signed URL allows the ``PUT`` of the
-topic's confirm path, ``/v2/topics/{name}/subscriptions/{subscription_id}/confirm``.
+topic's confirm path, ``/v2/topics/{name}/subscriptions/{subscription_id}/confirm``. A
+socket's own subscription (a WebSocket's ``topic_subscription_create`` without a
+subscriber) is made as for a queue (``delayq.api.subscriptions.new_subscription``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import falcon.asgi
 
 from delayq import validation
 from delayq.api import request, views
-from delayq.api.subscriptions import CONFIRMATION_BODY_LIMIT, subscription_document
+from delayq.api.subscriptions import (
+    CONFIRMATION_BODY_LIMIT,
+    new_subscription,
+    subscription_document,
+)
 from delayq.api.topics import TOPICS
-from delayq.push import confirmations
+from delayq.push import confirmations, sockets
 from delayq.push.confirmations import Confirmations
 from delayq.push.pusher import Pusher
 from delayq.push.targets import Targets
@@ -63,12 +69,10 @@ class TopicSubscriptionCollection(_TopicSubscriptionResource):
                       name: str) -> None:
         project = request.project(req)
         validation.queue_name(name)
-        subscriber, ttl, options = validation.new_subscription(
-            await self._document(req, "subscription"), self.limits)
-        await self.targets.check_subscriber(subscriber)
+        subscriber, ttl, options = await new_subscription(req, self.limits, self.targets)
         created = await self.topics.subscribe(project, name, subscriber, ttl, options)
         self.changed(project, name)
-        if self.require_confirmation:
+        if self.require_confirmation and not sockets.is_socket(subscriber):
             self.confirm(req, project, name,
                          await self.topics.get_subscription(project, name, created))
         resp.status = falcon.HTTP_201

@@ -62,11 +62,14 @@ async def serve_deliveries(broker: Broker, key: Queue, look: Callable[[Queue], N
         look(delivery)
 
 
-async def delivery_subscriptions(broker: Broker, key: Queue) -> list[Subscription]:
+async def delivery_subscriptions(broker: Broker, key: Queue,
+                                 pushable: Callable[[Subscription], bool]
+                                 ) -> list[Subscription]:
     """What delivery queue *key* may be pushed for: its one subscription, unless that
-    has ended or awaits confirmation."""
+    has ended or is not *pushable* (the pusher's rule, as for a queue's: awaiting
+    confirmation, or a socket of another process)."""
     one = await topics.delivery_subscription(broker, *key)
-    return [one] if one is not None and broker.deliverable(one) else []
+    return [one] if one is not None and pushable(one) else []
 
 
 async def sweep_unlisted(broker: Broker, gone: list[Queue], listed: set[Queue],

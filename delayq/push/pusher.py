@@ -335,7 +335,7 @@ class Pusher:
         takes no turn, so no message is claimed, and consumed, on its behalf. A topic's
         delivery queue has its one subscription (``fanout``)."""
         if fanout.is_delivery(key):
-            return await fanout.delivery_subscriptions(self.broker, key)
+            return await fanout.delivery_subscriptions(self.broker, key, self._pushable)
         found: list[Subscription] = []
         marker = None
         while True:

@@ -27,6 +27,11 @@ JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 # Zaqar's action names that behave differently from a plain HTTP call.
 AUTHENTICATE = "authenticate"
 SUBSCRIPTION_CREATE = "subscription_create"
+TOPIC_SUBSCRIPTION_CREATE = "topic_subscription_create"
+# The action creating a subscription, and the one deleting it with the body naming it.
+SUBSCRIPTION_DELETE = {SUBSCRIPTION_CREATE: ("subscription_delete", "queue_name"),
+                       TOPIC_SUBSCRIPTION_CREATE: ("topic_subscription_delete",
+                                                   "topic_name")}
 
 Answer = Callable[[Mapping[str, Any], Any, str | None], Any]
 Content = Callable[[Mapping[str, Any]], Any]

@@ -2,8 +2,9 @@
 one at a time, until it closes, idles out, floods, or its authentication expires.
 
 A ``subscription_create`` without a subscriber subscribes the socket itself, as in
-Zaqar: messages are pushed down it (``delayq.push.sockets``, ``pushed``) until it
-closes, when its subscriptions are deleted."""
+Zaqar, and so does a ``topic_subscription_create`` without one: messages are pushed down
+it (``delayq.push.sockets``, ``pushed``) until it closes, when its subscriptions are
+deleted."""
 
 from __future__ import annotations
 
@@ -89,18 +90,17 @@ class WebSocketEndpoint:
         nobody can be pushed to through them any more. One that cannot be deleted now
         takes no message (no process holds its socket) and lapses with its ttl."""
         for made in side.close():
-            http = actions.http_request(actions.ACTIONS["subscription_delete"], {
-                "queue_name": made.queue_name, "subscription_id": made.subscription_id})
+            http = actions.http_request(actions.ACTIONS[made.delete_action], made.body)
             try:
                 answer = await dispatch.call(self.app, req.scope, http, made.headers,
                                              session.credentials)
             except Exception:  # noqa: BLE001 - the others are still deleted
                 LOG.exception("Cannot delete the subscription %s of a closed socket",
-                              made.subscription_id)
+                              made.body["subscription_id"])
                 continue
             if answer.status >= 300:
                 LOG.warning("Cannot delete the subscription %s of a closed socket: %s",
-                            made.subscription_id, answer.status)
+                            made.body["subscription_id"], answer.status)
 
     async def serve(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket,
                     session: Session, side: SocketSide) -> None:
@@ -156,8 +156,8 @@ class WebSocketEndpoint:
                                    frames.error_body(actions.not_an_action(request.action)))
         if not session.admits(request.headers):
             return frames.response(request, 403, frames.error_body(NOT_AUTHENTIFIED))
-        if (request.action == actions.SUBSCRIPTION_CREATE and isinstance(request.body, dict)
-                and not request.body.get("subscriber")):
+        if (request.action in actions.SUBSCRIPTION_DELETE
+                and isinstance(request.body, dict) and not request.body.get("subscriber")):
             document = await self.serve_action(req, session, request, action,
                                                {SOCKET_SUBSCRIBER: side.subscriber})
             side.subscribed(request, document["headers"][frames.STATUS], document["body"])

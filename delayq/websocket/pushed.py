@@ -4,7 +4,8 @@ written from the pusher's tasks beside the answers of the socket's own task.
 
 As Zaqar does, pushed frames take the kind (JSON text or MessagePack) of the socket's
 last ``subscription_create`` that made a socket subscription, and the socket's
-subscriptions are deleted when it closes.
+subscriptions are deleted when it closes. A ``topic_subscription_create`` without a
+subscriber (delayq's topics) subscribes the socket to the topic the same way.
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ from typing import Any
 import falcon.asgi
 
 from delayq.push.sockets import SocketPushes, new_socket_id, subscriber_of
-from delayq.websocket import frames
+from delayq.websocket import actions, frames
 
 ACKNOWLEDGING_ACTION = "message_delete"
 
 
 @dataclass(frozen=True)
 class MadeSubscription:
-    """A socket subscription to delete when the socket closes, with the headers (the
-    project) it was made under."""
+    """A socket subscription to delete when the socket closes: the action deleting it,
+    that action's body, and the headers (the project) it was made under."""
 
-    queue_name: str
-    subscription_id: str
+    delete_action: str
+    body: dict[str, str]
     headers: dict[str, Any]
 
 
@@ -71,14 +72,18 @@ class SocketSide:
         await self.write(document, self.binary)
 
     def subscribed(self, request: frames.Request, status: int, answer: Any) -> None:
-        """A ``subscription_create`` of the socket itself was answered *status*."""
-        if status != 201 or not isinstance(answer, dict) or not isinstance(
-                request.body, dict):
+        """A ``subscription_create`` or ``topic_subscription_create`` of the socket
+        itself was answered *status*."""
+        if (status != 201 or not isinstance(answer, dict)
+                or not isinstance(request.body, dict)
+                or request.action not in actions.SUBSCRIPTION_DELETE):
             return
         self.binary = request.binary
-        self.made.append(MadeSubscription(str(request.body.get("queue_name")),
-                                          str(answer.get("subscription_id")),
-                                          dict(request.headers)))
+        delete_action, name = actions.SUBSCRIPTION_DELETE[request.action]
+        self.made.append(MadeSubscription(
+            delete_action, {name: str(request.body.get(name)),
+                            "subscription_id": str(answer.get("subscription_id"))},
+            dict(request.headers)))
 
     def answered(self, request: frames.Request, status: int) -> None:
         """A frame was answered *status*: a message deleted with its claim id
