@@ -39,19 +39,8 @@ class QueueCollection(_QueueResource):
         matching = validation.queue_filter(req.params)
         page = await self.broker.select_queues(project, marker, limit,
                                                matching)
-        listed = []
-        for name, metadata in page.queues:
-            view: dict[str, object] = {"name": name, "href": views.queue_href(name)}
-            if detailed:
-                view["metadata"] = metadata
-            listed.append(view)
-        links = []
-        if page.next_marker is not None:
-            # The same listing, from the next queue on: every parameter kept.
-            params = {**req.params, "marker": page.next_marker, "limit": limit}
-            links.append({"rel": "next",
-                          "href": f"{views.V2}/queues{falcon.to_query_str(params)}"})
-        resp.media = {"queues": listed, "links": links}
+        resp.media = views.name_listing("queues", f"{views.V2}/queues", page, req.params,
+                                        limit, detailed)
         if with_count:
             resp.media["count"] = await self.broker.count_queues(project)
 

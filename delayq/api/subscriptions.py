@@ -93,13 +93,8 @@ class SubscriptionCollection(_SubscriptionResource):
         marker = req.get_param("marker")
         found = await self.broker.list_subscriptions(project, name, marker,
                                                      limit)
-        links = []
-        if found:
-            query = falcon.to_query_str({"marker": found[-1].id, "limit": limit})
-            links.append({"rel": "next",
-                          "href": f"{views.subscriptions_href(name)}{query}"})
-        resp.media = {"subscriptions": [views.subscription(name, s) for s in found],
-                      "links": links}
+        resp.media = views.subscription_listing(name, views.subscriptions_href(name), found,
+                                                limit)
 
 
 class SubscriptionResource(_SubscriptionResource):

@@ -87,13 +87,8 @@ class TopicSubscriptionCollection(_TopicSubscriptionResource):
                                          self.limits.max_subscriptions_per_page, 10)
         found = await self.topics.list_subscriptions(project, name,
                                                      req.get_param("marker"), limit)
-        links = []
-        if found:
-            query = falcon.to_query_str({"marker": found[-1].id, "limit": limit})
-            links.append({"rel": "next",
-                          "href": f"{TOPICS}/{name}/subscriptions{query}"})
-        resp.media = {"subscriptions": [views.subscription(name, s) for s in found],
-                      "links": links}
+        resp.media = views.subscription_listing(name, f"{TOPICS}/{name}/subscriptions",
+                                                found, limit)
 
 
 class TopicSubscriptionResource(_TopicSubscriptionResource):

@@ -3,8 +3,6 @@ patch, delete), its ``stats`` and ``purge``. The rules are ``delayq.topics``'s."
 
 from __future__ import annotations
 
-from typing import Any
-
 import falcon
 import falcon.asgi
 
@@ -44,17 +42,7 @@ class TopicCollection(_TopicResource):
         detailed = validation.query_bool(req.get_param("detailed"), "detailed")
         page = await self.topics.page(project, req.get_param("marker"), limit,
                                       validation.queue_filter(req.params))
-        listed = []
-        for name, metadata in page.queues:
-            view: dict[str, Any] = {"name": name, "href": topic_href(name)}
-            if detailed:
-                view["metadata"] = metadata
-            listed.append(view)
-        links = []
-        if page.next_marker is not None:
-            params = {**req.params, "marker": page.next_marker, "limit": limit}
-            links.append({"rel": "next", "href": f"{TOPICS}{falcon.to_query_str(params)}"})
-        resp.media = {"topics": listed, "links": links}
+        resp.media = views.name_listing("topics", TOPICS, page, req.params, limit, detailed)
 
 
 class TopicResource(_TopicResource):

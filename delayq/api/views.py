@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+import falcon
 
 from delayq import jsontext
 from delayq.claim import Claim
 from delayq.message import Message
-from delayq.queue import QueueStats
+from delayq.queue import QueuePage, QueueStats
 from delayq.subscription import Subscription
 
 V2 = "/v2"
@@ -132,3 +135,32 @@ def stats(queue: str, st: QueueStats) -> dict[str, Any]:
     if st.newest is not None:
         counts["newest"] = _stat_message(queue, st.newest)
     return {"messages": counts}
+
+
+def name_listing(kind: str, collection: str, page: QueuePage, params: Mapping[str, Any],
+                 limit: int, detailed: bool) -> dict[str, Any]:
+    """Zaqar's listing of queues or topics (*kind*) under *collection*: each by name and
+    href, with its metadata when *detailed*, and a next link for the same listing from
+    the next name on, every parameter kept."""
+    listed = []
+    for name, metadata in page.queues:
+        view: dict[str, Any] = {"name": name, "href": f"{collection}/{name}"}
+        if detailed:
+            view["metadata"] = metadata
+        listed.append(view)
+    links = []
+    if page.next_marker is not None:
+        query = falcon.to_query_str({**params, "marker": page.next_marker, "limit": limit})
+        links.append({"rel": "next", "href": f"{collection}{query}"})
+    return {kind: listed, "links": links}
+
+
+def subscription_listing(source: str, collection: str, found: list[Subscription],
+                         limit: int) -> dict[str, Any]:
+    """A page of *source*'s subscriptions under *collection*, with a next link from the
+    last one on while the page is not empty."""
+    links = []
+    if found:
+        query = falcon.to_query_str({"marker": found[-1].id, "limit": limit})
+        links.append({"rel": "next", "href": f"{collection}{query}"})
+    return {"subscriptions": [subscription(source, s) for s in found], "links": links}
