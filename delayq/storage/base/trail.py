@@ -23,14 +23,18 @@ class Trail(abc.ABC):
         when *project* is given. Deleted queues whose events are retained are included."""
 
     @abc.abstractmethod
-    def events(self, project: str, queue: str) -> Iterator[Event]:
-        """The retained events of one queue's trail, oldest first."""
+    def events(self, project: str, queue: str, *, after: float | None = None
+               ) -> Iterator[Event]:
+        """The retained events of one queue's trail, oldest first; with *after* (POSIX
+        seconds, on the store's clock) only those whose ``time`` is strictly greater,
+        read without the earlier ones wherever the backend's keys follow the time."""
 
-    def event_rows(self, project: str, queue: str) -> Iterator[tuple]:
+    def event_rows(self, project: str, queue: str, *, after: float | None = None
+                   ) -> Iterator[tuple]:
         """``events`` as plain tuples of the ``Event`` fields, in ``events.FIELDS``
         order: what the audits' data source reads, without building an ``Event`` per row
         where the backend hands back rows already (SQLite)."""
-        return map(event_row, self.events(project, queue))
+        return map(event_row, self.events(project, queue, after=after))
 
     @abc.abstractmethod
     def messages(self, project: str, queue: str) -> Iterator[Message]:

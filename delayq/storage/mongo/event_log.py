@@ -15,6 +15,7 @@ ends are reported to the driver's ``endings`` whether the trail is on or not.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +28,8 @@ from delayq.storage.mongo import layout as lay
 from delayq.storage.mongo.client import unavailable
 
 LOG = logging.getLogger(__name__)
+
+MS = 1000  # event times are whole milliseconds
 
 
 class EventLog:
@@ -86,8 +89,18 @@ class EventLog:
         return {(name, queue) for name in projects
                 for queue in self._collection.distinct(lay.QUEUE, {lay.PROJECT: name})}
 
-    def read(self, project: str, queue: str) -> Iterator[events.Event]:
-        """The queue's events, oldest first (``layout.TRAIL_ORDER``)."""
-        for doc in self._collection.find({lay.PROJECT: project, lay.QUEUE: queue}).sort(
-                lay.TRAIL_ORDER):
-            yield lay.event(doc)
+    def read(self, project: str, queue: str, *, after: float | None = None
+             ) -> Iterator[events.Event]:
+        """The queue's events, oldest first (``layout.TRAIL_ORDER``); with *after*
+        (POSIX seconds) only those whose time is strictly greater: the trail index
+        ``(p, q, at, _id)``, the only one on the queue, serves both as one range."""
+        where: dict[str, Any] = {lay.PROJECT: project, lay.QUEUE: queue}
+        if after is not None:
+            # From the millisecond holding *after* (times are whole milliseconds): the
+            # events of that millisecond are told apart exactly below, as are those a
+            # rounding of after * 1000 would have put on the wrong side.
+            where[lay.EVENT_TIME] = {"$gte": lay.date(math.floor(after * MS))}
+        for doc in self._collection.find(where).sort(lay.TRAIL_ORDER):
+            event = lay.event(doc)
+            if after is None or event.time > after:
+                yield event

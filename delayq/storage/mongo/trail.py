@@ -28,9 +28,10 @@ class Trail(base.Trail):
                      for doc in db.queues.find(where, {lay.PROJECT: 1, lay.QUEUE: 1, lay.ID: 0})}
             return sorted(found | db.event_log.queues(project))
 
-    def events(self, project: str, queue: str) -> Iterator[Event]:
+    def events(self, project: str, queue: str, *, after: float | None = None
+               ) -> Iterator[Event]:
         with unavailable:
-            yield from self._db.event_log.read(project, queue)
+            yield from self._db.event_log.read(project, queue, after=after)
 
     def messages(self, project: str, queue: str) -> Iterator[Message]:
         with unavailable:

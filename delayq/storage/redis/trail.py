@@ -10,6 +10,7 @@ ragged at its edges, which audits of history can afford.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +22,10 @@ from delayq.storage.redis.client import Connection, unavailable
 from delayq.storage.redis.layout import US, KeyNames
 
 PAGE = 1000  # stream entries read at a time
+MS = 1000  # stream ids count milliseconds
+# How far before *after* a read of the events after it starts its stream ids (ms): more
+# than any script runs before it reads the clock (events_of says why that is the bound).
+ID_SLACK_MS = 60_000
 
 
 class Trail(base.Trail):
@@ -37,8 +42,13 @@ class Trail(base.Trail):
         with unavailable:
             return queues(self.connection.blocking(), self.key_names, project)
 
-    def events(self, project: str, queue: str) -> Iterator[events.Event]:
-        return events_of(self.connection.blocking(), self.key_names, project, queue)
+    def events(self, project: str, queue: str, *, after: float | None = None
+               ) -> Iterator[events.Event]:
+        # A given clock's times bear no relation to the stream ids, which stay the
+        # server's: only the whole stream is sure to hold every event after *after*.
+        ids_follow_times = self.clock is None
+        return events_of(self.connection.blocking(), self.key_names, project, queue,
+                         after=after, ids_follow_times=ids_follow_times)
 
     def messages(self, project: str, queue: str) -> Iterator[Message]:
         # Any: redis-py types replies for either decoding; this client's are bytes.
@@ -97,16 +107,28 @@ def queues(client: Any, key_names: KeyNames, project: str | None
     return sorted(found)
 
 
-def events_of(client: Any, key_names: KeyNames, project: str, queue: str
+def events_of(client: Any, key_names: KeyNames, project: str, queue: str, *,
+              after: float | None = None, ids_follow_times: bool = True
               ) -> Iterator[events.Event]:
-    """The retained events of one queue, oldest first."""
+    """The retained events of one queue, oldest first; with *after*, only those whose
+    time is strictly greater, the stream read from the ids that may hold them when
+    *ids_follow_times* (the events' times are the server's clock, as its ids are)."""
     key = key_names.trail(project, queue)
     start = "-"
+    if after is not None and ids_follow_times:
+        # An entry's id is the server's clock (ms) when its script started (newer Redis
+        # freezes it for a script; older ones read it at the XADD, later still), or its
+        # previous entry's if that is ahead; its t is the clock the script read on its
+        # way (or an expiry, earlier). So an event with t > after has an id past after
+        # less the time a script runs before it reads the clock, far below ID_SLACK_MS.
+        start = str(max(0, math.floor(after * MS) - ID_SLACK_MS))
     while True:
         with unavailable:
             entries = client.xrange(key, start, "+", count=PAGE)
         for _entry_id, fields in entries:
-            yield trail_event(project, queue, fields)
+            event = trail_event(project, queue, fields)
+            if after is None or event.time > after:
+                yield event
         if len(entries) < PAGE:
             return
         start = "(" + entries[-1][0].decode()

@@ -22,12 +22,18 @@ class Trail(base.Trail):
         return [(owner, name) for owner, name in self.database.db().execute(
             sql.QUEUE_NAMES, (project,))]
 
-    def events(self, project: str, queue: str) -> Iterator[Event]:
-        for row in self.event_rows(project, queue):
+    def events(self, project: str, queue: str, *, after: float | None = None
+               ) -> Iterator[Event]:
+        for row in self.event_rows(project, queue, after=after):
             yield Event(*row)
 
-    def event_rows(self, project: str, queue: str) -> Iterator[tuple]:
-        return iter(self.database.db().execute(sql.EVENTS_OF_QUEUE, (project, queue)))
+    def event_rows(self, project: str, queue: str, *, after: float | None = None
+                   ) -> Iterator[tuple]:
+        db = self.database.db()
+        if after is None:
+            return iter(db.execute(sql.EVENTS_OF_QUEUE, (project, queue)))
+        # The column holds each Event's time as is: compared exactly, no rounding.
+        return iter(db.execute(sql.EVENTS_OF_QUEUE_AFTER, (project, queue, after)))
 
     def messages(self, project: str, queue: str) -> Iterator[Message]:
         db = self.database.db()

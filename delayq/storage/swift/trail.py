@@ -6,12 +6,14 @@ They use Swift's listings, which may lag a little behind the latest writes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 from delayq.events import Event
 from delayq.message import Message
 from delayq.storage import base
 from delayq.storage.swift import layout as lay
+from delayq.storage.swift.layout import US
 from delayq.storage.swift.live_messages import LiveMessages
 from delayq.storage.swift.objects import LISTING_PAGE, Objects, unavailable
 
@@ -68,24 +70,33 @@ class Trail(base.Trail):
         trail = lay.decode_events(found[1]) if found else []
         return trail[0].project if trail else None
 
-    def events(self, project: str, queue: str) -> Iterator[Event]:
-        """The retained events of one queue's trail, oldest first."""
+    def events(self, project: str, queue: str, *, after: float | None = None
+               ) -> Iterator[Event]:
+        """The retained events of one queue's trail, oldest first; with *after*, only
+        those whose time is strictly greater, the objects named before it not listed."""
         objects = self._objects
         container = lay.events_container(objects.prefix, project, queue)
-        after = ""
+        marker = ""
+        if after is not None:
+            # An object is named by the time of the request that wrote it, the time of
+            # its events but for expired ones, stamped with an earlier expiry: an event
+            # after *after* is in an object named after it too. A bare time sorts before
+            # every name it begins; one microsecond less absorbs after * US's rounding.
+            marker = lay.time_name(max(0, math.floor(after * US) - 1))
         while True:
             with unavailable:
-                names = objects.names(container, "", marker=after, limit=LISTING_PAGE)
+                names = objects.names(container, "", marker=marker, limit=LISTING_PAGE)
             for start in range(0, len(names), TRAIL_BATCH):
                 with unavailable:
                     bodies = objects.parallel(lambda name: objects.get(container, name),
                                               names[start:start + TRAIL_BATCH])
                 for found in bodies:
                     if found is not None:  # past its retention (X-Delete-At)
-                        yield from lay.decode_events(found[1])
+                        yield from (event for event in lay.decode_events(found[1])
+                                    if after is None or event.time > after)
             if len(names) < LISTING_PAGE:
                 return
-            after = names[-1]
+            marker = names[-1]
 
     def messages(self, project: str, queue: str) -> Iterator[Message]:
         container = self._objects.container(project, queue)
