@@ -10,8 +10,9 @@
               .load())                                           # kind=events by default
 
 Options: ``config_file`` or ``uri`` (exactly one), ``project``, ``queues`` (comma-separated
-names), ``kind`` = ``events`` | ``messages``, ``partitions`` (default: the session's
-default parallelism when registered with ``register``, else one per queue).
+names), ``kind`` = ``events`` | ``messages``, ``after`` (events only: POSIX seconds; only
+the events later than that are read from the store), ``partitions`` (default: the
+session's default parallelism when registered with ``register``, else one per queue).
 
 Planning lists the ``(project, queue)`` pairs with ``Trail.queues`` and deals them
 round-robin into at most ``partitions`` input partitions, so a cluster reads queues in
@@ -24,6 +25,7 @@ they are read.
 from __future__ import annotations
 
 import itertools
+import math
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -103,6 +105,7 @@ class ReadOptions:
     queues: tuple[str, ...] | None = None
     kind: str = EVENTS
     partitions: int | None = None
+    after: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -111,11 +114,15 @@ class ReadOptions:
         if kind not in KINDS:
             raise ValueError(f"delayq option kind must be one of {', '.join(KINDS)}, "
                              f"not {kind!r}")
+        after = parse_after(options.get("after"))
+        if after is not None and kind != EVENTS:
+            raise ValueError(f"delayq option after applies to kind {EVENTS} only")
         return cls(location=StoreLocation.from_options(options),
                    project=options.get("project") or None,
                    queues=parse_queues(options.get("queues")),
                    kind=kind,
-                   partitions=parse_partitions(options.get("partitions")))
+                   partitions=parse_partitions(options.get("partitions")),
+                   after=after)
 
 
 def parse_queues(text: str | None) -> tuple[str, ...] | None:
@@ -140,6 +147,20 @@ def parse_partitions(text: str | None) -> int | None:
     if count < 1:
         raise ValueError(f"partitions must be a positive integer, not {count}")
     return count
+
+
+def parse_after(text: str | None) -> float | None:
+    """POSIX seconds (``repr`` of a float, so no precision is lost on the way), or None
+    when not given."""
+    if text is None or text == "":
+        return None
+    try:
+        after = float(text)
+    except ValueError:
+        raise ValueError(f"after must be POSIX seconds, not {text!r}") from None
+    if not math.isfinite(after):
+        raise ValueError(f"after must be POSIX seconds, not {text!r}")
+    return after
 
 
 def format_queues(queues: Sequence[str]) -> str:
@@ -236,12 +257,13 @@ def message_values(project: str, queue: str, message: Message,
 
 
 def queue_rows(driver: Synchronous, kind: str, project: str, queue: str,
-               cipher: BodyCipher | None = None) -> Iterator[tuple]:
-    """The rows of one queue: its events or its live messages, encrypted bodies opened
-    with *cipher*."""
+               cipher: BodyCipher | None = None, after: float | None = None
+               ) -> Iterator[tuple]:
+    """The rows of one queue: its events (those later than *after*, when given) or its
+    live messages, encrypted bodies opened with *cipher*."""
     if kind == EVENTS:
         return (opened_event_row(row, cipher)
-                for row in driver.trail.event_rows(project, queue))
+                for row in driver.trail.event_rows(project, queue, after=after))
     return (message_values(project, queue, m, cipher)
             for m in driver.trail.messages(project, queue))
 
@@ -270,12 +292,13 @@ class DelayqReader(DataSourceReader):
         pairs = partition.pairs if partition is not None else ()
         if not pairs:
             return
-        kind = self.options.kind
+        kind, after = self.options.kind, self.options.after
         cipher = body_cipher(self.options.location)
         driver = open_driver(self.options.location)
         try:
             rows = itertools.chain.from_iterable(
-                queue_rows(driver, kind, project, queue, cipher) for project, queue in pairs)
+                queue_rows(driver, kind, project, queue, cipher, after)
+                for project, queue in pairs)
             yield from record_batches(rows, arrow_schema(SCHEMAS[kind]))
         finally:
             driver.close()
@@ -316,8 +339,9 @@ def register(spark: SparkSession) -> None:
 
 def read(spark: SparkSession, location: StoreLocation, *, kind: str = EVENTS,
          project: str | None = None, queues: Sequence[str] | None = None,
-         partitions: int | None = None) -> DataFrame:
-    """A DataFrame of the store's events or messages; register() must have run.
+         partitions: int | None = None, after: float | None = None) -> DataFrame:
+    """A DataFrame of the store's events (those later than *after*, when given) or
+    messages; register() must have run.
 
     The schema is given, so Spark does not start a Python process to ask for it.
     """
@@ -329,4 +353,6 @@ def read(spark: SparkSession, location: StoreLocation, *, kind: str = EVENTS,
         reader = reader.option("queues", format_queues(queues))
     if partitions is not None:
         reader = reader.option("partitions", str(partitions))
+    if after is not None:
+        reader = reader.option("after", repr(after))
     return reader.load()

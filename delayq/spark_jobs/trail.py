@@ -94,8 +94,14 @@ class Trail:
 
     @classmethod
     def of(cls, events: DataFrame, as_of: float) -> Trail:
-        """The trail of *events* (cut at *as_of* here if not already)."""
-        return cls(arrivals(until(events, as_of), as_of), as_of)
+        """The trail of *events* (cut at *as_of* here if not already): one shuffle, the
+        events grouped per message (purges, which have no message id, group apart)."""
+        return cls.of_partials(partials(until(events, as_of)), as_of)
+
+    @classmethod
+    def of_partials(cls, messages: DataFrame, as_of: float) -> Trail:
+        """The trail of the ``partials`` of events at or before *as_of*."""
+        return cls(arrivals(messages, as_of), as_of)
 
     def event_count(self) -> int:
         """How many events of the trail there are (at or before ``as_of``)."""
@@ -164,17 +170,21 @@ def first_delivery() -> Column:
     return F.min(_where(DELIVERIES, F.col("time")))
 
 
-def last_known_expiry() -> Column:
-    """The ``expires`` of the message's latest posted, claimed or dead_lettered event.
+def latest_expiry_event() -> Column:
+    """struct(time, claim_count, rank, expires) of the message's latest posted, claimed
+    or dead_lettered event: its ``expires`` is the last known expiry.
 
     Events at the same instant (a fake clock, a fast consumer) are put in the order
-    they happened by their claim count, then by EXPIRY_EVENTS.
+    they happened by their claim count, then by EXPIRY_EVENTS. ``expires`` comes last,
+    so events equal on the rest pick the same expiry whichever is seen first; the
+    greatest of two such structs is the greatest of all their events', which is what
+    lets partial groupings merge.
     """
-    # expires last: events equal on the rest pick the same expiry whichever arrives
-    # first in the group.
-    order = F.struct(F.col("time"), F.coalesce(F.col("claim_count"), F.lit(0)),
-                     _rank(F.col("kind"), EXPIRY_EVENTS), F.col("expires"))
-    return F.max_by(F.col("expires"), _where(EXPIRY_EVENTS, order))
+    return F.max(_where(EXPIRY_EVENTS, F.struct(
+        F.col("time").alias("time"),
+        F.coalesce(F.col("claim_count"), F.lit(0)).alias("claim_count"),
+        _rank(F.col("kind"), EXPIRY_EVENTS).alias("rank"),
+        F.col("expires").alias("expires"))))
 
 
 def due_changes() -> Column:
@@ -221,9 +231,16 @@ def _keyed(events: DataFrame) -> DataFrame:
             .withColumn("body", _where((ev.DEAD_LETTERED,), F.col("body"))))
 
 
-def _messages(events: DataFrame) -> DataFrame:
-    """One row per message id and project (``message_id`` null for the events that have
-    none, purges), with its facts and its arrivals, endings and due changes as arrays.
+# The columns of a partial grouping (``partials``) that are lists, merged by concatenation.
+LISTS = ("due_changes", "endings", "arrivals")
+
+
+def partials(events: DataFrame) -> DataFrame:
+    """One row per message (``message_id`` null for the events that have none, purges)
+    with what its *events* say, every column of a kind that merges with the same
+    columns of its other events (``merged``): MESSAGE_HASH, MESSAGE, ``events`` (a
+    count), ``first_delivery`` (a minimum), ``expiry_event`` (a greatest), and the
+    lists LISTS of its due changes, endings and arrivals.
 
     The events are hashed by message before they are grouped: grouped straight from
     the read, Spark would collect partial arrays on each reading task, sort them and
@@ -236,19 +253,37 @@ def _messages(events: DataFrame) -> DataFrame:
     return (_keyed(events).repartition(MESSAGE_HASH).groupBy(MESSAGE_HASH, *MESSAGE).agg(
         F.count(F.lit(1)).alias("events"),
         first_delivery().alias("first_delivery"),
-        last_known_expiry().alias("expiry"),
+        latest_expiry_event().alias("expiry_event"),
         due_changes().alias("due_changes"),
         endings().alias("endings"),
-        arrivals_and_purges().alias("arrivals"))
-        .drop(MESSAGE_HASH))
+        arrivals_and_purges().alias("arrivals")))
 
 
-def arrivals(events: DataFrame, as_of: float) -> DataFrame:
-    """The rows of ``Trail.events`` from *events*, cut at *as_of*: one shuffle (the
-    events grouped per message; purges, which have no message id, group apart)."""
-    messages = _messages(events)
+def merged(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    """The partials of two sets of events, *earlier* (many messages, typically read
+    back from an audit's state) and *later* (typically few): the rows of *earlier*
+    whose message *later* has no event for as they are, the others merged with it.
+
+    Only the messages both have are grouped again, so the cost follows *later*'s size;
+    *later*'s message hashes are broadcast to pick them out of *earlier*. A hash two
+    messages share only sends a message through the merge it did not need.
+    """
+    touched = F.broadcast(later.select(MESSAGE_HASH).distinct())
+    kept = earlier.join(touched, MESSAGE_HASH, "left_anti")
+    both = earlier.join(touched, MESSAGE_HASH, "left_semi").unionByName(later)
+    regrouped = both.groupBy(MESSAGE_HASH, *MESSAGE).agg(
+        F.sum("events").alias("events"),
+        F.min("first_delivery").alias("first_delivery"),
+        F.max("expiry_event").alias("expiry_event"),
+        *(F.flatten(F.collect_list(name)).alias(name) for name in LISTS))
+    return kept.unionByName(regrouped)
+
+
+def arrivals(messages: DataFrame, as_of: float) -> DataFrame:
+    """The rows of ``Trail.events`` from the ``partials`` of a trail cut at *as_of*."""
     messages = messages.select(
-        "*", due_in_force(F.col("due_changes"), F.col("first_delivery")).alias("due_in_force"))
+        "*", F.col("expiry_event.expires").alias("expiry"),
+        due_in_force(F.col("due_changes"), F.col("first_delivery")).alias("due_in_force"))
     kind = F.col("e.kind")
     # A message none of whose events is an arrival keeps one row (kind null), for the
     # count of its events.
