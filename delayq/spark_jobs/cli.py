@@ -4,11 +4,13 @@
 
     delayq-audit {delay,dlq,all} (--config-file F | --uri U) --output DIR
                  [--project P] [--queues a,b] [--as-of T] [--master URL] [--partitions N]
+                 [--state DIR]
 
 Writes DIR/audit.json, DIR/delay.parquet, DIR/dead_letter.parquet (for the audits run)
 and DIR/report.html; progress goes to stderr. Exit status: 0 done, 1 the store or Spark
 failed, 2 bad arguments (an unwritable DIR, an --as-of the store's clock has not
-reached), 3 nothing audited (no queue matched, or no event): the outputs say so too.
+reached, a --state DIR of another store or a newer delayq), 3 nothing audited (no queue
+matched, or no event): the outputs say so too.
 
 Everything that can be checked without Spark is checked before it starts: the output
 directory, the store, the audit time, what matches. Paths are made absolute first, so
@@ -35,10 +37,11 @@ from typing import NoReturn
 
 from pyspark.sql import SparkSession
 
-from delayq.spark_jobs import job, output, report, source, store
+from delayq.spark_jobs import job, output, report, source, state, store
 from delayq.spark_jobs.output import AUDITS, DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.scope import Scope
+from delayq.spark_jobs.state import State, StateError
 from delayq.spark_jobs.store import StoreError, StoreLocation
 
 PROG = "delayq-audit"
@@ -121,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--partitions", metavar="N", type=positive_int,
                         help="Spark partitions to read the store with (default: Spark's "
                              "default parallelism)")
+    parser.add_argument("--state", metavar="DIR",
+                        help="keep what is read in DIR and read from the store only what "
+                             "came after it the next time (created if needed)")
     return parser
 
 
@@ -131,7 +137,16 @@ def request_from(args: argparse.Namespace) -> job.Request:
     return job.Request(location=location,
                        scope=Scope(project=args.project, queues=args.queues or None),
                        audits=COMMANDS[args.command], as_of=args.as_of,
-                       partitions=args.partitions)
+                       partitions=args.partitions,
+                       state=None if args.state is None else state_directory(args.state))
+
+
+def state_directory(text: str) -> Path:
+    """``--state``: an absolute path that is a directory or can become one."""
+    path = Path(text).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--state {text} exists and is not a directory")
+    return path
 
 
 def reason(exc: BaseException) -> str:
@@ -182,14 +197,26 @@ def spark_session(master: str | None, progress: Progress) -> tuple[SparkSession,
     return spark, True
 
 
+def check_state(request: job.Request) -> None:
+    """Raise StateError when the --state directory cannot serve this audit, before
+    Spark starts."""
+    if request.state is not None:
+        State(request.state, store.identity(request.location),
+              request.scope.project).load()
+
+
 def write_outputs(request: job.Request, plan: job.Plan, outcome: job.Outcome,
                   progress: Progress, directory: Path) -> None:
     """audit.json, the Parquet files of the audits run, and report.html."""
     with progress.step(f"writing {directory}") as note:
+        held = (None if outcome.state is None or request.state is None
+                else state.report(request.state, outcome.state,
+                                  outcome.read_from_store or 0))
         doc = output.document(
             as_of=plan.as_of, driver=plan.driver, scope=request.scope, rows=outcome.rows,
             generated_at=time.time(), events=outcome.events,
-            nothing_audited=outcome.nothing_audited, missing_queues=plan.missing)
+            nothing_audited=outcome.nothing_audited, missing_queues=plan.missing,
+            state=held)
         written = [output.write_json(directory, doc)]
         for audit in request.audits:
             written.append(output.write_parquet(directory, audit, outcome.rows[audit],
@@ -234,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: cannot read {store.describe(request.location)}: "
                          f"{store.cause(exc)}\n")
         return EXIT_FAILED
+    try:
+        check_state(request)
+    except StateError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return EXIT_USAGE
     if plan.missing:
         progress.say(f"not in the store (no messages or events): {', '.join(plan.missing)}")
     if plan.nothing_audited is not None:

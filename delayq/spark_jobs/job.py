@@ -5,7 +5,8 @@ Spark work, so a wrong location, an unreachable store, an audit time the store h
 reached, or a scope that matches nothing fails fast with a clear message. ``run`` reads
 the trail through the ``delayq`` data source and groups it per message in one Spark job
 (``trail.Trail``), kept for the audits' queries, so every audit sees the same events and
-the store is read once.
+the store is read once. With a state directory (``state``), the store is read only
+after the state's watermark and the rest of the trail comes from the state.
 """
 
 from __future__ import annotations
@@ -13,11 +14,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from delayq.spark_jobs import dead_letter_audit, delay_audit, output, scope, source, trail
+from delayq.spark_jobs import (
+    dead_letter_audit,
+    delay_audit,
+    output,
+    scope,
+    source,
+    state,
+    store,
+    trail,
+)
 from delayq.spark_jobs.output import DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.store import StoreLocation, open_driver
@@ -41,6 +53,7 @@ class Request:
     audits: tuple[str, ...]
     as_of: float | None = None  # None: the store's clock when the audit starts
     partitions: int | None = None  # None: the session's default parallelism
+    state: Path | None = None  # the state directory of incremental re-audits
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +62,7 @@ class Plan:
 
     driver: str
     as_of: float
+    clock: float  # the store's clock when the plan was made
     read_queues: tuple[str, ...] | None  # None: every queue of the scope
     queue_count: int  # (project, queue) pairs the read covers
     missing: tuple[str, ...] = ()  # queues of --queues the store has no trail of
@@ -63,6 +77,8 @@ class Outcome:
     rows: dict[str, list[dict[str, Any]]]
     events: int
     nothing_audited: str | None = None
+    read_from_store: int | None = None  # events read from the store; None: all of them
+    state: state.Saved | None = None  # the state written, with --state
 
 
 def nothing(request: Request, reason: str) -> Outcome:
@@ -87,9 +103,13 @@ def make_plan(request: Request) -> Plan:
                 f"({output.rfc3339(now)}): the audit would count as expired messages "
                 "that have not expired yet")
         as_of = request.as_of if request.as_of is not None else now
-        sources = (scope.dead_letter_sources(driver, request.scope)
-                   if DEAD_LETTER in request.audits else [])
-        read_queues = scope.widened(request.scope.queues, sources)
+        if request.state is not None:
+            # A state holds the whole project's trail: --queues only picks the rows.
+            read_queues = None
+        else:
+            sources = (scope.dead_letter_sources(driver, request.scope)
+                       if DEAD_LETTER in request.audits else [])
+            read_queues = scope.widened(request.scope.queues, sources)
         pairs = source.selected_pairs(driver, request.scope.project, read_queues)
     finally:
         driver.close()
@@ -97,7 +117,7 @@ def make_plan(request: Request) -> Plan:
     listed = request.scope.queues or ()
     missing = tuple(queue for queue in listed if queue not in found)
     matched = bool(pairs) and (not listed or len(missing) < len(listed))
-    return Plan(driver=driver.name, as_of=as_of, read_queues=read_queues,
+    return Plan(driver=driver.name, as_of=as_of, clock=now, read_queues=read_queues,
                 queue_count=len(pairs), missing=missing,
                 nothing_audited=None if matched else scope.nothing_matched(request.scope))
 
@@ -117,9 +137,9 @@ def shuffle_partitions(spark: SparkSession, count: int) -> Iterator[None]:
 
 
 def _read(spark: SparkSession, request: Request, queues: tuple[str, ...] | None,
-          partitions: int) -> DataFrame:
+          partitions: int, after: float | None = None) -> DataFrame:
     return source.read(spark, request.location, project=request.scope.project,
-                       queues=queues, partitions=partitions)
+                       queues=queues, partitions=partitions, after=after)
 
 
 def read_queues(spark: SparkSession, request: Request, plan: Plan, partitions: int,
@@ -137,13 +157,16 @@ def read_queues(spark: SparkSession, request: Request, plan: Plan, partitions: i
     return scope.widened(plan.read_queues, targets)
 
 
+def read_partitions(spark: SparkSession, request: Request, plan: Plan) -> int:
+    """How many partitions read the store."""
+    return request.partitions or source.default_parallelism(spark) or plan.queue_count or 1
+
+
 def read_trail(spark: SparkSession, request: Request, plan: Plan,
                progress: Progress) -> tuple[trail.Trail, int]:
     """The trail the audits need as of the audit time, grouped and kept; with the
     number of events read."""
-    source.register(spark)
-    partitions = (request.partitions or source.default_parallelism(spark)
-                  or plan.queue_count or 1)
+    partitions = read_partitions(spark, request, plan)
     queues = read_queues(spark, request, plan, partitions, progress)
     slices = max(1, min(partitions, plan.queue_count))
     with progress.step(f"reading the trail of {plan.queue_count} queue(s) in {slices} "
@@ -155,12 +178,75 @@ def read_trail(spark: SparkSession, request: Request, plan: Plan,
     return grouped, count
 
 
+def held_events(partials: DataFrame) -> int:
+    """How many events *partials* (``trail.partials``) hold."""
+    total = partials.agg(F.sum("events")).first()
+    assert total is not None  # an aggregate without grouping has one row, always
+    return total[0] or 0
+
+
+def read_incrementally(spark: SparkSession, request: Request, plan: Plan, kept: state.State,
+                       saved: state.Saved | None, progress: Progress
+                       ) -> tuple[trail.Trail, int, int, state.Saved]:
+    """The trail as of the audit time from the state directory and the events of the
+    store after its watermark, grouped and kept; with the number of events in it and
+    of those read from the store, and the state written (``delayq.spark_jobs.state``).
+
+    The events up to the new watermark join the state's partials in a new generation;
+    the few after it, up to the audit time, are merged in for this audit only.
+    """
+    partitions = read_partitions(spark, request, plan)
+    since = None if saved is None else saved.watermark
+    mark = state.watermark(plan.as_of, plan.clock)
+    if since is not None:
+        mark = max(mark, since)
+    held_before = 0 if saved is None else saved.events
+    start = "the whole trail" if since is None else f"the trail after {output.rfc3339(since)}"
+    with progress.step(f"reading {start} of {plan.queue_count} queue(s), grouping it per "
+                       f"message and keeping it in {request.state}") as note:
+        fresh = trail.partials(trail.until(_read(spark, request, None, partitions, since),
+                                           mark))
+        held = (fresh if saved is None
+                else trail.merged(kept.partials(spark, saved.generation), fresh))
+        generation = kept.write(held, partitions)
+        held_now = held_events(kept.partials(spark, generation))
+        saved = kept.commit(generation, mark, held_now)
+        note(f"{held_now - held_before:,} events added, {held_now:,} held up to "
+             f"{output.rfc3339(mark)}")
+    with progress.step("reading the trail after that from the store and grouping the "
+                       "whole trail per message") as note:
+        recent = trail.partials(trail.until(_read(spark, request, None, partitions, mark),
+                                            plan.as_of))
+        grouped = trail.Trail.of_partials(
+            trail.merged(kept.partials(spark, saved.generation), recent),
+            plan.as_of).materialized()
+        count = grouped.event_count()
+        note(f"{count:,} events, {count - held_before:,} of them read from the store")
+    return grouped, count, count - held_before, saved
+
+
 def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress) -> Outcome:
     """The rows of each requested audit, or nothing when no event at or before the
     audit time was found."""
     cores = source.default_parallelism(spark) or 1
+    source.register(spark)
+    read_from_store: int | None = None
+    saved: state.Saved | None = None
     with shuffle_partitions(spark, max(2, cores * SHUFFLE_PARTITIONS_PER_CORE)):
-        grouped, count = read_trail(spark, request, plan, progress)
+        kept = (None if request.state is None else
+                state.State(request.state, store.identity(request.location),
+                            request.scope.project))
+        previous = None if kept is None else kept.load()
+        if kept is not None and previous is not None and plan.as_of < previous.watermark:
+            progress.say(f"--as-of is before the state's watermark "
+                         f"({output.rfc3339(previous.watermark)}): reading the whole trail "
+                         "and leaving the state as it is")
+            kept = None
+        if kept is None:
+            grouped, count = read_trail(spark, request, plan, progress)
+        else:
+            grouped, count, read_from_store, saved = read_incrementally(
+                spark, request, plan, kept, previous, progress)
         if count == 0:
             return nothing(request, f"no event at or before {output.rfc3339(plan.as_of)} "
                                     f"in the {plan.queue_count} queue(s) read")
@@ -169,4 +255,4 @@ def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress) -
             with progress.step(TITLES[audit]) as note:
                 rows[audit] = RUNNERS[audit](grouped, request.scope.queues)
                 note(f"{len(rows[audit])} row(s)")
-    return Outcome(rows, count)
+    return Outcome(rows, count, read_from_store=read_from_store, state=saved)

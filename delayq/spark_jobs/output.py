@@ -64,10 +64,11 @@ def prepare(directory: str) -> Path:
 
 def document(*, as_of: float, driver: str, scope: Scope,
              rows: dict[str, list[dict[str, Any]]], generated_at: float, events: int = 0,
-             nothing_audited: str | None = None, missing_queues: Sequence[str] = ()
-             ) -> dict[str, Any]:
+             nothing_audited: str | None = None, missing_queues: Sequence[str] = (),
+             state: dict[str, Any] | None = None) -> dict[str, Any]:
     """The content of audit.json; *rows* maps each audit run to its rows (empty when
-    *nothing_audited* says why nothing was)."""
+    *nothing_audited* says why nothing was); *state* says what a state directory held
+    and what was read from the store (None: no state used)."""
     doc: dict[str, Any] = {
         "generated_at": rfc3339(generated_at),
         "as_of": as_of,
@@ -77,6 +78,7 @@ def document(*, as_of: float, driver: str, scope: Scope,
         "events": events,
         "nothing_audited": nothing_audited,
         "missing_queues": list(missing_queues),
+        "state": state,
     }
     for audit in AUDITS:
         if audit in rows:

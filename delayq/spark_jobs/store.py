@@ -144,6 +144,26 @@ def cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 
+# The option that keeps deployments sharing one backend apart, per driver.
+SEPARATORS = {"redis": (REDIS_GROUP, "namespace"), "mongo": (MONGO_GROUP, "database"),
+              "swift": (SWIFT_GROUP, "container_prefix")}
+
+
+def identity(location: StoreLocation) -> str:
+    """The store of *location* however it is named (a configuration file or a URI):
+    its driver, its address and what keeps deployments on one backend apart (Redis'
+    namespace, MongoDB's database, Swift's container prefix). Never a password."""
+    conf = load_conf(location)
+    name = driver_name(conf)
+    where = address(conf)
+    # One SQLite file has one name: through links, and '//x' being '/x'.
+    found = f"{name} {os.path.realpath(where) if name == 'sqlite' else where}"
+    if name in SEPARATORS:
+        group, option = SEPARATORS[name]
+        found += f" {option}={conf[group][option]}"
+    return found
+
+
 def describe(location: StoreLocation) -> str:
     """"the <driver> store at <address>" of *location*, for messages."""
     conf = load_conf(location)

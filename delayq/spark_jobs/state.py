@@ -1,0 +1,166 @@
+"""The state of incremental re-audits: ``delayq-audit ... --state DIR``.
+
+DIR keeps what earlier audits read from one store: its trail up to a *watermark* (a
+time of the store's clock), grouped per message (``trail.partials``), as Parquet. The
+next audit with the same DIR reads from the store only the events after the watermark,
+merges them in (``trail.merged``) and audits the whole history.
+
+::
+
+    DIR/state.json       which generation is current and what it holds (``Saved``)
+    DIR/gen-<hex>/       one generation: the Parquet files of its partials
+
+A run writes its generation beside the current one, then replaces ``state.json`` in one
+step (``os.replace``): a run that dies before leaves the previous generation current,
+one that dies after leaves the new one. Generations ``state.json`` does not name are
+removed once it names another (left over by a run that died, they go at the next one).
+
+A state belongs to one store and one ``--project`` (all projects when none): a run
+given another is refused, as is a state written by a newer format of delayq, which
+this one cannot read; one of an older format is read again from the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from delayq import __version__
+from delayq.spark_jobs.output import rfc3339
+
+STATE_FILE = "state.json"
+GENERATION_PREFIX = "gen-"
+# The layout of DIR and of the Parquet rows; a change either way makes it 2.
+FORMAT = 1
+# How far the watermark stays behind the store's clock at the start of a run, in
+# seconds. A driver may add an event with a time just before its clock's now: MongoDB
+# and Swift write a request's events after its change, and a write may take its time
+# from the clock before it commits. Events this recent are read from the store again
+# by the next run instead of being held in the state, where a late one would be missed.
+LAG = 300.0
+
+
+class StateError(Exception):
+    """A state directory that cannot be used for this audit: says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """What ``state.json`` says."""
+
+    format: int
+    delayq: str  # the version that wrote it, for people
+    store: str  # store.identity of the store read
+    project: str | None  # the --project read; None: every project
+    watermark: float  # the partials hold every event at or before it
+    events: int  # how many events the partials hold
+    generation: str  # the directory of the partials, in DIR
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """A state directory, for one store and project."""
+
+    directory: Path
+    store: str
+    project: str | None
+
+    def load(self) -> Saved | None:
+        """The current generation; None when there is none yet, or when it is of an
+        older format (read again from the store). Raises StateError when it belongs to
+        another store or project, is of a newer format, or cannot be read."""
+        path = self.directory / STATE_FILE
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise StateError(f"cannot read {path}: {exc}") from exc
+        try:
+            saved = Saved(**doc)
+        except TypeError as exc:
+            raise StateError(f"{path} is not a delayq-audit state") from exc
+        if saved.format > FORMAT:
+            raise StateError(
+                f"{self.directory} was written by delayq {saved.delayq}, whose state "
+                f"format ({saved.format}) this delayq ({__version__}) cannot read: use "
+                "that delayq, or another --state directory")
+        if saved.store != self.store:
+            raise StateError(f"{self.directory} holds the trail of {saved.store}, not of "
+                             f"{self.store}: use another --state directory")
+        if saved.project != self.project:
+            raise StateError(f"{self.directory} holds {_projects(saved.project)}, not "
+                             f"{_projects(self.project)}: use another --state directory")
+        if saved.format < FORMAT:
+            return None
+        return saved
+
+    def partials(self, spark: SparkSession, generation: str) -> DataFrame:
+        """The partials of *generation*."""
+        return spark.read.parquet(str(self.directory / generation))
+
+    def write(self, partials: DataFrame, files: int) -> str:
+        """Write *partials* as a new generation in at most *files* Parquet files (a
+        Spark job); the generation's name, for ``commit``."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        generation = f"{GENERATION_PREFIX}{uuid.uuid4().hex[:12]}"
+        partials.coalesce(max(1, files)).write.parquet(str(self.directory / generation))
+        return generation
+
+    def commit(self, generation: str, watermark: float, events: int) -> Saved:
+        """Make *generation* the current one, holding *events* events up to *watermark*,
+        and remove the others."""
+        saved = Saved(format=FORMAT, delayq=__version__, store=self.store,
+                      project=self.project, watermark=watermark, events=events,
+                      generation=generation)
+        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".state-")
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump(asdict(saved), out, indent=2)
+                out.write("\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, self.directory / STATE_FILE)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        self.remove_others(generation)
+        return saved
+
+    def remove_others(self, current: str) -> None:
+        """Remove the generations other than *current*, and temporary files a run that
+        died left."""
+        for entry in self.directory.iterdir():
+            if entry.name.startswith(GENERATION_PREFIX) and entry.name != current:
+                shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name.startswith(".state-"):
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+
+
+def _projects(project: str | None) -> str:
+    return "every project" if project is None else f"project {project}"
+
+
+def watermark(as_of: float, clock: float) -> float:
+    """The watermark of a run auditing as of *as_of* on a store whose clock read *clock*
+    when it started: LAG behind the clock, never after the audit time."""
+    return min(as_of, clock - LAG)
+
+
+def report(directory: Path, saved: Saved, read_from_store: int) -> dict[str, Any]:
+    """The ``state`` of audit.json: the directory, its watermark and the events it
+    holds, and how many events of the audit were read from the store."""
+    return {"directory": str(directory), "watermark": saved.watermark,
+            "watermark_text": rfc3339(saved.watermark), "events_held": saved.events,
+            "events_read_from_store": read_from_store}
