@@ -23,6 +23,7 @@ import pytest
 
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy
+from delayq.spark_jobs import state as state_module
 from delayq.spark_jobs.cli import main
 from delayq.spark_jobs.state import LAG, STATE_FILE
 from delayq.storage.sqlite.driver import Driver as SqliteDriver
@@ -138,25 +139,35 @@ def test_a_re_audit_reads_only_what_came_after_and_equals_a_full_audit(
     assert read == full["events"] - first["events"]
     assert 0 < read < full["events"] / 3
     assert again["state"]["events_held"] == full["events"]
-    # Only the new generation is left.
-    assert [p.name for p in state.iterdir() if p.name.startswith("gen-")] == [
-        json.loads((state / STATE_FILE).read_text())["generation"]]
+    # The state's layers and nothing else are left: the first run's and this one's.
+    layers = json.loads((state / STATE_FILE).read_text())["layers"]
+    assert len(layers) == 2
+    assert sorted(p.name for p in state.iterdir() if p.name != STATE_FILE) == sorted(layers)
 
 
-def test_a_queue_list_and_a_project_pick_rows_of_the_states_trail(spark, rounds, tmp_path):
-    database, clock, _ = rounds
-    as_of = repr(clock.now)
+def test_a_queue_list_and_a_project_pick_rows_and_layers_are_written_again_as_one(
+        spark, rounds, tmp_path, monkeypatch):
+    """With --project and --queues the state still holds the project's whole trail;
+    past MAX_LAYERS layers, a run writes the state again as one layer."""
+    monkeypatch.setattr(state_module, "MAX_LAYERS", 1)
+    database, clock, rnd = rounds
     state = tmp_path / "state"
-    args = ("--project", PROJECT, "--queues", DLQ, "--as-of", as_of)
-    assert audit(database, tmp_path / "stated", "--state", str(state), *args) == EXIT_OK
-    assert audit(database, tmp_path / "again", "--state", str(state), *args) == EXIT_OK
-    assert audit(database, tmp_path / "full", *args) == EXIT_OK
-    stated, again = figures(tmp_path / "stated"), figures(tmp_path / "again")
-    full = figures(tmp_path / "full")
-    for section in ("delay", "dead_letter"):
-        assert stated[section] == full[section] == again[section]
+    args = ("--project", PROJECT, "--queues", DLQ)
+    assert audit(database, tmp_path / "stated", "--state", str(state), *args,
+                 "--as-of", repr(clock.now)) == EXIT_OK
+    fill_round(database, clock, rnd, 40)
+    as_of = repr(clock.now)
+    assert audit(database, tmp_path / "again", "--state", str(state), *args,
+                 "--as-of", as_of) == EXIT_OK
+    assert audit(database, tmp_path / "full", *args, "--as-of", as_of) == EXIT_OK
+    again, full = figures(tmp_path / "again"), figures(tmp_path / "full")
+    # The rows agree; the events audited do not: without a state only the trails the
+    # listed rows need are read.
+    assert again["events"] > full["events"]
+    assert again["delay"] == full["delay"] and again["dead_letter"] == full["dead_letter"]
     assert {row["queue"] for row in full["dead_letter"]["queues"]} == {DLQ}
-    assert load_audit(tmp_path / "again")["state"]["events_read_from_store"] == 0
+    assert len(json.loads((state / STATE_FILE).read_text())["layers"]) == 1
+    assert load_audit(tmp_path / "again")["state"]["events_read_from_store"] > 0
 
 
 def test_an_as_of_before_the_watermark_reads_everything_and_keeps_the_state(
@@ -217,7 +228,7 @@ def test_a_state_of_another_store_project_or_a_newer_delayq_is_refused(
 
 def test_a_run_killed_midway_leaves_a_state_the_next_run_uses(spark, rounds, tmp_path):
     """delayq-audit is killed (SIGKILL, Spark's JVM and Python workers with it) once its
-    new generation has begun to be written: the state still reads, and the next run's
+    new layer has begun to be written: the state still reads, and the next run's
     figures are a full audit's."""
     database, clock, rnd = rounds
     state = tmp_path / "state"
@@ -234,22 +245,21 @@ def test_a_run_killed_midway_leaves_a_state_the_next_run_uses(spark, rounds, tmp
         stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while not any(p.name.startswith("gen-") and p.name != before["generation"]
+        while not any(p.name.startswith("layer-") and p.name not in before["layers"]
                       for p in state.iterdir()):
             assert proc.poll() is None, "delayq-audit ended before writing its state"
-            assert time.monotonic() < deadline, "no new generation within 240 s"
+            assert time.monotonic() < deadline, "no new layer within 240 s"
             time.sleep(0.02)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     current = json.loads((state / STATE_FILE).read_text())
     assert current == before or current["events"] > before["events"]
-    assert (state / current["generation"]).is_dir()
+    assert all((state / layer).is_dir() for layer in current["layers"])
 
     assert audit(database, tmp_path / "next", "--state", str(state), "--as-of", as_of) \
         == EXIT_OK
     assert audit(database, tmp_path / "full", "--as-of", as_of) == EXIT_OK
     assert figures(tmp_path / "next") == figures(tmp_path / "full")
-    assert [p.name for p in state.iterdir()
-            if p.name.startswith(("gen-", ".state-"))] == [
-        json.loads((state / STATE_FILE).read_text())["generation"]]
+    assert sorted(p.name for p in state.iterdir() if p.name != STATE_FILE) == sorted(
+        json.loads((state / STATE_FILE).read_text())["layers"])

@@ -192,8 +192,8 @@ def read_incrementally(spark: SparkSession, request: Request, plan: Plan, kept: 
     store after its watermark, grouped and kept; with the number of events in it and
     of those read from the store, and the state written (``delayq.spark_jobs.state``).
 
-    The events up to the new watermark join the state's partials in a new generation;
-    the few after it, up to the audit time, are merged in for this audit only.
+    The events up to the new watermark go into the state as a new layer; the few after
+    it, up to the audit time, are merged in for this audit only.
     """
     partitions = read_partitions(spark, request, plan)
     since = None if saved is None else saved.watermark
@@ -205,20 +205,26 @@ def read_incrementally(spark: SparkSession, request: Request, plan: Plan, kept: 
     with progress.step(f"reading {start} of {plan.queue_count} queue(s), grouping it per "
                        f"message and keeping it in {request.state}") as note:
         fresh = trail.partials(trail.until(_read(spark, request, None, partitions, since),
-                                           mark))
-        held = (fresh if saved is None
-                else trail.merged(kept.partials(spark, saved.generation), fresh))
-        generation = kept.write(held, partitions)
-        held_now = held_events(kept.partials(spark, generation))
-        saved = kept.commit(generation, mark, held_now)
-        note(f"{held_now - held_before:,} events added, {held_now:,} held up to "
-             f"{output.rfc3339(mark)}")
+                                           mark)).localCheckpoint(eager=True)
+        added = held_events(fresh)
+        if saved is None:
+            layers = [kept.write(fresh, partitions)]
+        elif added == 0:
+            layers = saved.layers
+        else:
+            layers = [*saved.layers, kept.write(
+                trail.regrouped(kept.partials(spark, saved.layers), fresh), partitions)]
+            if len(layers) > state.MAX_LAYERS:
+                layers = [kept.write(kept.partials(spark, layers), partitions)]
+        saved = kept.commit(layers, mark, held_before + added)
+        note(f"{added:,} events added, {saved.events:,} held up to {output.rfc3339(mark)} "
+             f"in {len(layers)} layer(s)")
     with progress.step("reading the trail after that from the store and grouping the "
                        "whole trail per message") as note:
         recent = trail.partials(trail.until(_read(spark, request, None, partitions, mark),
                                             plan.as_of))
         grouped = trail.Trail.of_partials(
-            trail.merged(kept.partials(spark, saved.generation), recent),
+            trail.merged(kept.partials(spark, saved.layers), recent),
             plan.as_of).materialized()
         count = grouped.event_count()
         note(f"{count:,} events, {count - held_before:,} of them read from the store")

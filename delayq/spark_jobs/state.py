@@ -7,13 +7,18 @@ merges them in (``trail.merged``) and audits the whole history.
 
 ::
 
-    DIR/state.json       which generation is current and what it holds (``Saved``)
-    DIR/gen-<hex>/       one generation: the Parquet files of its partials
+    DIR/state.json       the layers that are current and what they hold (``Saved``)
+    DIR/layer-<hex>/     one layer: the Parquet files of some messages' partials
 
-A run writes its generation beside the current one, then replaces ``state.json`` in one
-step (``os.replace``): a run that dies before leaves the previous generation current,
-one that dies after leaves the new one. Generations ``state.json`` does not name are
-removed once it names another (left over by a run that died, they go at the next one).
+The partials are in layers, oldest first: a message's row in a layer replaces its rows
+in the layers before it. A re-audit writes one layer, of the messages the new events
+touched (``trail.regrouped``), so its cost follows what is new, not the size of the
+state; once there are MAX_LAYERS, they are written again as one.
+
+A run writes its layer beside the current ones, then replaces ``state.json`` in one
+step (``os.replace``): a run that dies before leaves the previous layers current, one
+that dies after leaves the new ones. Layers ``state.json`` does not name are removed
+once it names others (left over by a run that died, they go at the next one).
 
 A state belongs to one store and one ``--project`` (all projects when none): a run
 given another is refused, as is a state written by a newer format of delayq, which
@@ -35,10 +40,15 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from delayq import __version__
+from delayq.spark_jobs import trail
 from delayq.spark_jobs.output import rfc3339
 
 STATE_FILE = "state.json"
-GENERATION_PREFIX = "gen-"
+LAYER_PREFIX = "layer-"
+TEMPORARY_PREFIX = ".state-"
+# Layers past which a run writes the state again as one: each layer read costs a join
+# against the hashes of the layers after it.
+MAX_LAYERS = 8
 # The layout of DIR and of the Parquet rows; a change either way makes it 2.
 FORMAT = 1
 # How far the watermark stays behind the store's clock at the start of a run, in
@@ -63,7 +73,7 @@ class Saved:
     project: str | None  # the --project read; None: every project
     watermark: float  # the partials hold every event at or before it
     events: int  # how many events the partials hold
-    generation: str  # the directory of the partials, in DIR
+    layers: list[str]  # the directories of the partials in DIR, oldest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,25 +114,30 @@ class State:
             return None
         return saved
 
-    def partials(self, spark: SparkSession, generation: str) -> DataFrame:
-        """The partials of *generation*."""
-        return spark.read.parquet(str(self.directory / generation))
+    def partials(self, spark: SparkSession, layers: list[str]) -> DataFrame:
+        """The partials *layers* hold: every message's row of the latest layer that has
+        one."""
+        frames = [spark.read.parquet(str(self.directory / layer)) for layer in layers]
+        current = frames[-1]
+        for at in range(len(frames) - 2, -1, -1):
+            current = current.unionByName(trail.without(frames[at], current))
+        return current
 
     def write(self, partials: DataFrame, files: int) -> str:
-        """Write *partials* as a new generation in at most *files* Parquet files (a
-        Spark job); the generation's name, for ``commit``."""
+        """Write *partials* as a new layer in at most *files* Parquet files (a Spark
+        job); the layer's name."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        generation = f"{GENERATION_PREFIX}{uuid.uuid4().hex[:12]}"
-        partials.coalesce(max(1, files)).write.parquet(str(self.directory / generation))
-        return generation
+        layer = f"{LAYER_PREFIX}{uuid.uuid4().hex[:12]}"
+        partials.coalesce(max(1, files)).write.parquet(str(self.directory / layer))
+        return layer
 
-    def commit(self, generation: str, watermark: float, events: int) -> Saved:
-        """Make *generation* the current one, holding *events* events up to *watermark*,
+    def commit(self, layers: list[str], watermark: float, events: int) -> Saved:
+        """Make *layers* the current ones, holding *events* events up to *watermark*,
         and remove the others."""
         saved = Saved(format=FORMAT, delayq=__version__, store=self.store,
                       project=self.project, watermark=watermark, events=events,
-                      generation=generation)
-        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".state-")
+                      layers=layers)
+        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=TEMPORARY_PREFIX)
         try:
             with os.fdopen(handle, "w") as out:
                 json.dump(asdict(saved), out, indent=2)
@@ -134,16 +149,16 @@ class State:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-        self.remove_others(generation)
+        self.remove_others(layers)
         return saved
 
-    def remove_others(self, current: str) -> None:
-        """Remove the generations other than *current*, and temporary files a run that
-        died left."""
+    def remove_others(self, current: list[str]) -> None:
+        """Remove the layers not in *current*, and temporary files a run that died
+        left."""
         for entry in self.directory.iterdir():
-            if entry.name.startswith(GENERATION_PREFIX) and entry.name != current:
+            if entry.name.startswith(LAYER_PREFIX) and entry.name not in current:
                 shutil.rmtree(entry, ignore_errors=True)
-            elif entry.name.startswith(".state-"):
+            elif entry.name.startswith(TEMPORARY_PREFIX):
                 with contextlib.suppress(OSError):
                     entry.unlink()
 

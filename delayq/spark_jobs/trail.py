@@ -259,24 +259,38 @@ def partials(events: DataFrame) -> DataFrame:
         arrivals_and_purges().alias("arrivals")))
 
 
-def merged(earlier: DataFrame, later: DataFrame) -> DataFrame:
-    """The partials of two sets of events, *earlier* (many messages, typically read
-    back from an audit's state) and *later* (typically few): the rows of *earlier*
-    whose message *later* has no event for as they are, the others merged with it.
+def touched(later: DataFrame) -> DataFrame:
+    """The message hashes of *later*'s partials, to be broadcast: the few messages a
+    merge regroups."""
+    return F.broadcast(later.select(MESSAGE_HASH).distinct())
 
-    Only the messages both have are grouped again, so the cost follows *later*'s size;
-    *later*'s message hashes are broadcast to pick them out of *earlier*. A hash two
-    messages share only sends a message through the merge it did not need.
+
+def without(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    """The rows of *earlier* whose message *later* has no row for."""
+    return earlier.join(touched(later), MESSAGE_HASH, "left_anti")
+
+
+def regrouped(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    """The partials of the messages *later* has rows for, merged with *earlier*'s rows
+    of the same messages: together with ``without(earlier, later)``, the partials of
+    both sets of events.
+
+    Only those messages are grouped again, so the cost follows *later*'s size, however
+    large *earlier* is. A hash two messages share only sends a message through the
+    merge it did not need.
     """
-    touched = F.broadcast(later.select(MESSAGE_HASH).distinct())
-    kept = earlier.join(touched, MESSAGE_HASH, "left_anti")
-    both = earlier.join(touched, MESSAGE_HASH, "left_semi").unionByName(later)
-    regrouped = both.groupBy(MESSAGE_HASH, *MESSAGE).agg(
+    both = earlier.join(touched(later), MESSAGE_HASH, "left_semi").unionByName(later)
+    return both.groupBy(MESSAGE_HASH, *MESSAGE).agg(
         F.sum("events").alias("events"),
         F.min("first_delivery").alias("first_delivery"),
         F.max("expiry_event").alias("expiry_event"),
         *(F.flatten(F.collect_list(name)).alias(name) for name in LISTS))
-    return kept.unionByName(regrouped)
+
+
+def merged(earlier: DataFrame, later: DataFrame) -> DataFrame:
+    """The partials of two sets of events, *earlier* (many messages, typically read
+    back from an audit's state) and *later* (typically few)."""
+    return without(earlier, later).unionByName(regrouped(earlier, later))
 
 
 def arrivals(messages: DataFrame, as_of: float) -> DataFrame:
