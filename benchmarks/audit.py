@@ -12,24 +12,34 @@ applies: delays come due, claims lapse, dead-letter queues expire what stays):
 * ``delayed-0`` and ``delayed-1`` (delay 30 s): each batch posted, 1 in 50 edited to a
   delay of 60 s, then claimed when due and deleted.
 
-About 3.2 events per message. Then, in one run, on the same machine:
+The fill's clock starts so that it ends a day before the real one.
+
+About 3.2 events per message. A store of a multiple of 1,000,000 messages beyond it is
+the 1,000,000-message store's trail copied under more projects (``replicate``). Then, in
+one run, on the same machine:
 
 1. ``delayq-audit all`` on the store (the console script, a process of its own: Spark's
    start included), with ``--master`` (``local[2]``) and ``--as-of`` fixed;
-2. the plain pass (``plain_audit``): the same events read through the driver into
-   Python dicts and every figure worked out in this one process;
+2. the plain pass (``plain_audit``), in a process of its own: the same events read
+   through the driver into Python dicts and every figure worked out in that process;
 3. ``delayq-audit all`` on an empty store (no queue: it says so without starting Spark)
-   and on a store of 10 messages (Spark started, the trail read and audited).
+   and on a store of 10 messages (Spark started, the trail read and audited): the fixed
+   cost;
+4. unless ``--no-incremental``, on a copy of the store: ``delayq-audit all --state``,
+   1 % more messages, the re-audit with that state, and a full audit as of the same
+   time.
 
-The audit's rows must equal the plain pass's (the script exits 1 otherwise). Prints the
-wall times, the ratio, events per second, the CPU time of each (the audit's counts every
-process it starts: Python, the JVM, the Python workers), and writes
-``benchmarks/results/audit.json``.
+The audit's rows must equal the plain pass's, and the re-audit's a full audit's (the
+script exits 1 otherwise). Prints the wall times, the CPU time of each (the audit's
+counts every process it starts: Python, the JVM, the Python workers), the CPU per event
+of each (the audit's beyond the 10-message audit's), every kind of process's peak
+memory (the JVM's heap is ``--driver-memory``, through a ``spark-defaults.conf``), what
+the re-audit read from the store, and writes ``benchmarks/results/audit.json``.
 
 Usage::
 
     python benchmarks/audit.py [--messages 1000000] [--master local[2]] [--workdir DIR]
-                               [--keep]
+                               [--driver-memory 3g] [--no-incremental] [--keep]
 
 ``--workdir`` keeps the filled store there and reuses it when it already holds the same
 ``--messages`` (the fill of 1,000,000 takes minutes).
@@ -46,9 +56,11 @@ import os
 import random
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -62,6 +74,7 @@ except ModuleNotFoundError:  # imported from elsewhere than benchmarks/
     import backlog
     import plain_audit
 
+from delayq.events import FIELDS
 from delayq.message import NewMessage
 from delayq.queue import DeadLetterPolicy
 from delayq.storage.sqlite.driver import Driver
@@ -75,6 +88,8 @@ BATCH = 1000
 TTL = 3600
 DELAY = 30
 POLICY = DeadLetterPolicy(2, DLQ, 600)
+# Stores of a multiple of this many messages beyond it copy its trail (replicate).
+REPLICATED_FROM = 1_000_000
 AUDIT = Path(sys.executable).parent / "delayq-audit"
 RESULTS = Path(__file__).resolve().parent / "results" / "audit.json"
 FIGURE_DIGITS = 1e-6  # figures are rounded to 6 decimals on both sides
@@ -96,12 +111,25 @@ def body(rnd: random.Random, n: int) -> dict[str, Any]:
             "meta": {"shard": n % 7, "region": rnd.choice(("eu", "us"))}}
 
 
-def fill(path: Path, messages: int, progress: bool = True) -> None:
-    """*messages* messages through the SQLite driver (module docstring)."""
-    clock = Clock(time.time() - 86400)
+# Seconds the fill's clock moves on per round of one batch per queue (see fill).
+ROUND_SECONDS = 6 * 0.5 + (2 * DELAY + 1) + 6 * 0.5 + 5
+
+
+def fill_span(messages: int) -> float:
+    """About how many seconds of the store's clock a fill of *messages* covers."""
+    return math.ceil(messages / (BATCH * (len(SOURCES) + len(DELAYED)))) * ROUND_SECONDS
+
+
+def fill(path: Path, messages: int, progress: bool = True, start: float | None = None,
+         seed: int = 27) -> None:
+    """*messages* messages through the SQLite driver (module docstring), on a clock that
+    starts at *start* (default: so that the fill ends a day before now)."""
+    if start is None:
+        start = time.time() - 86400 - fill_span(messages)
+    clock = Clock(start)
     driver = Synchronous(Driver(str(path), clock=clock))
     client = str(uuid.uuid4())
-    rnd = random.Random(27)
+    rnd = random.Random(seed)
     try:
         for queue in SOURCES:
             driver.queues.create(PROJECT, queue, {"_max_claim_count": 2,
@@ -184,41 +212,133 @@ def reap_descendants() -> None:
             os.waitpid(-1, 0)
 
 
-def run_audit(config: Path, output: Path, master: str, as_of: float | None
-              ) -> dict[str, Any]:
+class PeakMemory:
+    """The peak resident memory (the kernel's VmHWM) and the CPU time of every
+    descendant process, by kind, sampled from /proc while a run lasts (Linux; empty
+    elsewhere). CPU a process spends in its last interval is missed: the split between
+    kinds is approximate, the total of run_audit is not."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.peaks: dict[int, tuple[str, int, float]] = {}  # pid -> (kind, kB, CPU s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while True:
+            for pid in descendants(os.getpid()):
+                found = peak_of(pid)
+                if found is not None:
+                    self.peaks[pid] = found
+            if self._stop.wait(self.interval):
+                return
+
+    def by_kind(self) -> dict[str, dict[str, float]]:
+        """Per kind of process: how many ran, the largest peak and the sum of the peaks
+        (MB)."""
+        kinds: dict[str, list[tuple[int, float]]] = {}
+        for kind, kilobytes, cpu in self.peaks.values():
+            kinds.setdefault(kind, []).append((kilobytes, cpu))
+        return {kind: {"processes": len(found),
+                       "max_mb": round(max(kb for kb, _ in found) / 1024),
+                       "sum_mb": round(sum(kb for kb, _ in found) / 1024),
+                       "cpu_seconds": round(sum(cpu for _, cpu in found), 1)}
+                for kind, found in sorted(kinds.items())}
+
+
+def descendants(root: int) -> list[int]:
+    """The processes below *root* now."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def peak_of(pid: int) -> tuple[str, int, float] | None:
+    """(kind, VmHWM kB, CPU seconds so far) of *pid*, or None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+    hwm = next((int(line.split()[1]) for line in status.splitlines()
+                if line.startswith("VmHWM:")), None)
+    cpu = (int(stat[11]) + int(stat[12])) / TICKS  # utime, stime
+    return None if hwm is None else (process_kind(command), hwm, cpu)
+
+
+def process_kind(command: str) -> str:
+    if "java" in command.split(" ", 1)[0]:
+        return "JVM (Spark driver and executor)"
+    if "pyspark" in command or "daemon" in command:
+        return "Spark Python workers"
+    if "delayq-audit" in command:
+        return "delayq-audit (Python)"
+    return "other"
+
+
+def run_audit(config: Path, output: Path, master: str, as_of: float | None,
+              extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """One ``delayq-audit all`` run: its wall time, CPU time (of every process it
-    started; None where adopt_orphans cannot make that count), exit status and progress
-    lines."""
+    started; None where adopt_orphans cannot make that count), peak memory per kind of
+    process, exit status and progress lines."""
     argv = [str(AUDIT), "all", "--config-file", str(config), "--output", str(output),
-            "--master", master]
+            "--master", master, *extra]
     if as_of is not None:
         argv += ["--as-of", repr(as_of)]
     whole_tree = adopt_orphans()
     cpu = children_cpu()
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - started
-    reap_descendants()
+    with PeakMemory() as memory:
+        done = subprocess.run(argv, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        wall = time.perf_counter() - started
+        reap_descendants()
     cpu = round(children_cpu() - cpu, 2) if whole_tree else None
     said = [line for line in done.stderr.replace("\r", "\n").splitlines()
             if line.startswith("delayq-audit:")]
     if done.returncode not in (0, 3):
         raise RuntimeError(f"delayq-audit exited {done.returncode}:\n{done.stderr}")
-    return {"seconds": round(wall, 2), "cpu_seconds": cpu,
+    return {"seconds": round(wall, 2), "cpu_seconds": cpu, "memory": memory.by_kind(),
             "status": done.returncode, "progress": said}
 
 
-def plain_pass(database: Path, as_of: float) -> tuple[dict[str, Any], float, float]:
-    """The plain pass's rows, its wall time and its CPU time (opening the store
-    included)."""
-    cpu = time.process_time()
+def plain_pass(database: Path, as_of: float, workdir: Path) -> dict[str, Any]:
+    """The plain pass in a process of its own: its rows, wall time, CPU time and peak
+    memory (opening the store included)."""
+    out = workdir / "plain.json"
     started = time.perf_counter()
-    driver = Synchronous(Driver(str(database)))
-    try:
-        rows = plain_audit.audit(driver, as_of)
-    finally:
-        driver.close()
-    return rows, time.perf_counter() - started, time.process_time() - cpu
+    proc = subprocess.Popen([sys.executable, str(Path(plain_audit.__file__)),
+                             str(database), repr(as_of), str(out)], stdin=subprocess.DEVNULL)
+    _, status, used = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the plain pass exited {proc.returncode}")
+    return {"rows": json.loads(out.read_text()), "seconds": round(wall, 2),
+            "cpu_seconds": round(used.ru_utime + used.ru_stime, 2),
+            "peak_mb": round(used.ru_maxrss / 1024)}
 
 
 def small_store(directory: Path, messages: int) -> Path:
@@ -260,15 +380,104 @@ def same(a: Any, b: Any) -> bool:
 
 
 def filled_store(workdir: Path, messages: int) -> Path:
-    """The store of *messages* in *workdir*, filled unless it already is."""
+    """The store of *messages* in *workdir*, filled unless it already is; a multiple of
+    REPLICATED_FROM beyond it is made of copies (``replicate``)."""
     database = workdir / f"audit-{messages}.sqlite"
     marker = database.with_suffix(".filled")
     if not marker.exists():
         database.unlink(missing_ok=True)
         started = time.perf_counter()
-        fill(database, messages)
+        if messages > REPLICATED_FROM and messages % REPLICATED_FROM == 0:
+            base = filled_store(workdir, REPLICATED_FROM)
+            replicate(base, database, messages // REPLICATED_FROM)
+        else:
+            fill(database, messages)
         marker.write_text(f"{time.perf_counter() - started:.1f}\n")
     return database
+
+
+def replicate(base: Path, database: Path, copies: int) -> None:
+    """*database*: the trail of store *base* *copies* times over, each copy but the
+    first under a project of its own (``bench-2``, ``bench-3`` ...).
+
+    Filling ten million messages through the driver takes hours; the copies' events are
+    the driver's own, only their project differs (and a message is its project and id,
+    so each copy's messages are others). The copies hold no live messages: the audits
+    read the trail alone.
+    """
+    shutil.copyfile(base, database)
+    columns = ", ".join(FIELDS)
+    chosen = ", ".join("?" if name == "project" else name for name in FIELDS)
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        for copy in range(2, copies + 1):
+            print(f"\r  replicating the trail: copy {copy} of {copies}", end="", flush=True)
+            with db:
+                db.execute(f"INSERT INTO events ({columns}) SELECT {chosen} FROM events "
+                           "WHERE project = ?", (f"{PROJECT}-{copy}", PROJECT))
+    print()
+
+
+def last_event_time(database: Path) -> float:
+    """The time of the latest event of a SQLite store (its trail's table)."""
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        return db.execute("SELECT max(time) FROM events").fetchone()[0]
+
+
+def same_figures(doc: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """Where two audit.json documents' rows and event counts differ."""
+    found = differences(doc, {section: other[section]["queues"]
+                              for section in ("delay", "dead_letter")})
+    if doc["events"] != other["events"]:
+        found.append(f"events {doc['events']} != {other['events']}")
+    return found
+
+
+def incremental_runs(workdir: Path, database: Path, messages: int, master: str
+                     ) -> dict[str, Any]:
+    """On a copy of the store: an audit with a fresh --state, 1 % more messages, the
+    re-audit with that state and a full audit as of the same time, whose figures it
+    must equal."""
+    directory = workdir / "incremental"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    copy = directory / "delayq.sqlite"
+    shutil.copyfile(database, copy)
+    config = store_config(directory, copy)
+    state = ("--state", str(directory / "state"))
+    # As of the store's last event: the watermark is there, and the messages added
+    # next come after it (the fill's clock is a day behind the store's).
+    last = last_event_time(copy)
+    first = run_audit(config, directory / "out-first", master, last, state)
+    added = max(1, messages // 100)
+    fill(copy, added, progress=False, start=last + 1, seed=41)
+    as_of = time.time()
+    again = run_audit(config, directory / "out-again", master, as_of, state)
+    full = run_audit(config, directory / "out-full", master, as_of)
+    again_doc = json.loads((directory / "out-again" / "audit.json").read_text())
+    full_doc = json.loads((directory / "out-full" / "audit.json").read_text())
+    read = again_doc["state"]["events_read_from_store"]
+    return {"messages_added": added, "first_seconds": first["seconds"],
+            "first_cpu_seconds": first["cpu_seconds"],
+            "seconds": again["seconds"], "cpu_seconds": again["cpu_seconds"],
+            "events": again_doc["events"], "events_read_from_store": read,
+            "share_read_from_store": round(read / again_doc["events"], 4),
+            "full_seconds": full["seconds"], "full_cpu_seconds": full["cpu_seconds"],
+            "figures_agree": not same_figures(again_doc, full_doc),
+            "differences": same_figures(again_doc, full_doc)[:20],
+            "progress": again["progress"], "memory": again["memory"]}
+
+
+def spark_conf_dir(workdir: Path, driver_memory: str) -> Path:
+    """A Spark configuration directory bounding the heap of delayq-audit's JVM (with a
+    local master the driver's JVM is the executor too)."""
+    directory = workdir / "spark-conf"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "spark-defaults.conf").write_text(f"spark.driver.memory {driver_memory}\n")
+    return directory
+
+
+def micros(seconds: float | None, events: int) -> float | None:
+    return None if seconds is None or not events else round(seconds / events * 1e6, 2)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -276,6 +485,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=1_000_000,
                         help="messages to fill the store with (default 1,000,000)")
     parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    parser.add_argument("--driver-memory", default="3g",
+                        help="the heap of delayq-audit's JVM, spark.driver.memory (3g)")
+    parser.add_argument("--incremental", action=argparse.BooleanOptionalAction,
+                        default=True, help="also time a re-audit with --state after 1 %% "
+                                           "more messages, on a copy of the store")
     parser.add_argument("--workdir", type=Path,
                         help="where the store is kept and reused (default: a temporary "
                              "directory, removed at the end)")
@@ -288,22 +502,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="delayq-audit-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    os.environ["SPARK_CONF_DIR"] = str(spark_conf_dir(workdir, args.driver_memory))
     info = backlog.machine()
     print(f"delayq audit benchmark: {args.messages:,} messages, master {args.master}, "
-          f"{info['cpus']} CPUs, load {info.get('loadavg_start')}")
+          f"heap {args.driver_memory}, {info['cpus']} CPUs, "
+          f"load {info.get('loadavg_start')}")
     try:
         database = filled_store(workdir, args.messages)
         config = store_config(workdir, database)
         as_of = time.time()
         audit = run_audit(config, workdir / "out", args.master, as_of)
         spark_doc = json.loads((workdir / "out" / "audit.json").read_text())
-        plain_rows, plain_seconds, plain_cpu = plain_pass(database, as_of)
-        disagree = differences(spark_doc, plain_rows)
+        plain = plain_pass(database, as_of, workdir)
+        disagree = differences(spark_doc, plain["rows"])
 
         empty = run_audit(small_store(workdir / "empty", 0), workdir / "out-empty",
                           args.master, None)
         tiny = run_audit(small_store(workdir / "tiny", 10), workdir / "out-tiny",
                          args.master, None)
+        incremental = (incremental_runs(workdir, database, args.messages, args.master)
+                       if args.incremental else None)
     finally:
         if args.workdir is None and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -311,42 +529,77 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept: {workdir}")
 
     events = spark_doc["events"]
+    variable_cpu = (None if audit["cpu_seconds"] is None or tiny["cpu_seconds"] is None
+                    else audit["cpu_seconds"] - tiny["cpu_seconds"])
     result = {
         "messages": args.messages, "events": events, "master": args.master,
-        "audit_seconds": audit["seconds"], "plain_seconds": round(plain_seconds, 2),
-        "plain_over_audit": round(plain_seconds / audit["seconds"], 2),
+        "driver_memory": args.driver_memory,
+        "audit_seconds": audit["seconds"], "plain_seconds": plain["seconds"],
+        "plain_over_audit": round(plain["seconds"] / audit["seconds"], 2),
         "audit_events_per_second": round(events / audit["seconds"]),
-        "plain_events_per_second": round(events / plain_seconds),
+        "plain_events_per_second": round(events / plain["seconds"]),
         "audit_cpu_seconds": audit["cpu_seconds"],
-        "plain_cpu_seconds": round(plain_cpu, 2),
+        "plain_cpu_seconds": plain["cpu_seconds"],
+        "audit_variable_cpu_us_per_event": micros(variable_cpu, events),
+        "plain_cpu_us_per_event": micros(plain["cpu_seconds"], events),
+        "audit_memory": audit["memory"], "plain_peak_mb": plain["peak_mb"],
         "empty_store_seconds": empty["seconds"], "empty_store_status": empty["status"],
         "tiny_store_seconds": tiny["seconds"],
         "tiny_store_cpu_seconds": tiny["cpu_seconds"],
         "figures_agree": not disagree,
+        "incremental": incremental,
         "audit_progress": audit["progress"], "machine": info,
     }
     with contextlib.suppress(OSError):
         info["loadavg_end"] = os.getloadavg()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, audit, plain, empty, tiny, disagree)
+    print(f"results: {args.output}")
+    agree = not disagree and (incremental is None or incremental["figures_agree"])
+    return 0 if agree else 1
+
+
+def report(result: dict[str, Any], audit: dict[str, Any], plain: dict[str, Any],
+           empty: dict[str, Any], tiny: dict[str, Any], disagree: list[str]) -> None:
+    """Print the figures of one run."""
+    events = result["events"]
     print("\n".join(f"  {line}" for line in audit["progress"]))
-    print(f"events: {events:,} ({events / args.messages:.2f} per message)")
+    print(f"events: {events:,} ({events / result['messages']:.2f} per message)")
     print(f"delayq-audit all:     {audit['seconds']:7.1f} s wall  "
           f"({result['audit_events_per_second']:,} events/s)")
-    print(f"plain Python pass:    {plain_seconds:7.1f} s wall  "
+    print(f"plain Python pass:    {plain['seconds']:7.1f} s wall  "
           f"({result['plain_events_per_second']:,} events/s)")
     print(f"plain / audit:        {result['plain_over_audit']:7.2f}")
     if audit["cpu_seconds"] is not None:
         print(f"CPU, delayq-audit:    {audit['cpu_seconds']:7.1f} s  (every process it started)")
-    print(f"CPU, plain pass:      {plain_cpu:7.1f} s")
+    print(f"CPU, plain pass:      {plain['cpu_seconds']:7.1f} s")
+    print(f"CPU per event:        audit {result['audit_variable_cpu_us_per_event']} µs "
+          f"(beyond the 10-message audit's), plain pass "
+          f"{result['plain_cpu_us_per_event']} µs")
+    for kind, peak in audit["memory"].items():
+        print(f"peak memory, {kind}: {peak['max_mb']:,} MB "
+              f"({peak['processes']} process(es), {peak['sum_mb']:,} MB summed, "
+              f"about {peak['cpu_seconds']} s CPU)")
+    print(f"peak memory, plain pass: {plain['peak_mb']:,} MB")
     print(f"empty store:          {empty['seconds']:7.1f} s wall (exit {empty['status']})")
     print(f"store of 10 messages: {tiny['seconds']:7.1f} s wall"
           + (f", {tiny['cpu_seconds']:.1f} s CPU" if tiny["cpu_seconds"] is not None else ""))
     print(f"figures agree:        {'yes' if not disagree else 'NO'}")
     for line in disagree[:20]:
         print(f"  {line}")
-    print(f"results: {args.output}")
-    return 0 if not disagree else 1
+    incremental = result["incremental"]
+    if incremental is not None:
+        print(f"re-audit with --state after {incremental['messages_added']:,} more messages: "
+              f"{incremental['seconds']:.1f} s wall, {incremental['cpu_seconds']} s CPU, "
+              f"{incremental['events_read_from_store']:,} of {incremental['events']:,} events "
+              f"read from the store ({incremental['share_read_from_store']:.2%}); "
+              f"full audit then {incremental['full_seconds']:.1f} s; first audit with "
+              f"--state {incremental['first_seconds']:.1f} s; over the 10-message audit: "
+              f"{incremental['seconds'] - tiny['seconds']:+.1f} s; figures agree: "
+              f"{'yes' if incremental['figures_agree'] else 'NO'}")
+        for line in incremental["differences"]:
+            print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -202,3 +202,27 @@ def dead_letter_row(key: tuple[str, str, str], stays: list, received: int
         "top_values": [{"key": k, "value": v, "count": len(ids)}
                        for (k, v), ids in top(values, lambda kv: (-len(kv[1]), kv[0]))],
     }
+
+
+def main(argv: list[str]) -> int:
+    """``python plain_audit.py DATABASE AS_OF OUT``: the plain pass over a SQLite store,
+    its rows written to OUT as JSON (``benchmarks/audit.py`` runs it in a process of its
+    own, to measure its CPU time and peak memory alone)."""
+    from delayq.storage.sqlite.driver import Driver
+    from delayq.synchronous import Synchronous
+
+    database, as_of, out = argv
+    driver = Synchronous(Driver(database))
+    try:
+        rows = audit(driver, float(as_of))
+    finally:
+        driver.close()
+    with open(out, "w") as written:
+        json.dump(rows, written)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
