@@ -17,7 +17,15 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from delayq.spark_jobs import dead_letter_audit, delay_audit, output, scope, source, trail
+from delayq.spark_jobs import (
+    dead_letter_audit,
+    delay_audit,
+    output,
+    scope,
+    small_trail,
+    source,
+    trail,
+)
 from delayq.spark_jobs.output import DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.store import StoreLocation, open_driver
@@ -118,6 +126,12 @@ def shuffle_partitions(spark: SparkSession, count: int) -> Iterator[None]:
 
 def _read(spark: SparkSession, request: Request, queues: tuple[str, ...] | None,
           partitions: int) -> DataFrame:
+    """The events of *queues*: read here when they are few (``small_trail``), else
+    through the data source in *partitions*."""
+    small = small_trail.read(spark, request.location, request.scope.project, queues)
+    if small is not None:
+        return small
+    source.register(spark)
     return source.read(spark, request.location, project=request.scope.project,
                        queues=queues, partitions=partitions)
 
@@ -141,7 +155,6 @@ def read_trail(spark: SparkSession, request: Request, plan: Plan,
                progress: Progress) -> tuple[trail.Trail, int]:
     """The trail the audits need as of the audit time, grouped and kept; with the
     number of events read."""
-    source.register(spark)
     partitions = (request.partitions or source.default_parallelism(spark)
                   or plan.queue_count or 1)
     queues = read_queues(spark, request, plan, partitions, progress)
