@@ -8,6 +8,7 @@ plans its partitions, one reads them), each starting Python and importing pyspar
 pyarrow and the store's driver, one after the other: a few seconds of a run's wall time
 for what the store returns in milliseconds. A larger
 trail goes through the data source, whose readers run on the executors in parallel.
+A session delayq-audit starts for a small trail runs its JVM with ``JAVA_OPTIONS``.
 
 The rows are the ones the data source gives (``source.queue_rows``, sealed bodies
 opened), in the same schema, so the audits' figures do not depend on the path taken.
@@ -27,6 +28,10 @@ from delayq.spark_jobs.store import StoreLocation, body_cipher, open_driver
 # At about 2 µs an event through a driver, the largest trail read here takes tens of
 # milliseconds; one event more and the whole trail is left to the data source.
 MAX_EVENTS = 10_000
+# For the JVM of a session that audits a small trail: its queries run once each on a
+# few rows, so the C2 compiler's optimisations never pay back the CPU they take, which
+# on a machine of few cores is the CPU the session's start and queries wait for.
+JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 
 
 def read_events(location: StoreLocation, project: str | None,
@@ -47,6 +52,12 @@ def read_events(location: StoreLocation, project: str | None,
         return None
     schema = source.arrow_schema(source.EVENT_SCHEMA)
     return pa.Table.from_batches(list(source.record_batches(taken, schema)), schema)
+
+
+def fits(location: StoreLocation, project: str | None,
+         queues: Sequence[str] | None) -> bool:
+    """Whether the trail of *queues* of *project* is small enough to read here."""
+    return read_events(location, project, queues) is not None
 
 
 def events_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
