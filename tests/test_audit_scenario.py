@@ -485,10 +485,22 @@ def run_cli(*argv: str, status: int = 0) -> None:
     assert (code or 0) == status, f"delayq-audit {' '.join(argv)} exited with {code}"
 
 
+@pytest.fixture(params=["read here", "through the data source"])
+def trail_read(request, monkeypatch) -> str:
+    """How the audit reads the trail: in this process (``small_trail``, the fast path
+    for a trail this small) or through the ``delayq`` data source."""
+    if request.param == "through the data source":
+        from delayq.spark_jobs import small_trail
+
+        # No trail is small enough, not even an empty one.
+        monkeypatch.setattr(small_trail, "MAX_EVENTS", -1)
+    return request.param
+
+
 # The audits
 
 
-def test_all_gives_every_figure_of_the_scenario(spark, store, tmp_path):
+def test_all_gives_every_figure_of_the_scenario(spark, store, trail_read, tmp_path):
     out = tmp_path / "out"
     run_cli("all", "--config-file", str(store.config_file), "--output", str(out),
             "--as-of", repr(AS_OF))
@@ -569,7 +581,8 @@ def check_rendered_report(path: Path, ids: dict[str, str]) -> None:
     assert "deleted 2popped 0redriven 0moved on 0expired 2purged 0still there 0" in jobs_panel
 
 
-def test_the_audit_time_cuts_the_trail_and_the_filters_pick_queues(spark, store, tmp_path):
+def test_the_audit_time_cuts_the_trail_and_the_filters_pick_queues(spark, store, trail_read,
+                                                                   tmp_path):
     """Few runs, to keep the Spark time down: on SQLite (named by its URI) ``delay`` at
     T0 + 12.5 (RFC 3339; an event at that very instant counts) for two queues of project
     A; on Redis ``dlq`` at T0 + 131 for project A, and ``dlq`` for two queues."""

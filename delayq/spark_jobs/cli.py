@@ -31,13 +31,14 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
 from pyspark.sql import SparkSession
 
-from delayq.spark_jobs import job, output, report, source, state, store
+from delayq.spark_jobs import job, output, report, small_trail, source, state, store
 from delayq.spark_jobs.output import AUDITS, DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.scope import Scope
@@ -164,8 +165,10 @@ def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def spark_session(master: str | None, progress: Progress) -> tuple[SparkSession, bool]:
-    """The session to run on, and whether delayq-audit started it (and must stop it)."""
+def spark_session(master: str | None, progress: Progress,
+                  java_options: Sequence[str] = ()) -> tuple[SparkSession, bool]:
+    """The session to run on, and whether delayq-audit started it (and must stop it);
+    *java_options* go to the driver's JVM when delayq-audit starts it."""
     from pyspark import SparkContext
 
     active = SparkSession.getActiveSession()
@@ -180,8 +183,8 @@ def spark_session(master: str | None, progress: Progress) -> tuple[SparkSession,
     builder = (SparkSession.builder.appName(PROG)
                .config("spark.ui.showConsoleProgress", "true"))
     if chosen is not None:
-        builder = (builder.master(chosen).config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2}"))
+        options = " ".join([f"-Dlog4j2.configurationFile={LOG4J2}", *java_options])
+        builder = builder.master(chosen).config("spark.driver.extraJavaOptions", options)
     if chosen is not None and chosen.startswith("local"):
         # Local Python workers must run this interpreter (it has delayq and pyspark);
         # whatever python3 is first on PATH may have neither.
@@ -274,7 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     progress.say(f"store: {plan.driver}, {plan.queue_count} queue(s) to read, "
                  f"as of {output.rfc3339(plan.as_of)}")
     try:
-        spark, owned = spark_session(args.master, progress)
+        small = small_trail.fits(request.location, request.scope.project, plan.read_queues)
+    except Exception as exc:  # the store failing while its trail is read
+        sys.stderr.write(f"{PROG}: error: cannot read {store.describe(request.location)}: "
+                         f"{store.cause(exc)}\n")
+        return EXIT_FAILED
+    try:
+        spark, owned = spark_session(args.master, progress,
+                                     small_trail.JAVA_OPTIONS if small else ())
     except Exception as exc:  # no Java, a master that does not answer, ...
         sys.stderr.write(f"{PROG}: error: cannot start Spark: {reason(exc)}\n")
         return EXIT_FAILED

@@ -25,6 +25,7 @@ from delayq.spark_jobs import (
     delay_audit,
     output,
     scope,
+    small_trail,
     source,
     state,
     store,
@@ -138,6 +139,12 @@ def shuffle_partitions(spark: SparkSession, count: int) -> Iterator[None]:
 
 def _read(spark: SparkSession, request: Request, queues: tuple[str, ...] | None,
           partitions: int, after: float | None = None) -> DataFrame:
+    """The events of *queues* (those later than *after*, when given): read here when
+    they are few (``small_trail``), else through the data source in *partitions*."""
+    small = small_trail.read(spark, request.location, request.scope.project, queues, after)
+    if small is not None:
+        return small
+    source.register(spark)
     return source.read(spark, request.location, project=request.scope.project,
                        queues=queues, partitions=partitions, after=after)
 
@@ -235,7 +242,6 @@ def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress) -
     """The rows of each requested audit, or nothing when no event at or before the
     audit time was found."""
     cores = source.default_parallelism(spark) or 1
-    source.register(spark)
     read_from_store: int | None = None
     saved: state.Saved | None = None
     with shuffle_partitions(spark, max(2, cores * SHUFFLE_PARTITIONS_PER_CORE)):
