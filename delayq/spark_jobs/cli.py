@@ -42,7 +42,6 @@ from delayq.spark_jobs import job, output, report, small_trail, source, state, s
 from delayq.spark_jobs.output import AUDITS, DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.scope import Scope
-from delayq.spark_jobs.state import State, StateError
 from delayq.spark_jobs.store import StoreError, StoreLocation
 
 PROG = "delayq-audit"
@@ -200,14 +199,6 @@ def spark_session(master: str | None, progress: Progress,
     return spark, True
 
 
-def check_state(request: job.Request) -> None:
-    """Raise StateError when the --state directory cannot serve this audit, before
-    Spark starts."""
-    if request.state is not None:
-        State(request.state, store.identity(request.location),
-              request.scope.project).load()
-
-
 def write_outputs(request: job.Request, plan: job.Plan, outcome: job.Outcome,
                   progress: Progress, directory: Path) -> None:
     """audit.json, the Parquet files of the audits run, and report.html."""
@@ -264,11 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: cannot read {store.describe(request.location)}: "
                          f"{store.cause(exc)}\n")
         return EXIT_FAILED
-    try:
-        check_state(request)
-    except StateError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
-        return EXIT_USAGE
     if plan.missing:
         progress.say(f"not in the store (no messages or events): {', '.join(plan.missing)}")
     if plan.nothing_audited is not None:

@@ -68,6 +68,8 @@ class Plan:
     queue_count: int  # (project, queue) pairs the read covers
     missing: tuple[str, ...] = ()  # queues of --queues the store has no trail of
     nothing_audited: str | None = None  # why nothing is read, for people; None: read
+    kept: state.State | None = None  # the --state directory
+    saved: state.Saved | None = None  # what it held when the plan was made
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +93,15 @@ def make_plan(request: Request) -> Plan:
     """Open the store, take the audit time and list the queues to read.
 
     Raises ValueError for a bad location or an audit time later than the store's clock,
-    StoreError when the store does not answer, NotImplementedError when its driver
-    cannot read its trail. A scope that matches no queue gives a plan with
+    StateError (a ValueError) for a --state directory of another store or project or of
+    a newer format, StoreError when the store does not answer, NotImplementedError when
+    its driver cannot read its trail. A scope that matches no queue gives a plan with
     ``nothing_audited``.
     """
+    kept = (None if request.state is None else
+            state.State(request.state, store.identity(request.location),
+                        request.scope.project))
+    saved = None if kept is None else kept.load()
     driver = open_driver(request.location)
     try:
         now = driver.now()
@@ -120,7 +127,8 @@ def make_plan(request: Request) -> Plan:
     matched = bool(pairs) and (not listed or len(missing) < len(listed))
     return Plan(driver=driver.name, as_of=as_of, clock=now, read_queues=read_queues,
                 queue_count=len(pairs), missing=missing,
-                nothing_audited=None if matched else scope.nothing_matched(request.scope))
+                nothing_audited=None if matched else scope.nothing_matched(request.scope),
+                kept=kept, saved=saved)
 
 
 @contextmanager
@@ -245,10 +253,7 @@ def run(spark: SparkSession, request: Request, plan: Plan, progress: Progress) -
     read_from_store: int | None = None
     saved: state.Saved | None = None
     with shuffle_partitions(spark, max(2, cores * SHUFFLE_PARTITIONS_PER_CORE)):
-        kept = (None if request.state is None else
-                state.State(request.state, store.identity(request.location),
-                            request.scope.project))
-        previous = None if kept is None else kept.load()
+        kept, previous = plan.kept, plan.saved
         if kept is not None and previous is not None and plan.as_of < previous.watermark:
             progress.say(f"--as-of is before the state's watermark "
                          f"({output.rfc3339(previous.watermark)}): reading the whole trail "

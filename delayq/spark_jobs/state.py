@@ -59,8 +59,9 @@ FORMAT = 1
 LAG = 300.0
 
 
-class StateError(Exception):
-    """A state directory that cannot be used for this audit: says why."""
+class StateError(ValueError):
+    """A state directory that cannot be used for this audit (a bad argument): says
+    why."""
 
 
 @dataclass(frozen=True, slots=True)
