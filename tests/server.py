@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,3 +177,12 @@ def delayq_server(cwd: Path, *, config: Mapping[str, Mapping[str, object]] | Non
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def api_client(server: RunningServer, project: str) -> Iterator[httpx.Client]:
+    """An HTTP client of *server*'s ``/v2`` API in *project*, with a Client-ID of its
+    own."""
+    with httpx.Client(base_url=f"{server.url}/v2", timeout=30, headers={
+            "Client-ID": str(uuid.uuid4()), "X-Project-ID": project}) as client:
+        yield client

@@ -16,7 +16,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.server import child_pids, delayq_server, free_port
+from tests.server import api_client, child_pids, delayq_server, free_port
 from tests.webhook_receiver import Received, receiver
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,8 +55,7 @@ def server(tmp_path_factory, request):
 
 @pytest.fixture
 def api(server):
-    with httpx.Client(base_url=f"{server.url}/v2", timeout=30, headers={
-            "Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}) as client:
+    with api_client(server, PROJECT) as client:
         yield client
 
 

@@ -12,7 +12,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.server import delayq_server
+from tests.server import api_client, delayq_server
 from tests.test_push import LOOPBACK, post, queue_name, subscribe, total, wait_until
 from tests.webhook_receiver import receiver
 
@@ -40,8 +40,7 @@ def server(tmp_path_factory, request):
 
 @pytest.fixture
 def api(server):
-    with httpx.Client(base_url=f"{server.url}/v2", timeout=30, headers={
-            "Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}) as client:
+    with api_client(server, PROJECT) as client:
         yield client
 
 

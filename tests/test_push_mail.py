@@ -13,7 +13,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.server import delayq_server
+from tests.server import api_client, delayq_server
 from tests.smtp_server import smtp_server
 from tests.test_push import SLACK, post, queue_name, subscribe, total, wait_until
 
@@ -41,8 +41,7 @@ def server(tmp_path_factory, smtp):
 @pytest.fixture
 def api(server, smtp):
     smtp.refusing = False
-    with httpx.Client(base_url=f"{server.url}/v2", timeout=30, headers={
-            "Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}) as client:
+    with api_client(server, PROJECT) as client:
         yield client
 
 

@@ -11,7 +11,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.server import delayq_server
+from tests.server import api_client, delayq_server
 from tests.webhook_receiver import Received, receiver
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,8 +41,7 @@ def server(tmp_path_factory, request):
 
 @pytest.fixture
 def api(server):
-    with httpx.Client(base_url=f"{server.url}/v2", timeout=30, headers={
-            "Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}) as client:
+    with api_client(server, PROJECT) as client:
         yield client
 
 

@@ -21,7 +21,7 @@ import pytest
 import websocket
 
 from tests.chromium import rendered
-from tests.server import child_pids, delayq_server
+from tests.server import api_client, child_pids, delayq_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,8 +46,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def api(server):
-    with httpx.Client(base_url=f"{server.url}/v2", timeout=30, headers={
-            "Client-ID": str(uuid.uuid4()), "X-Project-ID": PROJECT}) as client:
+    with api_client(server, PROJECT) as client:
         yield client
 
 
