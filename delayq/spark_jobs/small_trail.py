@@ -10,13 +10,12 @@ for what the store returns in milliseconds. A larger
 trail goes through the data source, whose readers run on the executors in parallel.
 A session delayq-audit starts for a small trail runs its JVM with ``JAVA_OPTIONS``.
 
-The rows are the ones the data source gives (``source.queue_rows``, sealed bodies
+The rows are the ones the data source gives (``source.queue_batches``, sealed bodies
 opened), in the same schema, so the audits' figures do not depend on the path taken.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -42,17 +41,19 @@ def read_events(location: StoreLocation, project: str | None,
     ``source.EVENT_SCHEMA``; None when there are more than ``MAX_EVENTS``."""
     cipher = body_cipher(location)
     driver = open_driver(location)
+    taken: list[pa.RecordBatch] = []
+    count = 0
     try:
-        rows = itertools.chain.from_iterable(
-            source.queue_rows(driver, source.EVENTS, pair_project, queue, cipher, after)
-            for pair_project, queue in source.selected_pairs(driver, project, queues))
-        taken = list(itertools.islice(rows, MAX_EVENTS + 1))
+        for pair_project, queue in source.selected_pairs(driver, project, queues):
+            for batch in source.queue_batches(driver, source.EVENTS, pair_project, queue,
+                                              cipher, after):
+                taken.append(batch)
+                count += batch.num_rows
+                if count > MAX_EVENTS:
+                    return None
     finally:
         driver.close()
-    if len(taken) > MAX_EVENTS:
-        return None
-    schema = source.arrow_schema(source.EVENT_SCHEMA)
-    return pa.Table.from_batches(list(source.record_batches(taken, schema)), schema)
+    return pa.Table.from_batches(taken, source.arrow_schema(source.EVENT_SCHEMA))
 
 
 def fits(location: StoreLocation, project: str | None,

@@ -18,21 +18,21 @@ Planning lists the ``(project, queue)`` pairs with ``Trail.queues`` and deals th
 round-robin into at most ``partitions`` input partitions, so a cluster reads queues in
 parallel and no partition holds more than one queue more than another. Each partition
 opens its own driver from the same location (executors may be other machines), hands
-Spark its rows as Arrow record batches (``record_batches``) and closes the driver when
+Spark its rows as Arrow record batches (``queue_batches``) and closes the driver when
 they are read.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import types
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -50,16 +50,13 @@ from delayq.encryption import SEALED, BodyCipher, is_sealed
 from delayq.events import FIELDS, Event, body_text
 from delayq.message import Message
 from delayq.spark_jobs.store import StoreLocation, body_cipher, open_driver
+from delayq.storage.arrow import record_batches
 from delayq.synchronous import Synchronous
 
 FORMAT = "delayq"
 EVENTS = "events"
 MESSAGES = "messages"
 KINDS = (EVENTS, MESSAGES)
-# Rows per Arrow record batch a task hands Spark: large enough that building a batch
-# costs little per row, small enough that a task holds a few megabytes at a time.
-BATCH_ROWS = 16384
-
 _SPARK_TYPES: dict[type, DataType] = {str: StringType(), float: DoubleType(), int: LongType()}
 
 
@@ -203,22 +200,6 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema)
 
 
-def record_batches(rows: Iterable[tuple], schema: pa.Schema,
-                   size: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """*rows* (tuples of *schema*'s column values) as Arrow record batches of *size* rows.
-
-    Each chunk is turned into columns (``zip``) and pyarrow builds each column from
-    them in C, a fifth faster than building structs from the tuples; a driver's int
-    time or due becomes a double as the schema says.
-    """
-    rows = iter(rows)
-    while chunk := list(itertools.islice(rows, size)):
-        columns = zip(*chunk, strict=True)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(column, type=field.type)
-             for column, field in zip(columns, schema, strict=True)], schema=schema)
-
-
 # Where an event row holds its body (the JSON text of a dead-lettered message's body).
 EVENT_BODY = FIELDS.index("body")
 
@@ -237,16 +218,26 @@ def opened_body(body: object, cipher: BodyCipher | None, message_id: str = "") -
         return None
 
 
-def opened_event_row(row: tuple, cipher: BodyCipher | None) -> tuple:
-    """An event row with its body's text opened when it is sealed (``opened_body``)."""
-    text = row[EVENT_BODY]
+def opened_body_text(text: str | None, cipher: BodyCipher | None) -> str | None:
+    """An event's body text, opened when it is sealed (``opened_body``)."""
     # A substring test first: only a text naming SEALED may hold a sealed body (the
     # drivers write it with their own separators), and nearly none does.
     if text is None or SEALED not in text:
-        return row
+        return text
     body = opened_body(jsontext.loads(text), cipher)
-    return (*row[:EVENT_BODY], None if body is None else body_text(body),
-            *row[EVENT_BODY + 1:])
+    return None if body is None else body_text(body)
+
+
+def opened_event_batch(batch: pa.RecordBatch, cipher: BodyCipher | None
+                       ) -> pa.RecordBatch:
+    """A batch of events with the sealed bodies among them opened (``opened_body_text``);
+    the batch itself when none is sealed, as nearly none is."""
+    bodies = batch.column(EVENT_BODY)
+    if not pc.any(pc.match_substring(bodies, SEALED)).as_py():
+        return batch
+    opened = [opened_body_text(text, cipher) for text in bodies.to_pylist()]
+    return batch.set_column(EVENT_BODY, batch.schema.field(EVENT_BODY),
+                            pa.array(opened, type=pa.string()))
 
 
 def message_values(project: str, queue: str, message: Message,
@@ -259,16 +250,18 @@ def message_values(project: str, queue: str, message: Message,
             message.moved_at, message.as_of)
 
 
-def queue_rows(driver: Synchronous, kind: str, project: str, queue: str,
-               cipher: BodyCipher | None = None, after: float | None = None
-               ) -> Iterator[tuple]:
-    """The rows of one queue: its events (those later than *after*, when given) or its
-    live messages, encrypted bodies opened with *cipher*."""
+def queue_batches(driver: Synchronous, kind: str, project: str, queue: str,
+                  cipher: BodyCipher | None = None, after: float | None = None
+                  ) -> Iterator[pa.RecordBatch]:
+    """The rows of one queue as Arrow record batches of ``arrow_schema(SCHEMAS[kind])``:
+    its events (those later than *after*, when given) or its live messages, encrypted
+    bodies opened with *cipher*."""
+    schema = arrow_schema(SCHEMAS[kind])
     if kind == EVENTS:
-        return (opened_event_row(row, cipher)
-                for row in driver.trail.event_rows(project, queue, after=after))
-    return (message_values(project, queue, m, cipher)
-            for m in driver.trail.messages(project, queue))
+        return (opened_event_batch(batch, cipher) for batch in
+                driver.trail.event_batches(project, queue, schema, after=after))
+    return record_batches((message_values(project, queue, m, cipher)
+                           for m in driver.trail.messages(project, queue)), schema)
 
 
 class DelayqReader(DataSourceReader):
@@ -299,10 +292,8 @@ class DelayqReader(DataSourceReader):
         cipher = body_cipher(self.options.location)
         driver = open_driver(self.options.location)
         try:
-            rows = itertools.chain.from_iterable(
-                queue_rows(driver, kind, project, queue, cipher, after)
-                for project, queue in pairs)
-            yield from record_batches(rows, arrow_schema(SCHEMAS[kind]))
+            for project, queue in pairs:
+                yield from queue_batches(driver, kind, project, queue, cipher, after)
         finally:
             driver.close()
 

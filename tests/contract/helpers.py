@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from delayq.broker import Broker
+from delayq.spark_jobs import source
 from delayq.storage.base import Driver
 from delayq.validation import PostedMessage
 
@@ -54,3 +55,11 @@ def reap_unless_writes_do(driver: Driver) -> None:
     """What a write leaves reaped, on every driver: one reaper pass where writes do not."""
     if not driver.reaps_on_write:
         driver.reap()
+
+
+def batch_rows(driver, queue: str, after: float | None = None) -> list[tuple]:
+    """``Trail.event_batches`` of *queue* in the audits' schema, as row tuples."""
+    schema = source.arrow_schema(source.EVENT_SCHEMA)
+    batches = list(driver.trail.event_batches(PROJECT, queue, schema, after=after))
+    assert all(batch.schema == schema for batch in batches)
+    return [tuple(row.values()) for batch in batches for row in batch.to_pylist()]

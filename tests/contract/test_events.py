@@ -24,7 +24,7 @@ from delayq.events import Event
 from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.drivers import open_driver
-from tests.contract.helpers import PROJECT, claim, create, post, write
+from tests.contract.helpers import PROJECT, batch_rows, claim, create, post, write
 
 OTHER_PROJECT = "contract-other"
 
@@ -417,9 +417,11 @@ def test_event_rows_are_the_events_fields_in_order(broker, driver, clock):
     for queue in ("q", "dlq"):
         rows = list(driver.trail.event_rows(PROJECT, queue))
         assert rows == [tuple(e.as_row().values()) for e in trail(driver, queue)]
+        assert batch_rows(driver, queue) == rows
     assert [row[2] for row in driver.trail.event_rows(PROJECT, "q")] == [
         events.POSTED, events.CLAIMED, events.DEAD_LETTERED]
     assert list(driver.trail.event_rows(PROJECT, "nowhere")) == []
+    assert batch_rows(driver, "nowhere") == []
 
 
 def test_trail_queues_lists_the_queues_of_one_project_or_all(broker, driver, clock):

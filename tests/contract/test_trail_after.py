@@ -25,7 +25,7 @@ from delayq.storage.swift import layout as swift_layout
 from delayq.synchronous import Synchronous
 from delayq.validation import Limits
 from tests.contract.drivers import DRIVERS, open_driver
-from tests.contract.helpers import PROJECT, create, post
+from tests.contract.helpers import PROJECT, batch_rows, create, post
 
 ONE_US = 1e-6
 # A stream entry id far before any event a test writes now (``lua/common.lua``, "Event
@@ -59,6 +59,7 @@ def check_reads_after(driver, queue: str) -> list[Event]:
         assert read == [event for event in whole if event.time > after], after
         rows = list(driver.trail.event_rows(PROJECT, queue, after=after))
         assert rows == [event_row(event) for event in read], after
+        assert batch_rows(driver, queue, after) == rows, after
     return whole
 
 

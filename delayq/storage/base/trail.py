@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from delayq.events import Event, event_row
 from delayq.message import Message
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class Trail(abc.ABC):
@@ -35,6 +39,15 @@ class Trail(abc.ABC):
         order: what the audits' data source reads, without building an ``Event`` per row
         where the backend hands back rows already (SQLite)."""
         return map(event_row, self.events(project, queue, after=after))
+
+    def event_batches(self, project: str, queue: str, schema: pa.Schema, *,
+                      after: float | None = None) -> Iterator[pa.RecordBatch]:
+        """``event_rows`` as Arrow record batches of *schema* (the ``Event`` fields in
+        ``events.FIELDS`` order, typed as the audits' data source declares them): the
+        bulk read of the audits, done in C where the backend can (SQLite)."""
+        from delayq.storage import arrow  # pyarrow: in the audits' processes only
+
+        return arrow.record_batches(self.event_rows(project, queue, after=after), schema)
 
     @abc.abstractmethod
     def messages(self, project: str, queue: str) -> Iterator[Message]:

@@ -55,6 +55,11 @@ class Database:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
 
+    @property
+    def busy_timeout(self) -> int:
+        """Milliseconds a statement waits for a lock another connection holds."""
+        return int(self._busy_timeout)
+
     def now(self) -> float:
         """The driver's clock."""
         return self.clock()

@@ -362,6 +362,22 @@ EVENTS_OF_QUEUE_AFTER = f"""
 SELECT {", ".join(EVENT_COLUMNS)} FROM events INDEXED BY events_queue_time
 WHERE project = ? AND queue = ? AND time > ? ORDER BY seq
 """
+# The trail read into Arrow (trail.py, through ADBC): ADBC's SQLite driver takes each
+# column's type from the values of a read's first batch, and a column that is null there
+# (a queue whose first events are posts has no claim id) would be typed wrongly. Each
+# read therefore starts with one row holding a value of the column's type in every
+# column, which the reader drops.
+EVENT_TYPE_SAMPLES = {
+    "project": "''", "queue": "''", "kind": "''", "time": "0.0", "message_id": "''",
+    "claim_id": "''", "claim_count": "0", "due": "0.0", "ttl": "0", "expires": "0.0",
+    "source": "''", "target": "''", "body": "''",
+}
+assert tuple(EVENT_TYPE_SAMPLES) == EVENT_COLUMNS
+EVENT_TYPES_ROW = "SELECT " + ", ".join(
+    f"{sample} AS {column}" for column, sample in EVENT_TYPE_SAMPLES.items())
+TYPED_EVENTS_OF_QUEUE = f"{EVENT_TYPES_ROW} UNION ALL SELECT * FROM ({EVENTS_OF_QUEUE})"
+TYPED_EVENTS_OF_QUEUE_AFTER = (f"{EVENT_TYPES_ROW} UNION ALL "
+                               f"SELECT * FROM ({EVENTS_OF_QUEUE_AFTER})")
 QUEUE_NAMES = """
 SELECT project, name FROM queues WHERE ?1 IS NULL OR project = ?1
 UNION SELECT DISTINCT project, queue FROM events WHERE ?1 IS NULL OR project = ?1
