@@ -24,9 +24,11 @@ from pyspark.sql import DataFrame, SparkSession
 from delayq.spark_jobs import source
 from delayq.spark_jobs.store import StoreLocation, body_cipher, open_driver
 
-# At about 2 µs an event through a driver, the largest trail read here takes tens of
-# milliseconds; one event more and the whole trail is left to the data source.
-MAX_EVENTS = 10_000
+# The data source's Python workers take several seconds to start, one after the other;
+# the largest trail read here takes well under a second (SQLite's batches cost about
+# 2.5 µs an event, other drivers' rows a few µs more). One event more and the whole
+# trail is left to the data source, whose readers share the work over the cores.
+MAX_EVENTS = 100_000
 # For the JVM of a session that audits a small trail: its queries run once each on a
 # few rows, so the C2 compiler's optimisations never pay back the CPU they take, which
 # on a machine of few cores is the CPU the session's start and queries wait for.
