@@ -91,11 +91,16 @@ class Plan:
     note: str | None = None  # why there is no archive, for the progress line
 
 
-def default_directory() -> Path:
-    """``$XDG_CACHE_HOME/delayq``, by default ``~/.cache/delayq``."""
+def default_directory() -> Path | None:
+    """``$XDG_CACHE_HOME/delayq``, by default ``~/.cache/delayq``; None when there is
+    no home directory to find."""
     cache = os.environ.get("XDG_CACHE_HOME") or ""
-    base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
-    return base / "delayq"
+    if os.path.isabs(cache):  # the XDG specification ignores a relative one
+        return Path(cache) / "delayq"
+    try:
+        return Path.home() / ".cache" / "delayq"
+    except RuntimeError:
+        return None
 
 
 def java_executable() -> Path | None:
@@ -236,6 +241,13 @@ def writable(directory: Path) -> str | None:
 def prepare(directory: Path) -> Plan:
     """The driver JVM's options for the archive in *directory*: map it when there is a
     usable one, else write one at exit; none when the directory cannot be written."""
+    try:
+        return _prepare(directory)
+    except Exception as exc:  # the archive only saves time: it never fails an audit
+        return Plan(note=f"{type(exc).__name__}: {exc}")
+
+
+def _prepare(directory: Path) -> Plan:
     java = java_executable()
     if java is None:
         return Plan(note="no java found")  # Spark will fail to start and say so

@@ -155,7 +155,8 @@ def archive_directory(text: str) -> Path:
 
 
 def class_archive_directory(args: argparse.Namespace) -> Path | None:
-    """Where the class archive is kept; None: no archive (``--no-class-archive``)."""
+    """Where the class archive is kept; None: no archive (``--no-class-archive``, or
+    no home directory to hold a cache)."""
     if args.no_class_archive:
         return None
     return args.class_archive or class_archive.default_directory()
@@ -216,7 +217,9 @@ def spark_session(master: str | None, progress: Progress,
                .config("spark.ui.showConsoleProgress", "true"))
     plan = class_archive.Plan()
     if chosen is not None:
-        if archive is not None:
+        if archive is not None and SparkContext._gateway is None:
+            # Only a JVM started now takes the options: a gateway left by a stopped
+            # session is that session's JVM.
             plan = class_archive.prepare(archive)
         options = " ".join([f"-Dlog4j2.configurationFile={LOG4J2}", *java_options,
                             *plan.java_options])
