@@ -4,7 +4,7 @@
 
     delayq-audit {delay,dlq,all} (--config-file F | --uri U) --output DIR
                  [--project P] [--queues a,b] [--as-of T] [--master URL] [--partitions N]
-                 [--state DIR]
+                 [--state DIR] [--class-archive DIR | --no-class-archive]
 
 Writes DIR/audit.json, DIR/delay.parquet, DIR/dead_letter.parquet (for the audits run)
 and DIR/report.html; progress goes to stderr. Exit status: 0 done, 1 the store or Spark
@@ -20,7 +20,9 @@ matches, Spark is not started at all.
 Spark: a session already active in the process is used and left running (so a test or
 a notebook can call ``main``); otherwise delayq-audit starts one with ``--master``, the
 master spark-submit was given, or ``local[*]``, and stops it at the end. A session it
-starts logs Spark's errors only (LOG4J2), not its start-up chatter.
+starts logs Spark's errors only (LOG4J2), not its start-up chatter, and its JVM maps
+Spark's classes from a class archive of the cache directory, or writes one when it
+exits (``class_archive``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,16 @@ from typing import NoReturn
 
 from pyspark.sql import SparkSession
 
-from delayq.spark_jobs import job, output, report, small_trail, source, state, store
+from delayq.spark_jobs import (
+    class_archive,
+    job,
+    output,
+    report,
+    small_trail,
+    source,
+    state,
+    store,
+)
 from delayq.spark_jobs.output import AUDITS, DEAD_LETTER, DELAY
 from delayq.spark_jobs.progress import Progress
 from delayq.spark_jobs.scope import Scope
@@ -127,7 +138,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state", metavar="DIR",
                         help="keep what is read in DIR and read from the store only what "
                              "came after it the next time (created if needed)")
+    archive = parser.add_mutually_exclusive_group()
+    archive.add_argument("--class-archive", metavar="DIR", type=archive_directory,
+                         default=None,
+                         help="keep the archive of Spark's classes that makes the JVM start "
+                              "faster in DIR (default: $XDG_CACHE_HOME/delayq, else "
+                              "~/.cache/delayq; about 170 MB, written by the first run)")
+    archive.add_argument("--no-class-archive", action="store_true",
+                         help="start Spark's JVM without a class archive, and write none")
     return parser
+
+
+def archive_directory(text: str) -> Path:
+    """``--class-archive``: an absolute path (a directory, or one to make)."""
+    return Path(text).expanduser().absolute()
+
+
+def class_archive_directory(args: argparse.Namespace) -> Path | None:
+    """Where the class archive is kept; None: no archive (``--no-class-archive``, or
+    no home directory to hold a cache)."""
+    if args.no_class_archive:
+        return None
+    return args.class_archive or class_archive.default_directory()
 
 
 def request_from(args: argparse.Namespace) -> job.Request:
@@ -165,9 +197,11 @@ def _under_spark_submit() -> bool:
 
 
 def spark_session(master: str | None, progress: Progress,
-                  java_options: Sequence[str] = ()) -> tuple[SparkSession, bool]:
+                  java_options: Sequence[str] = (),
+                  archive: Path | None = None) -> tuple[SparkSession, bool]:
     """The session to run on, and whether delayq-audit started it (and must stop it);
-    *java_options* go to the driver's JVM when delayq-audit starts it."""
+    *java_options* go to the driver's JVM when delayq-audit starts it, and so does the
+    class archive of the directory *archive* (None: none)."""
     from pyspark import SparkContext
 
     active = SparkSession.getActiveSession()
@@ -181,8 +215,14 @@ def spark_session(master: str | None, progress: Progress,
     chosen = master or (None if _under_spark_submit() else DEFAULT_MASTER)
     builder = (SparkSession.builder.appName(PROG)
                .config("spark.ui.showConsoleProgress", "true"))
+    plan = class_archive.Plan()
     if chosen is not None:
-        options = " ".join([f"-Dlog4j2.configurationFile={LOG4J2}", *java_options])
+        if archive is not None and SparkContext._gateway is None:
+            # Only a JVM started now takes the options: a gateway left by a stopped
+            # session is that session's JVM.
+            plan = class_archive.prepare(archive)
+        options = " ".join([f"-Dlog4j2.configurationFile={LOG4J2}", *java_options,
+                            *plan.java_options])
         builder = builder.master(chosen).config("spark.driver.extraJavaOptions", options)
     if chosen is not None and chosen.startswith("local"):
         # Local Python workers must run this interpreter (it has delayq and pyspark);
@@ -196,6 +236,7 @@ def spark_session(master: str | None, progress: Progress,
         builder = builder.config("spark.ui.enabled", "false")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    class_archive.confirm(plan, spark, progress)
     return spark, True
 
 
@@ -270,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     try:
         spark, owned = spark_session(args.master, progress,
-                                     small_trail.JAVA_OPTIONS if small else ())
+                                     small_trail.JAVA_OPTIONS if small else (),
+                                     class_archive_directory(args))
     except Exception as exc:  # no Java, a master that does not answer, ...
         sys.stderr.write(f"{PROG}: error: cannot start Spark: {reason(exc)}\n")
         return EXIT_FAILED
