@@ -45,11 +45,9 @@ import re
 import secrets
 import shutil
 import struct
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from delayq.spark_jobs.progress import Progress
 
@@ -282,18 +280,41 @@ def mapped(pid: int, path: Path) -> bool | None:
                for line in maps.splitlines())
 
 
-def jvm_pid(spark: Any) -> int | None:
-    """The process id of *spark*'s driver JVM, None when it cannot be had."""
+def _processes() -> dict[int, tuple[int, list[str]]]:
+    """Every process /proc shows: pid -> (parent pid, command line arguments)."""
+    found: dict[int, tuple[int, list[str]]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(entry.path, "stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            argv = Path(entry.path, "cmdline").read_bytes().decode(errors="replace")
+            found[int(entry.name)] = (parent, argv.split("\0"))
+    return found
+
+
+def started_jvm(option: str) -> int | None:
+    """The process id of the JVM below this process that was started with *option* (the
+    archive option of its plan); None when none was (its JVM was already running, in a
+    process that stopped a session and starts another) or /proc does not say."""
     try:
-        return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    except Exception:
+        processes = _processes()
+    except OSError:
         return None
+    below, frontier = set(), [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in processes.items() if ppid == parent]
+        below.update(children)
+        frontier += children
+    return next((pid for pid in sorted(below) if option in processes[pid][1]), None)
 
 
-def confirm(plan: Plan, spark: Any, progress: Progress) -> None:
-    """Say in one line what the JVM of *spark*, started with *plan*, does with the
-    archive; remove an archive it did not map (it does not fit this JVM) so the next
-    run writes one that does."""
+def confirm(plan: Plan, progress: Progress) -> None:
+    """Say in one line what the JVM started with *plan* does with the archive; remove an
+    archive it did not map (it does not fit this JVM) so the next run writes one that
+    does."""
     if plan.writing is not None:
         progress.say(f"class archive: none yet; Spark's JVM writes one to "
                      f"{plan.writing.parent} when it exits (about 170 MB)")
@@ -302,10 +323,10 @@ def confirm(plan: Plan, spark: Any, progress: Progress) -> None:
         if plan.note is not None:
             progress.say(f"class archive: not used, {plan.note}")
         return
-    pid = jvm_pid(spark)
-    used = None if pid is None or not sys.platform.startswith("linux") else mapped(
-        pid, plan.archive)
-    if used is False:
+    pid = started_jvm(plan.java_options[-1])
+    if pid is None:  # no JVM of this run's to look at, or no /proc to look in
+        return
+    if mapped(pid, plan.archive) is False:
         if _inode(plan.archive) == plan.inode:  # not one another run put there since
             _remove(plan.archive)
         progress.say(f"class archive: {plan.archive} does not fit this JVM; removed, "

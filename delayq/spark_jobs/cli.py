@@ -217,9 +217,7 @@ def spark_session(master: str | None, progress: Progress,
                .config("spark.ui.showConsoleProgress", "true"))
     plan = class_archive.Plan()
     if chosen is not None:
-        if archive is not None and SparkContext._gateway is None:
-            # Only a JVM started now takes the options: a gateway left by a stopped
-            # session is that session's JVM.
+        if archive is not None:
             plan = class_archive.prepare(archive)
         options = " ".join([f"-Dlog4j2.configurationFile={LOG4J2}", *java_options,
                             *plan.java_options])
@@ -236,7 +234,7 @@ def spark_session(master: str | None, progress: Progress,
         builder = builder.config("spark.ui.enabled", "false")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    class_archive.confirm(plan, spark, progress)
+    class_archive.confirm(plan, progress)
     return spark, True
 
 
