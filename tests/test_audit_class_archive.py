@@ -94,6 +94,10 @@ def test_the_key_changes_with_the_jars_and_the_java(tmp_path):
     java.write_bytes(b"#!..")
     assert class_archive.install_key(java, jars) != touched
 
+    # Another class path: a SPARK_CONF_DIR of its own.
+    assert (class_archive.install_key(java, jars, {"SPARK_CONF_DIR": "/etc/spark"})
+            != class_archive.install_key(java, jars, {}))
+
 
 def test_only_a_complete_archive_is_usable(tmp_path):
     path = tmp_path / "a.jsa"
@@ -128,11 +132,15 @@ def test_promotion_takes_complete_files_only(tmp_path):
     complete.write_bytes(archive_bytes())
     stale = class_archive.archive_path(tmp_path, other)  # another Java or Spark
     stale.write_bytes(archive_bytes())
+    recent = class_archive.archive_path(tmp_path, "0" * 16)  # another, used lately
+    recent.write_bytes(archive_bytes())
+    week_ago = time.time() - class_archive.UNUSED_AGE - 60
+    os.utime(stale, (week_ago, week_ago))
     unrelated = tmp_path / "notes.txt"
     unrelated.write_text("kept")
     class_archive.tidy(tmp_path, key)
     assert not complete.exists() and class_archive.usable(final)
-    assert not stale.exists()
+    assert not stale.exists() and recent.exists()
     assert unrelated.read_text() == "kept"
 
 

@@ -46,6 +46,7 @@ import secrets
 import shutil
 import struct
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,13 @@ HEADER = struct.Struct("=IiI")
 # A temporary file without the magic this old is not being written any more: a JVM
 # writes its archive in seconds, at exit (the file does not exist before).
 PARTIAL_AGE = 3 * 3600
+# An archive of another key (another Java, Spark or class path) unused this long is
+# removed; one in use has its modification time renewed by each run that maps it.
+UNUSED_AGE = 7 * 86400
+# The environment Spark's launcher builds the driver's class path from, besides the
+# jars: the JVM maps an archive only for the class path it was written with.
+CLASS_PATH_ENVIRONMENT = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR",
+                          "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH")
 PREFIX = "spark-classes-"
 NAME = re.compile(PREFIX + r"(?P<key>[0-9a-f]{16})(?:-(?P<run>[0-9a-f]{16})\.part|\.jsa)")
 # The JVM's CDS messages (an archive that does not fit, classes it cannot archive)
@@ -130,11 +138,15 @@ def _stat_line(path: Path) -> str:
     return f"{path} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
 
 
-def install_key(java: Path, jars: Path) -> str:
+def install_key(java: Path, jars: Path, environment: Mapping[str, str] | None = None) -> str:
     """A short hash of a Java and a Spark install: the ``java`` executable and the JVM
-    library beside it (a JDK update replaces them), and the jars' names, sizes and
-    modification times (a Spark upgrade or an added jar changes them)."""
-    lines = [_stat_line(java)]
+    library beside it (a JDK update replaces them), the jars' names, sizes and
+    modification times (a Spark upgrade or an added jar changes them), and the
+    CLASS_PATH_ENVIRONMENT of *environment* (default: this process's), which adds to
+    the class path (a benchmark's own ``SPARK_CONF_DIR`` is another class path)."""
+    environment = os.environ if environment is None else environment
+    lines = [f"{name}={environment.get(name, '')}" for name in CLASS_PATH_ENVIRONMENT]
+    lines.append(_stat_line(java))
     home = java.parent.parent
     lines += [_stat_line(home / "lib" / "server" / name)
               for name in ("libjvm.so", "classes.jsa")]
@@ -202,7 +214,8 @@ def _remove(path: Path) -> None:
 
 def tidy(directory: Path, key: str, now: float | None = None) -> None:
     """Promote *key*'s complete temporary files to its archive; remove archives of other
-    keys, and temporary files that were never finished (``PARTIAL_AGE`` old)."""
+    keys unused for ``UNUSED_AGE``, and temporary files that were never finished
+    (``PARTIAL_AGE`` old)."""
     now = time.time() if now is None else now
     final = archive_path(directory, key)
     for entry in os.scandir(directory):
@@ -211,8 +224,9 @@ def tidy(directory: Path, key: str, now: float | None = None) -> None:
             continue
         path = Path(entry.path)
         if match["run"] is None:
-            if match["key"] != key:
-                _remove(path)
+            with contextlib.suppress(OSError):
+                if match["key"] != key and now - entry.stat().st_mtime > UNUSED_AGE:
+                    path.unlink()
             continue
         if match["key"] == key and usable(path):
             # Another run may have promoted it a moment ago: then it is gone.
@@ -261,6 +275,8 @@ def _prepare(directory: Path) -> Plan:
         return Plan(note=f"cannot read {directory} ({exc.strerror})")
     final = archive_path(directory, key)
     if usable(final):
+        with contextlib.suppress(OSError):
+            os.utime(final)  # in use: kept however long other keys' runs go on
         return Plan((QUIET, f"-XX:SharedArchiveFile={final}"), archive=final,
                     inode=_inode(final))
     _remove(final)  # garbage or cut short: the JVM would ignore it, or crash
