@@ -144,6 +144,19 @@ def test_promotion_takes_complete_files_only(tmp_path):
     assert unrelated.read_text() == "kept"
 
 
+def test_no_archive_for_a_class_path_with_a_directory_of_files(tmp_path, monkeypatch):
+    # The JDK archives no class of such a class path (it says "non-empty directory"):
+    # a JVM told to write one would only run slower.
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert class_archive.prepare(tmp_path / "cache").java_options  # empty: no harm
+    (conf / "spark-defaults.conf").write_text("spark.driver.memory 3g\n")
+    plan = class_archive.prepare(tmp_path / "cache")
+    assert plan.java_options == () and plan.archive is None and plan.writing is None
+    assert "SPARK_CONF_DIR" in plan.note and str(conf) in plan.note
+
+
 def test_no_archive_where_the_directory_cannot_be_written(tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("")

@@ -130,6 +130,30 @@ def spark_jars() -> Path:
     return Path(pyspark.__file__).parent / "jars"
 
 
+def class_path_directories(jars: Path, environment: Mapping[str, str]) -> dict[str, Path]:
+    """The directories Spark's launcher puts on the driver's class path, by the variable
+    naming each: ``SPARK_CONF_DIR`` (default: ``conf`` beside *jars*),
+    ``HADOOP_CONF_DIR`` and ``YARN_CONF_DIR``."""
+    found = {"SPARK_CONF_DIR": Path(environment.get("SPARK_CONF_DIR")
+                                    or jars.parent / "conf")}
+    for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        if environment.get(name):
+            found[name] = Path(environment[name])
+    return found
+
+
+def unarchivable(jars: Path, environment: Mapping[str, str]) -> str | None:
+    """Why no archive can be written for the driver's class path, None when one can:
+    the JDK archives no class of a class path holding a directory with files in it
+    (a ``spark-defaults.conf`` in ``SPARK_CONF_DIR`` is one)."""
+    for name, directory in class_path_directories(jars, environment).items():
+        with contextlib.suppress(OSError):
+            if directory.is_dir() and any(directory.iterdir()):
+                return (f"{name} {directory} is on Spark's class path and holds files, "
+                        "with which the JVM archives no class")
+    return None
+
+
 def _stat_line(path: Path) -> str:
     try:
         st = path.stat()
@@ -265,10 +289,14 @@ def _prepare(directory: Path) -> Plan:
         return Plan(note="no java found")  # Spark will fail to start and say so
     if UNSPLITTABLE.search(str(directory)):
         return Plan(note=f"its directory {directory} has spaces or quotes in its path")
+    jars = spark_jars()
+    why = unarchivable(jars, os.environ)
+    if why is not None:
+        return Plan(note=why)
     why = writable(directory)
     if why is not None:
         return Plan(note=f"cannot write to {directory} ({why})")
-    key = install_key(java, spark_jars())
+    key = install_key(java, jars)
     try:
         tidy(directory, key)
     except OSError as exc:
