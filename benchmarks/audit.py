@@ -36,7 +36,7 @@ The audit's rows must equal the plain pass's, and the re-audit's a full audit's 
 script exits 1 otherwise). Prints the wall times, the CPU time of each (the audit's
 counts every process it starts: Python, the JVM, the Python workers), the CPU per event
 of each (the audit's beyond the 10-message audit's), every kind of process's peak
-memory (the JVM's heap is ``--driver-memory``, through a ``spark-defaults.conf``), what
+memory (the JVM's heap is ``--driver-memory``, through ``PYSPARK_SUBMIT_ARGS``), what
 the re-audit read from the store, and writes ``benchmarks/results/audit.json``.
 
 Usage::
@@ -478,13 +478,13 @@ def incremental_runs(workdir: Path, database: Path, messages: int, master: str
             "progress": again["progress"], "memory": again["memory"]}
 
 
-def spark_conf_dir(workdir: Path, driver_memory: str) -> Path:
-    """A Spark configuration directory bounding the heap of delayq-audit's JVM (with a
-    local master the driver's JVM is the executor too)."""
-    directory = workdir / "spark-conf"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "spark-defaults.conf").write_text(f"spark.driver.memory {driver_memory}\n")
-    return directory
+def bound_heap(driver_memory: str) -> None:
+    """Bound the heap of the JVM each delayq-audit run starts (with a local master the
+    driver's JVM is the executor too), through the arguments PySpark hands
+    spark-submit: a ``SPARK_CONF_DIR`` holding a ``spark-defaults.conf`` would put a
+    directory of files on the JVM's class path, with which it archives no class
+    (docs/audits.md, "The class archive")."""
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {driver_memory} pyspark-shell"
 
 
 def parse_size(text: str) -> int | None:
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="delayq-audit-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    os.environ["SPARK_CONF_DIR"] = str(spark_conf_dir(workdir, args.driver_memory))
+    bound_heap(args.driver_memory)
     info = backlog.machine()
     print(f"delayq audit benchmark: {args.messages:,} messages, master {args.master}, "
           f"heap {args.driver_memory}, {info['cpus']} CPUs, "
