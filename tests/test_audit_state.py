@@ -127,21 +127,27 @@ def test_a_re_audit_reads_only_what_came_after_and_equals_a_full_audit(
     assert first["state"]["watermark"] == clock.now
     assert figures(tmp_path / "first")["dead_letter"]["queues"], "the fill moved nothing"
 
-    fill_round(database, clock, rnd, 100)
-    as_of = repr(clock.now)
-    assert audit(database, tmp_path / "again", "--state", str(state), "--as-of", as_of) \
-        == EXIT_OK
+    # Two more rounds, each re-audited: messages of every round take part in the next,
+    # so the last audit merges a message's rows of three layers.
+    held = first["events"]
+    for n in (2, 3):
+        fill_round(database, clock, rnd, 100)
+        as_of = repr(clock.now)
+        out = tmp_path / f"round-{n}"
+        assert audit(database, out, "--state", str(state), "--as-of", as_of) == EXIT_OK
+        again = load_audit(out)
+        read = again["state"]["events_read_from_store"]
+        assert read == again["events"] - held
+        assert 0 < read < again["events"] / 3
+        assert again["state"]["events_held"] == again["events"]
+        held = again["events"]
     assert audit(database, tmp_path / "full", "--as-of", as_of) == EXIT_OK
-    again, full = load_audit(tmp_path / "again"), load_audit(tmp_path / "full")
-    assert figures(tmp_path / "again") == figures(tmp_path / "full")
-    assert full["state"] is None
-    read = again["state"]["events_read_from_store"]
-    assert read == full["events"] - first["events"]
-    assert 0 < read < full["events"] / 3
-    assert again["state"]["events_held"] == full["events"]
-    # The state's layers and nothing else are left: the first run's and this one's.
+    full = load_audit(tmp_path / "full")
+    assert figures(out) == figures(tmp_path / "full")
+    assert full["state"] is None and full["events"] == held
+    # The state's layers and nothing else are left: one of each run.
     layers = json.loads((state / STATE_FILE).read_text())["layers"]
-    assert len(layers) == 2
+    assert len(layers) == 3
     assert sorted(p.name for p in state.iterdir() if p.name != STATE_FILE) == sorted(layers)
 
 

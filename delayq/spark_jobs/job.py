@@ -207,8 +207,8 @@ def read_incrementally(spark: SparkSession, request: Request, plan: Plan, kept: 
     store after its watermark, grouped and kept; with the number of events in it and
     of those read from the store, and the state written (``delayq.spark_jobs.state``).
 
-    The events up to the new watermark go into the state as a new layer; the few after
-    it, up to the audit time, are merged in for this audit only.
+    The events up to the new watermark go into the state as a new layer of their own;
+    the few after it, up to the audit time, are merged in for this audit only.
     """
     partitions = read_partitions(spark, request, plan)
     since = None if saved is None else saved.watermark
@@ -227,8 +227,7 @@ def read_incrementally(spark: SparkSession, request: Request, plan: Plan, kept: 
         elif added == 0:
             layers = saved.layers
         else:
-            layers = [*saved.layers, kept.write(
-                trail.regrouped(kept.partials(spark, saved.layers), fresh), partitions)]
+            layers = [*saved.layers, kept.write(fresh, partitions)]
             if len(layers) > state.MAX_LAYERS:
                 layers = [kept.write(kept.partials(spark, layers), partitions)]
         saved = kept.commit(layers, mark, held_before + added)
@@ -239,8 +238,7 @@ def read_incrementally(spark: SparkSession, request: Request, plan: Plan, kept: 
         recent = trail.partials(trail.until(_read(spark, request, None, partitions, mark),
                                             plan.as_of))
         grouped = trail.Trail.of_partials(
-            trail.merged(kept.partials(spark, saved.layers), recent),
-            plan.as_of).materialized()
+            kept.partials(spark, saved.layers, recent), plan.as_of).materialized()
         count = grouped.event_count()
         note(f"{count:,} events, {count - held_before:,} of them read from the store")
     return grouped, count, count - held_before, saved

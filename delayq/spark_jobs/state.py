@@ -10,10 +10,11 @@ merges them in (``trail.merged``) and audits the whole history.
     DIR/state.json       the layers that are current and what they hold (``Saved``)
     DIR/layer-<hex>/     one layer: the Parquet files of some messages' partials
 
-The partials are in layers, oldest first: a message's row in a layer replaces its rows
-in the layers before it. A re-audit writes one layer, of the messages the new events
-touched (``trail.regrouped``), so its cost follows what is new, not the size of the
-state; once there are MAX_LAYERS, they are written again as one.
+The partials are in layers, oldest first, each of the events of one run: those after
+the previous watermark, up to its own. A message with events in several layers has a
+row in each, and the rows merge when the state is read (``trail.merged``): a re-audit
+writes only what it read from the store, so writing the state costs what is new, not
+the size of the state. Once there are MAX_LAYERS, they are written again as one.
 
 A run writes its layer beside the current ones, then replaces ``state.json`` in one
 step (``os.replace``): a run that dies before leaves the previous layers current, one
@@ -28,6 +29,7 @@ this one cannot read; one of an older format is read again from the store.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -46,11 +48,12 @@ from delayq.spark_jobs.output import rfc3339
 STATE_FILE = "state.json"
 LAYER_PREFIX = "layer-"
 TEMPORARY_PREFIX = ".state-"
-# Layers past which a run writes the state again as one: each layer read costs a join
-# against the hashes of the layers after it.
+# Layers past which a run writes the state again as one: the layers after the first are
+# merged into it by regrouping their messages, whose count grows with each layer.
 MAX_LAYERS = 8
-# The layout of DIR and of the Parquet rows; a change either way makes it 2.
-FORMAT = 1
+# The layout of DIR and what its layers mean; a change either way makes it 3. Format 1
+# layers replaced a message's rows in the layers before them.
+FORMAT = 2
 # How far the watermark stays behind the store's clock at the start of a run, in
 # seconds. A driver may add an event with a time just before its clock's now: MongoDB
 # and Swift write a request's events after its change, and a write may take its time
@@ -115,14 +118,22 @@ class State:
             return None
         return saved
 
-    def partials(self, spark: SparkSession, layers: list[str]) -> DataFrame:
-        """The partials *layers* hold: every message's row of the latest layer that has
-        one."""
-        frames = [spark.read.parquet(str(self.directory / layer)) for layer in layers]
-        current = frames[-1]
-        for at in range(len(frames) - 2, -1, -1):
-            current = current.unionByName(trail.without(frames[at], current))
-        return current
+    def partials(self, spark: SparkSession, layers: list[str],
+                 recent: DataFrame | None = None) -> DataFrame:
+        """The partials of the events *layers* hold, and of those *recent* (partials of
+        events after them) has, when given: one row per message.
+
+        The first layer, which holds most messages, is read twice (the messages the
+        others touch are regrouped, the rest pass as they are); the others, and
+        *recent*, are small.
+        """
+        first, *later = [spark.read.parquet(str(self.directory / layer))
+                         for layer in layers]
+        if recent is not None:
+            later.append(recent)
+        if not later:
+            return first
+        return trail.merged(first, functools.reduce(DataFrame.unionByName, later))
 
     def write(self, partials: DataFrame, files: int) -> str:
         """Write *partials* as a new layer in at most *files* Parquet files (a Spark
