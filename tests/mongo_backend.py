@@ -18,8 +18,8 @@ mongomock is made to keep three promises of a real server that the driver relies
 3. A transaction (``session.with_transaction``) commits whole or not at all, and no
    other operation sees it half done. mongomock has no sessions; here a session's
    transaction runs its callback holding the lock of promise 1 (so nothing runs beside
-   it), and puts back every collection's documents as they were when the callback
-   raises. Operations ignore the session they are given.
+   it), and puts back the documents of every collection it operated on as they were
+   when the callback raises. Operations ignore the session they are given.
 """
 
 from __future__ import annotations
@@ -47,11 +47,34 @@ _ATOMIC = ("insert_one", "insert_many", "update_one", "update_many", "replace_on
            "create_index", "aggregate", "distinct")
 
 
+# The documents of each collection the running transaction has operated on, as they
+# were before its first operation (id -> (collection, documents)); None outside one.
+# Only the thread holding _LOCK reads or changes it. A transaction copies only what it
+# touches: the session's one mongomock client holds every test's databases.
+_before_transaction: dict[int, tuple[object, object]] | None = None
+
+
 def _atomic(method):
     @functools.wraps(method)
     def locked(*args, session=None, **kwargs):
         with _LOCK:
             return method(*args, **kwargs)
+
+    return locked
+
+
+def _atomic_on_collection(method):
+    """*method* of a collection, under the lock, its documents kept first when it is
+    the running transaction's first operation on that collection."""
+    @functools.wraps(method)
+    def locked(collection, *args, session=None, **kwargs):
+        with _LOCK:
+            kept = _before_transaction
+            if kept is not None:
+                store = collection._store  # its documents; the Collection is a view
+                if id(store) not in kept:
+                    kept[id(store)] = (store, copy.deepcopy(store._documents))
+            return method(collection, *args, **kwargs)
 
     return locked
 
@@ -69,23 +92,19 @@ class _Session:
         return None
 
     def with_transaction(self, callback, **options):
+        global _before_transaction
         with _LOCK:
-            saved = self._documents()
+            if _before_transaction is not None:  # within another: part of it
+                return callback(self)
+            _before_transaction = {}
             try:
                 return callback(self)
             except BaseException:
-                for collection, documents in self._stores():
-                    collection._documents = saved.get(id(collection), type(documents)())
+                for store, documents in _before_transaction.values():
+                    store._documents = documents
                 raise
-
-    def _stores(self):
-        for database in self._client._store._databases.values():
-            for collection in database._collections.values():
-                yield collection, collection._documents
-
-    def _documents(self) -> dict:
-        return {id(collection): copy.deepcopy(documents)
-                for collection, documents in self._stores()}
+            finally:
+                _before_transaction = None
 
 
 def _accept_unset_sort(add_update):
@@ -103,7 +122,7 @@ def _patch_mongomock() -> None:
     if getattr(collection, "_delayq_atomic", False):
         return
     for name in _ATOMIC:
-        setattr(collection, name, _atomic(getattr(collection, name)))
+        setattr(collection, name, _atomic_on_collection(getattr(collection, name)))
     cursor = mongomock.collection.Cursor
     cursor._compute_results = _atomic(cursor._compute_results)
     builder = mongomock.collection.BulkOperationBuilder
