@@ -186,12 +186,12 @@ class KeystoneServer:
             for name in ("0", "1"):
                 (keys / name).write_bytes(Fernet.generate_key())
         token: dict[str, object] = {"provider": "fernet"}
-        identity: dict[str, object] = {}
+        # Every user is created and logs in with a password, and with short tokens every
+        # admin call logs in again (see the module doc): bcrypt's fewest rounds (its
+        # default is 12) make each hash milliseconds, not a second.
+        identity: dict[str, object] = {"password_hash_rounds": 4}
         if self.token_expiration is not None:
             token["expiration"] = self.token_expiration
-            # Every admin call logs in again (see the module doc): bcrypt's fewest
-            # rounds (its default is 12) make each login milliseconds, not a second.
-            identity["password_hash_rounds"] = 4
         return write_config(self.root / "keystone.conf", {
             "DEFAULT": {"log_file": self.root / "keystone-app.log"},
             "identity": identity,
