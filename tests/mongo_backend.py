@@ -48,7 +48,8 @@ _ATOMIC = ("insert_one", "insert_many", "update_one", "update_many", "replace_on
 
 
 # The documents of each collection the running transaction has operated on, as they
-# were before its first operation (id -> (collection, documents)); None outside one.
+# were before its first operation (id of the collection's store -> (store, documents));
+# None outside one.
 # Only the thread holding _LOCK reads or changes it. A transaction copies only what it
 # touches: the session's one mongomock client holds every test's databases.
 _before_transaction: dict[int, tuple[object, object]] | None = None
@@ -81,9 +82,6 @@ def _atomic_on_collection(method):
 
 class _Session:
     """A mongomock client's session: transactions as promise 3 says."""
-
-    def __init__(self, client: mongomock.MongoClient) -> None:
-        self._client = client
 
     def __enter__(self) -> _Session:
         return self
@@ -127,7 +125,7 @@ def _patch_mongomock() -> None:
     cursor._compute_results = _atomic(cursor._compute_results)
     builder = mongomock.collection.BulkOperationBuilder
     builder.add_update = _accept_unset_sort(builder.add_update)
-    mongomock.MongoClient.start_session = lambda client, **options: _Session(client)
+    mongomock.MongoClient.start_session = lambda client, **options: _Session()
     collection._delayq_atomic = True
 
 
