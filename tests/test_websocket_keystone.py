@@ -134,8 +134,8 @@ def test_a_signed_frame_is_served_without_a_token(server, keystone):  # noqa: F8
 
 def close_code(ws: websocket.WebSocket) -> int | None:
     """The code of the close frame the server sends next; fails on any other frame but
-    the server's keep-alive pings (every ``ping_interval``, as long as a token lasts
-    here), which websocket-client answers as it reads them."""
+    the server's keep-alive pings (``short_server`` pings several times within a
+    token's life), which websocket-client answers as it reads them."""
     keepalive = (websocket.ABNF.OPCODE_PING, websocket.ABNF.OPCODE_PONG)
     try:
         opcode, data = ws.recv_data(control_frame=True)
